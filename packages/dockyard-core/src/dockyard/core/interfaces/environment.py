@@ -1,0 +1,49 @@
+"""The environment: scores single-turn responses and steps multi-turn episodes."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class StepResult:
+    """What an environment returns for one response (or one turn).
+
+    Attributes:
+        rewards: named components, e.g. ``{"reward/tests": 1.0, "reward/format": 0.0}``.
+        done: the episode is over (always True for single-turn environments).
+        observation: text to append to the conversation as the next user/tool turn (multi-turn).
+        infra_error: the reward could not be computed (sandbox down...): mask, do not score 0.
+        metadata: verdict, timings, integrity flags (``tests_tampered``...).
+    """
+
+    rewards: dict[str, float] = field(default_factory=dict)
+    done: bool = True
+    observation: str | None = None
+    infra_error: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Environment(ABC):
+    """Tasks and their scoring. ``task`` is a JSON-like dict from the environment's dataset."""
+
+    @abstractmethod
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        """The chat messages that pose ``task`` to the policy."""
+
+    @abstractmethod
+    async def score(self, task: dict[str, Any], response: str) -> StepResult:
+        """Single-turn: score one complete response."""
+
+    async def reset(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Multi-turn: start an episode; returns its state. Single-turn environments keep this."""
+        return {"task": task, "turn": 0}
+
+    async def step(self, state: dict[str, Any], response: str) -> StepResult:
+        """Multi-turn: apply one policy turn. Single-turn environments score and finish."""
+        return await self.score(state["task"], response)
+
+    async def close(self, state: dict[str, Any]) -> None:
+        """Multi-turn: release what the episode holds (sandbox sessions...)."""

@@ -1,0 +1,69 @@
+"""The generation engine: what an inference backend (vLLM, SGLang, transformers) offers."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dockyard.core.interfaces.transport import WeightReceiver
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings for one request (n samples of one prompt)."""
+
+    n: int = 1
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    seed: int | None = None
+
+
+@dataclass
+class GenerationResult:
+    """One sampled completion.
+
+    Attributes:
+        token_ids: ``[L] int64`` generated tokens (prompt excluded).
+        logprobs: ``[L] float32`` the engine's logprob of each sampled token.
+        text: the decoded completion.
+        finish_reason: ``"stop"``, ``"length"`` or ``"abort"``.
+        policy_versions: ``[L] int32`` the policy version that produced each token.
+    """
+
+    token_ids: np.ndarray
+    logprobs: np.ndarray
+    text: str
+    finish_reason: str
+    policy_versions: np.ndarray
+
+
+class GenerationEngine(ABC):
+    """An inference engine that accepts new weights while it serves."""
+
+    @abstractmethod
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams
+    ) -> list[GenerationResult]:
+        """``params.n`` samples for one prompt."""
+
+    @abstractmethod
+    async def pause(self, mode: str = "keep") -> None:
+        """Stop scheduling new tokens. ``keep``: in-flight requests resume later from where they
+        stopped; ``abort``: in-flight requests are aborted and re-queued."""
+
+    @abstractmethod
+    async def resume(self) -> None: ...
+
+    @abstractmethod
+    async def update_weights(self, receiver: WeightReceiver, version: int) -> None:
+        """Load the weights ``receiver`` delivers, then serve as policy ``version``."""
+
+    @property
+    @abstractmethod
+    def policy_version(self) -> int: ...

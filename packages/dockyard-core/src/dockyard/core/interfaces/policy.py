@@ -1,0 +1,69 @@
+"""The policy worker: what a trainer backend (torch FSDP2, JAX NNX) offers the loop."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from dockyard.core.experience import Batch
+
+TrainMetrics = dict[str, float]
+
+
+class LossFn(Protocol):
+    """A loss from ``dockyard.core`` applied by a backend to its own arrays.
+
+    Called once per micro-batch with backend arrays (torch tensors / jax arrays):
+    ``logprobs: [b, T]`` current-policy logprobs of the batch tokens and ``batch``: the
+    micro-batch's fields as backend arrays, plus ``num_loss_tokens`` (the *global* count, across
+    micro-batches and ranks, that token-level losses divide by). Returns the scalar loss and
+    metrics.
+    """
+
+    def __call__(self, logprobs: Any, batch: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]: ...
+
+
+class PolicyWorker(ABC):
+    """One rank (or a single process) of a trainer backend.
+
+    Arrays in and out are numpy; logprobs are ``[B, T] float32`` aligned with ``input_ids``:
+    ``logprobs[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` (temperature-scaled as in
+    generation), 0 at ``t = 0`` and where ``attention_mask`` is False.
+    """
+
+    @abstractmethod
+    def get_logprobs(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32`` current-policy logprobs of ``batch.input_ids``."""
+
+    @abstractmethod
+    def get_reference_logprobs(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32`` logprobs under the frozen reference policy."""
+
+    @abstractmethod
+    def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k logits for distillation: ``(values [B, T, k] float32, indices [B, T, k] int64)``."""
+
+    @abstractmethod
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
+        """One optimizer step over ``batch`` (micro-batched with gradient accumulation)."""
+
+    @abstractmethod
+    def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
+        """Save model, optimizer, scheduler, RNG and step (sharded, resharding-safe)."""
+
+    @abstractmethod
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """Restore what :meth:`save_checkpoint` wrote; returns its ``extra_state``."""
+
+    @abstractmethod
+    def export_weights(self, bucket_bytes: int) -> Iterator[dict[str, np.ndarray]]:
+        """Full tensors by Hugging Face parameter name, in buckets of at most ``bucket_bytes``
+        (a single tensor larger than that forms its own bucket)."""
+
+    @property
+    @abstractmethod
+    def step(self) -> int:
+        """Number of optimizer steps taken (the policy version it has produced)."""

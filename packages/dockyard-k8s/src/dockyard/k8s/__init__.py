@@ -1,0 +1,1 @@
+"""dockyard.k8s."""
