@@ -1,0 +1,483 @@
+"""Tiny models and a local tokenizer for tests, examples and benchmarks (no model hub).
+
+Stable API (other packages' tests build on it):
+
+* :func:`build_tokenizer` ``(path=None, *, vocab_size=1024) -> Path`` trains a byte-level BPE
+  tokenizer on a built-in synthetic corpus (English-like prose, arithmetic, Python) and saves
+  it as a Hugging Face tokenizer folder (``tokenizer.json``, ``tokenizer_config.json`` with a
+  ChatML chat template). Special tokens: ``<|endoftext|>`` (id 0, pad), ``<|im_start|>`` (1),
+  ``<|im_end|>`` (2, eos).
+* :func:`build_tiny_model` ``(path=None, *, family="qwen2", hidden_size=64, num_layers=2,
+  num_heads=2, num_kv_heads=1, ...) -> Path`` builds a random-initialised causal LM of family
+  ``"qwen2"``, ``"qwen3"`` or ``"llama"`` and saves it as a plain HF safetensors folder *with the
+  tokenizer files beside it*, so ``AutoModelForCausalLM.from_pretrained(p)``,
+  ``AutoTokenizer.from_pretrained(p)`` and ``vllm.LLM(p)`` all work on the returned folder.
+  ``head_dim = hidden_size // num_heads`` must be >= 32 (vLLM's CPU attention kernels reject 16).
+* :func:`sample_texts` ``() -> list[str]``: a few strings that exercise the tokenizer (digits,
+  newlines, unicode, code, special tokens), used by round-trip tests.
+
+Both builders are cached on disk by their arguments: with ``path=None`` the folder is
+``$DOCKYARD_TESTING_CACHE`` (default ``~/.cache/dockyard/testing``) ``/<kind>-<hash>``; with an
+explicit ``path`` an existing folder built with the same arguments is reused. Folders are built
+in a temporary directory and renamed into place, so concurrent builders do not see half a folder.
+
+Why the tokenizer uses Qwen2's pre-tokenizer: transformers 5's ``AutoTokenizer`` on a folder
+whose model config is Qwen2 builds a ``Qwen2Tokenizer`` that *replaces* the saved pre-tokenizer
+and normaliser with Qwen2's own (NFC; regex split with single digits; byte-level). vLLM loads
+tokenizers the same way. Training with exactly that pipeline, and naming ``Qwen2Tokenizer`` in
+``tokenizer_config.json`` for every family, makes ``tokenizers``, ``AutoTokenizer`` and vLLM agree
+on the ids (tests/torch/test_testing.py checks the round trip for all three families).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CHAT_TEMPLATE",
+    "EOS_TOKEN",
+    "FAMILIES",
+    "PAD_TOKEN",
+    "SPECIAL_TOKENS",
+    "build_tiny_model",
+    "build_tokenizer",
+    "cache_dir",
+    "sample_texts",
+]
+
+_FORMAT_VERSION = 1  # bump when the output of a builder changes for the same arguments
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+EOS_TOKEN = "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, EOS_TOKEN)
+FAMILIES = ("qwen2", "qwen3", "llama")
+
+# Qwen2's pre-tokenisation regex (transformers/models/qwen2/tokenization_qwen2.py).
+_QWEN2_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_WORDS = [
+    "the",
+    "a",
+    "an",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "it",
+    "that",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "by",
+    "at",
+    "from",
+    "be",
+    "this",
+    "are",
+    "or",
+    "have",
+    "not",
+    "but",
+    "one",
+    "all",
+    "we",
+    "can",
+    "will",
+    "there",
+    "what",
+    "so",
+    "up",
+    "out",
+    "if",
+    "about",
+    "who",
+    "get",
+    "which",
+    "go",
+    "me",
+    "when",
+    "make",
+    "like",
+    "time",
+    "no",
+    "just",
+    "him",
+    "know",
+    "take",
+    "people",
+    "into",
+    "year",
+    "your",
+    "good",
+    "some",
+    "could",
+    "them",
+    "see",
+    "other",
+    "than",
+    "then",
+    "now",
+    "look",
+    "only",
+    "come",
+    "its",
+    "over",
+    "think",
+    "also",
+    "back",
+    "after",
+    "use",
+    "two",
+    "how",
+    "our",
+    "work",
+    "first",
+    "well",
+    "way",
+    "even",
+    "new",
+    "want",
+    "because",
+    "any",
+    "these",
+    "give",
+    "day",
+    "most",
+    "us",
+    "answer",
+    "question",
+    "number",
+    "sum",
+    "product",
+    "solve",
+    "test",
+    "function",
+    "return",
+    "value",
+    "list",
+    "string",
+    "error",
+    "file",
+    "line",
+    "code",
+    "step",
+    "result",
+    "true",
+    "false",
+    "check",
+    "compute",
+    "total",
+    "each",
+    "between",
+    "program",
+    "input",
+    "output",
+    "print",
+    "count",
+    "problem",
+    "reward",
+    "model",
+    "policy",
+    "token",
+    "train",
+    "learn",
+    "sample",
+    "group",
+    "batch",
+    "weight",
+    "update",
+    "loss",
+    "gradient",
+    "value",
+    "state",
+    "action",
+]
+
+
+def sample_texts() -> list[str]:
+    """Strings that exercise tokenisation edge cases (for id round-trip tests)."""
+    return [
+        "What is 12345 + 678? The answer is 13023.",
+        "def add(a, b):\n    return a + b\n\n\nprint(add(2, 3))\n",
+        "Ünïcödé: naïve café, 東京, emoji 🚀 and tabs\tand  double  spaces.",
+        "It's, we'll, they're -- punctuation!!! ??? (brackets) [x] {y}",
+        f"{IM_START}user\nSolve 7*6.{EOS_TOKEN}\n{IM_START}assistant\n42{EOS_TOKEN}{PAD_TOKEN}",
+        "   leading spaces\r\nwindows line\n\n\ntrailing   ",
+    ]
+
+
+_SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "nu",
+    "re",
+    "sa",
+    "ti",
+    "vo",
+    "pe",
+    "da",
+    "ri",
+    "zu",
+    "bel",
+    "tor",
+    "han",
+    "qui",
+    "mon",
+    "gra",
+    "ste",
+    "fal",
+]
+
+
+def _corpus(seed: int = 0, n_lines: int = 4000) -> list[str]:
+    """A deterministic synthetic corpus: prose, arithmetic Q&A, tiny Python, made-up names."""
+    rng = random.Random(seed)
+    lines: list[str] = []
+    for i in range(n_lines):
+        kind = i % 4
+        if kind == 3:
+            names = ["".join(rng.choices(_SYLLABLES, k=rng.randint(2, 3))) for _ in range(8)]
+            lines.append(" ".join(names).capitalize() + ".")
+            continue
+        if kind == 0:
+            words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 16))]
+            words[0] = words[0].capitalize()
+            lines.append(" ".join(words) + rng.choice([".", "?", "!", ","]))
+        elif kind == 1:
+            a, b = rng.randint(0, 9999), rng.randint(0, 999)
+            op = rng.choice(["+", "-", "*"])
+            val = {"+": a + b, "-": a - b, "*": a * b}[op]
+            lines.append(f"Question: What is {a} {op} {b}?\nAnswer: {val}")
+        else:
+            name = rng.choice(_WORDS) + "_" + rng.choice(_WORDS)
+            arg = rng.choice(["x", "n", "items", "value"])
+            body = rng.choice([f"return {arg} * 2", f"return len({arg})", f"print({arg})"])
+            lines.append(f"def {name}({arg}):\n    {body}\n")
+    lines.append(sample_texts()[2])
+    return lines
+
+
+def cache_dir() -> Path:
+    """Root of the on-disk cache (``$DOCKYARD_TESTING_CACHE`` or ``~/.cache/dockyard/testing``)."""
+    root = os.environ.get("DOCKYARD_TESTING_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "dockyard" / "testing"
+
+
+def _key(kind: str, args: dict[str, Any]) -> str:
+    payload = json.dumps({"kind": kind, "v": _FORMAT_VERSION, **args}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+_STAMP = "dockyard_testing.json"
+
+
+def _cached_build(kind: str, args: dict[str, Any], path: str | os.PathLike | None, build) -> Path:
+    """Return ``path`` (or a cache folder) holding ``build(tmp_folder)``'s output for ``args``."""
+    key = _key(kind, args)
+    target = Path(path) if path is not None else cache_dir() / f"{kind}-{key}"
+    stamp = target / _STAMP
+    if stamp.exists() and json.loads(stamp.read_text()).get("key") == key:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        build(tmp)
+        (tmp / _STAMP).write_text(json.dumps({"key": key, "kind": kind, "args": args}, indent=1))
+        if target.exists():
+            if (target / _STAMP).exists() and json.loads((target / _STAMP).read_text()).get(
+                "key"
+            ) == key:
+                return target  # a concurrent builder won the race
+            shutil.rmtree(target)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / _STAMP).exists():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _train_tokenizer(folder: Path, vocab_size: int) -> None:
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    added = {
+        str(tok.token_to_id(t)): {
+            "content": t,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
+        for t in SPECIAL_TOKENS
+    }
+    config = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "add_prefix_space": False,
+        "added_tokens_decoder": added,
+        "bos_token": None,
+        "eos_token": EOS_TOKEN,
+        "pad_token": PAD_TOKEN,
+        "unk_token": None,
+        "errors": "replace",
+        "model_max_length": 32768,
+        "clean_up_tokenization_spaces": False,
+        "split_special_tokens": False,
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps({"eos_token": EOS_TOKEN, "pad_token": PAD_TOKEN}, indent=1)
+    )
+
+
+def build_tokenizer(path: str | os.PathLike | None = None, *, vocab_size: int = 1024) -> Path:
+    """Train (or reuse) the byte-level BPE test tokenizer; returns its folder.
+
+    Args:
+        path: folder to write; ``None`` uses the cache (see the module docstring).
+        vocab_size: BPE vocabulary size including the 3 special tokens (>= 300).
+    """
+    if vocab_size < 300:
+        raise ValueError(f"vocab_size={vocab_size}: must be >= 300 (256 bytes + specials + merges)")
+    return _cached_build(
+        "tokenizer", {"vocab_size": vocab_size}, path, lambda d: _train_tokenizer(d, vocab_size)
+    )
+
+
+def _model_config(family: str, a: dict[str, Any], vocab_size: int, ids: dict[str, int]):
+    common = {
+        "vocab_size": vocab_size,
+        "hidden_size": a["hidden_size"],
+        "intermediate_size": a["intermediate_size"],
+        "num_hidden_layers": a["num_layers"],
+        "num_attention_heads": a["num_heads"],
+        "num_key_value_heads": a["num_kv_heads"],
+        "max_position_embeddings": a["max_position_embeddings"],
+        "tie_word_embeddings": a["tie_word_embeddings"],
+        "rms_norm_eps": 1e-6,
+        "bos_token_id": ids["eos"],
+        "eos_token_id": ids["eos"],
+        "pad_token_id": ids["pad"],
+        "initializer_range": 0.02,
+    }
+    if family == "qwen2":
+        from transformers import Qwen2Config
+
+        return Qwen2Config(**common, rope_theta=10000.0)
+    if family == "qwen3":
+        from transformers import Qwen3Config
+
+        return Qwen3Config(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
+
+
+def build_tiny_model(
+    path: str | os.PathLike | None = None,
+    *,
+    family: str = "qwen2",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    intermediate_size: int | None = None,
+    vocab_size: int = 1024,
+    max_position_embeddings: int = 2048,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+) -> Path:
+    """Build (or reuse) a random-initialised tiny causal LM folder; returns its path.
+
+    The folder holds ``config.json``, ``model.safetensors`` (float32), ``generation_config.json``
+    and the tokenizer of :func:`build_tokenizer` with ``vocab_size``; the model's vocabulary
+    equals the tokenizer's. ``intermediate_size`` defaults to ``2 * hidden_size``.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"family={family!r}: expected one of {FAMILIES}")
+    if hidden_size % num_heads or num_heads % num_kv_heads:
+        raise ValueError(
+            f"hidden_size={hidden_size}, num_heads={num_heads}, num_kv_heads={num_kv_heads}: "
+            "hidden_size must divide by num_heads and num_heads by num_kv_heads"
+        )
+    if hidden_size // num_heads < 32:
+        raise ValueError(
+            f"head_dim = hidden_size // num_heads = {hidden_size // num_heads}: must be >= 32 "
+            "(vLLM's CPU attention rejects smaller heads); raise hidden_size or lower num_heads"
+        )
+    args = {
+        "family": family,
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "intermediate_size": intermediate_size or 2 * hidden_size,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": max_position_embeddings,
+        "tie_word_embeddings": tie_word_embeddings,
+        "seed": seed,
+    }
+    tok_dir = build_tokenizer(vocab_size=vocab_size)
+
+    def build(folder: Path) -> None:
+        from tokenizers import Tokenizer
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        import torch
+
+        tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+        ids = {"eos": tok.token_to_id(EOS_TOKEN), "pad": tok.token_to_id(PAD_TOKEN)}
+        config = _model_config(family, args, tok.get_vocab_size(), ids)
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.generation_config = GenerationConfig(
+            eos_token_id=ids["eos"], pad_token_id=ids["pad"], bos_token_id=ids["eos"]
+        )
+        model.save_pretrained(folder)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            shutil.copy(tok_dir / name, folder / name)
+
+    return _cached_build(f"model-{family}", args, path, build)
