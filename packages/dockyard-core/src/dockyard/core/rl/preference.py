@@ -1,0 +1,188 @@
+"""Preference losses over (chosen, rejected) pairs, and the Bradley–Terry reward-model loss.
+
+Inputs are per-sequence *summed* response logprobs ``[B]``: π_c = Σ_t log π(y_c,t), π_r for the
+rejected response, ρ_c / ρ_r the same under the frozen reference; |y_c|, |y_r| the response
+lengths. h = (π_c − ρ_c) − (π_r − ρ_r) and σ the logistic function. Each variant returns the
+per-pair loss and its preference *logit* z (a pair is "won" when z > 0):
+
+* ``dpo``   z = β·h,  ℓ = −log σ(z)                        (Rafailov et al. 2023, arXiv:2305.18290)
+* ``cdpo``  ℓ = −(1−ε)·log σ(z) − ε·log σ(−z), z = β·h      (Mitchell 2023, "conservative DPO")
+* ``ipo``   z = h,  ℓ = (h − 1/(2β))²                      (Azar et al. 2023, arXiv:2310.12036)
+* ``dpop``  z = β·(h − λ·max(0, ρ_c − π_c)), ℓ = −log σ(z)  (Pal et al. 2024, "Smaug", arXiv:2402.13228)
+* ``rdpo``  z = β·h − α·(|y_c| − |y_r|), ℓ = −log σ(z)     (Park et al. 2024, arXiv:2403.19159)
+* ``simpo`` z = β·(π_c/|y_c| − π_r/|y_r|) − γ, ℓ = −log σ(z), reference-free
+                                                           (Meng et al. 2024, arXiv:2405.14734)
+* ``orpo``  with ℓ̄ = π/|y| and log odds o(y) = ℓ̄ − log(1 − e^ℓ̄): z = o(y_c) − o(y_r),
+            ℓ = −ℓ̄_c − λ·log σ(z), reference-free    (Hong et al. 2024, arXiv:2403.07691)
+
+:func:`preference_loss` averages over pairs and adds an optional SFT blend
+``sft_weight · (−π_c/|y_c|)`` (NLL of the chosen response per token; RPO, Pang et al. 2024).
+
+Bradley–Terry (reward models; Ouyang et al. 2022): ℓ = −log σ(r_c − r_r − m), m an optional margin.
+
+Adding a variant: write ``def _my(pc, pr, rc, rr, lc, lr, o) -> (loss [B], z [B])`` below, with
+its formula in this docstring, and register it in :data:`PREFERENCE_LOSSES`; add it to the
+config's ``loss_fn.type`` choices and a float64 reference test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dockyard.core.rl._xp import Array, namespace
+from dockyard.core.rl.registry import Registry
+
+
+@dataclass(frozen=True)
+class PreferenceOptions:
+    """Hyper-parameters: β (``beta``), ε (``label_smoothing``, cdpo), λ (``dpop_lambda``),
+    α (``rdpo_alpha``), γ (``simpo_gamma``), λ (``orpo_lambda``)."""
+
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    dpop_lambda: float = 50.0
+    rdpo_alpha: float = 0.01
+    simpo_gamma: float = 0.5
+    orpo_lambda: float = 0.1
+
+
+PrefFn = Callable[[Any, Array, Array, Any, Any, Any, Any, PreferenceOptions], tuple[Array, Array]]
+PREFERENCE_LOSSES: Registry[PrefFn] = Registry("preference loss")
+
+
+def _need(x: Any, what: str, variant: str) -> Any:
+    if x is None:
+        raise ValueError(f"preference loss {variant!r} needs {what}")
+    return x
+
+
+def _h(pc: Array, pr: Array, rc: Any, rr: Any, variant: str) -> Array:
+    rc = _need(rc, "ref_chosen_logps", variant)
+    rr = _need(rr, "ref_rejected_logps", variant)
+    return (pc - rc) - (pr - rr)
+
+
+@PREFERENCE_LOSSES.register("dpo")
+def _dpo(xp, pc, pr, rc, rr, lc, lr, o):  # type: ignore[no-untyped-def]
+    z = o.beta * _h(pc, pr, rc, rr, "dpo")
+    return -xp.log_sigmoid(z), z
+
+
+@PREFERENCE_LOSSES.register("cdpo")
+def _cdpo(xp, pc, pr, rc, rr, lc, lr, o):  # type: ignore[no-untyped-def]
+    z = o.beta * _h(pc, pr, rc, rr, "cdpo")
+    eps = o.label_smoothing
+    return -(1.0 - eps) * xp.log_sigmoid(z) - eps * xp.log_sigmoid(-z), z
+
+
+@PREFERENCE_LOSSES.register("ipo")
+def _ipo(xp, pc, pr, rc, rr, lc, lr, o):  # type: ignore[no-untyped-def]
+    h = _h(pc, pr, rc, rr, "ipo")
+    return (h - 1.0 / (2.0 * o.beta)) ** 2, h
+
+
+@PREFERENCE_LOSSES.register("dpop")
+def _dpop(xp, pc, pr, rc, rr, lc, lr, o):  # type: ignore[no-untyped-def]
+    h = _h(pc, pr, rc, rr, "dpop")
+    z = o.beta * (h - o.dpop_lambda * xp.maximum(rc - pc, 0.0))
+    return -xp.log_sigmoid(z), z
+
+
+@PREFERENCE_LOSSES.register("rdpo")
+def _rdpo(xp, pc, pr, rc, rr, lc, lr, o):  # type: ignore[no-untyped-def]
+    lc = _need(lc, "chosen_lengths", "rdpo")
+    lr = _need(lr, "rejected_lengths", "rdpo")
+    z = o.beta * _h(pc, pr, rc, rr, "rdpo") - o.rdpo_alpha * (lc - lr)
+    return -xp.log_sigmoid(z), z
+
+
+@PREFERENCE_LOSSES.register("simpo")
+def _simpo(xp, pc, pr, rc, rr, lc, lr, o):  # type: ignore[no-untyped-def]
+    lc = _need(lc, "chosen_lengths", "simpo")
+    lr = _need(lr, "rejected_lengths", "simpo")
+    z = o.beta * (pc / lc - pr / lr) - o.simpo_gamma
+    return -xp.log_sigmoid(z), z
+
+
+def _log_odds(xp: Any, mean_logp: Array) -> Array:
+    lp = xp.minimum(mean_logp, -1e-6)  # log(1 - e^0) = -inf: keep strictly below 0
+    return lp - xp.log(-xp.expm1(lp))
+
+
+@PREFERENCE_LOSSES.register("orpo")
+def _orpo(xp, pc, pr, rc, rr, lc, lr, o):  # type: ignore[no-untyped-def]
+    lc = _need(lc, "chosen_lengths", "orpo")
+    lr = _need(lr, "rejected_lengths", "orpo")
+    mc, mr = pc / lc, pr / lr
+    z = _log_odds(xp, mc) - _log_odds(xp, mr)
+    return -mc - o.orpo_lambda * xp.log_sigmoid(z), z
+
+
+def preference_loss(
+    variant: str,
+    chosen_logps: Array,
+    rejected_logps: Array,
+    ref_chosen_logps: Any = None,
+    ref_rejected_logps: Any = None,
+    *,
+    chosen_lengths: Any = None,
+    rejected_lengths: Any = None,
+    sft_weight: float = 0.0,
+    **options: float,
+) -> tuple[Array, dict[str, Array]]:
+    """Mean preference loss over B pairs (formulas in the module docstring).
+
+    Args:
+        variant: ``dpo``, ``cdpo``, ``ipo``, ``dpop``, ``rdpo``, ``simpo`` or ``orpo``.
+        chosen_logps, rejected_logps: ``[B]`` summed response logprobs under the policy.
+        ref_chosen_logps, ref_rejected_logps: ``[B]`` the same under the reference (not used by
+            simpo / orpo).
+        chosen_lengths, rejected_lengths: ``[B]`` response token counts (rdpo, simpo, orpo,
+            SFT blend).
+        sft_weight: weight of the chosen response's per-token NLL added to the loss.
+        **options: fields of :class:`PreferenceOptions` (``beta``, ``label_smoothing``...).
+
+    Returns:
+        ``(loss, metrics)``: 0-d loss; metrics ``preference_accuracy`` (share of pairs with
+        z > 0), ``preference_margin`` (mean z), ``loss``.
+    """
+    fn = PREFERENCE_LOSSES.get(variant)
+    o = PreferenceOptions(**options)
+    xp = namespace(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps)
+    lc = None if chosen_lengths is None else xp.to_float(chosen_lengths, chosen_logps)
+    lr = None if rejected_lengths is None else xp.to_float(rejected_lengths, chosen_logps)
+    per_pair, z = fn(
+        xp, chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, lc, lr, o
+    )
+    n = per_pair.shape[0]
+    loss = xp.sum(per_pair) / max(n, 1)
+    if sft_weight:
+        lc = _need(lc, "chosen_lengths", "sft blend")
+        loss = loss + sft_weight * xp.sum(-chosen_logps / lc) / max(n, 1)
+    zs = xp.stop_gradient(z)
+    metrics = {
+        "preference_accuracy": xp.sum(xp.to_float(zs > 0, zs)) / max(n, 1),
+        "preference_margin": xp.sum(zs) / max(n, 1),
+        "loss": xp.stop_gradient(loss),
+    }
+    return loss, metrics
+
+
+def bradley_terry_loss(
+    chosen_rewards: Array, rejected_rewards: Array, margin: Any = None
+) -> tuple[Array, dict[str, Array]]:
+    """Reward-model loss mean(−log σ(r_c − r_r − m)) over ``[B]`` pairs; metrics
+    ``rm_accuracy`` (share with r_c > r_r) and ``rm_margin`` (mean r_c − r_r)."""
+    xp = namespace(chosen_rewards, rejected_rewards, margin)
+    d = chosen_rewards - rejected_rewards
+    z = d if margin is None else d - margin
+    n = max(d.shape[0], 1)
+    loss = -xp.sum(xp.log_sigmoid(z)) / n
+    ds = xp.stop_gradient(d)
+    return loss, {
+        "rm_accuracy": xp.sum(xp.to_float(ds > 0, ds)) / n,
+        "rm_margin": xp.sum(ds) / n,
+        "loss": xp.stop_gradient(loss),
+    }

@@ -1,0 +1,89 @@
+"""Supervised losses: masked negative log-likelihood and top-k forward-KL distillation.
+
+* NLL:  L = Σ_bt m_bt · (−log π(y_bt)) / N_tok   (N_tok: global loss-token count)
+* Top-k forward KL (distillation; Hinton et al. 2015, arXiv:1503.02531; the top-k restriction as
+  in NeMo-RL / Agarwal et al. 2024, arXiv:2306.13649): the teacher keeps its k largest logits
+  per position, p_T = softmax(z_T,topk / τ) renormalised over those k ids, and
+
+      KL_t = Σ_{i ∈ topk} p_T,i · (log p_T,i − log q_S,i),   log q_S = log_softmax(z_S / τ)
+
+  over the student's *full* vocabulary, gathered at the teacher's ids; L = Σ m·KL_t / N_tok.
+  (Student mass outside the teacher's top-k is not penalised directly; it is lost from the
+  gathered log q_S.) No τ² factor is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dockyard.core.rl._xp import Array, namespace
+from dockyard.core.rl.aggregate import aggregate
+
+
+def masked_nll(
+    logprobs: Array, mask: Any = None, *, num_loss_tokens: Any = None, agg: str = "token-mean"
+) -> tuple[Array, dict[str, Array]]:
+    """Masked NLL of ``logprobs [B, T]`` (log π of the target tokens) over ``mask [B, T]``.
+
+    Returns ``(loss, {"nll": loss, "num_tokens": N})``.
+    """
+    xp = namespace(logprobs, mask)
+    m = logprobs * 0.0 + 1.0 if mask is None else xp.to_float(mask, logprobs)
+    nll = xp.where(m > 0, -logprobs, 0.0)
+    loss = aggregate(xp, nll, m, agg, num_loss_tokens)
+    return loss, {
+        "nll": xp.stop_gradient(loss),
+        "num_tokens": xp.sum(m),
+        "loss": xp.stop_gradient(loss),
+    }
+
+
+@dataclass(frozen=True)
+class MaskedNLLLoss:
+    """``LossFn`` for SFT: reads ``loss_mask`` and ``num_loss_tokens`` from the batch."""
+
+    agg: str = "token-mean"
+
+    def __call__(self, logprobs: Any, batch: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return masked_nll(
+            logprobs,
+            batch.get("loss_mask"),
+            num_loss_tokens=batch.get("num_loss_tokens"),
+            agg=self.agg,
+        )
+
+
+def topk_forward_kl(
+    student_logits: Array,
+    teacher_topk_logits: Array,
+    teacher_topk_indices: Array,
+    mask: Any = None,
+    *,
+    temperature: float = 1.0,
+    num_loss_tokens: Any = None,
+) -> tuple[Array, dict[str, Array]]:
+    """Top-k forward KL(p_T ‖ q_S) distillation loss.
+
+    Args:
+        student_logits: ``[B, T, V]`` student logits.
+        teacher_topk_logits: ``[B, T, k]`` the teacher's k largest logits per position.
+        teacher_topk_indices: ``[B, T, k]`` int, their vocabulary ids.
+        mask: ``[B, T]`` bool loss mask.
+        temperature: τ applied to both.
+        num_loss_tokens: global token count (None: this batch's).
+
+    Returns:
+        ``(loss, {"distill_kl": loss, "loss": loss})``.
+    """
+    xp = namespace(student_logits, teacher_topk_logits, mask)
+    zs = student_logits / temperature
+    log_q = zs - xp.logsumexp(zs, axis=-1, keepdims=True)
+    log_q_k = xp.take_along_axis(log_q, teacher_topk_indices, axis=-1)
+    zt = xp.stop_gradient(teacher_topk_logits) / temperature
+    log_p = zt - xp.logsumexp(zt, axis=-1, keepdims=True)
+    kl = xp.sum(xp.exp(log_p) * (log_p - log_q_k), axis=-1)  # [B, T]
+    m = kl * 0.0 + 1.0 if mask is None else xp.to_float(mask, kl)
+    loss = aggregate(xp, xp.where(m > 0, kl, 0.0), m, "token-mean", num_loss_tokens)
+    return loss, {"distill_kl": xp.stop_gradient(loss), "loss": xp.stop_gradient(loss)}
