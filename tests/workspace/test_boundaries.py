@@ -66,7 +66,7 @@ def _loaded_frameworks(modules: list[str], skip_prefixes: list[str]) -> dict:
                 importlib.import_module(info.name)
                 imported.append(info.name)
         heavy = {list(HEAVY)!r}
-        loaded = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0].replace("_", "-") in heavy})
+        loaded = sorted({{m.split(".")[0] for m in sys.modules if m.split(".")[0].replace("_", "-") in heavy}})
         print(json.dumps({{"imported": imported, "loaded": loaded}}))
         """
     )
