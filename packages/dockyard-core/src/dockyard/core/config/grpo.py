@@ -1,0 +1,162 @@
+"""``grpo``: the GRPO loop — batch shape (P prompts × G samples), advantage estimator,
+asynchrony bound, DAPO's overlong shaping / filtering and dynamic sampling, validation."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PositiveInt, model_validator
+
+from dockyard.core.config._base import ConfigModel, tagged
+
+
+class _AdvBase(ConfigModel):
+    advantage_clip: float | None = Field(None, gt=0)
+    """Clip advantages to [−c, c] after estimation (null: no clipping)."""
+
+    def estimator_options(self) -> dict[str, Any]:
+        """Keyword options for ``dockyard.core.rl.compute_advantages``."""
+        return {}
+
+
+class GRPOAdvConfig(_AdvBase):
+    """GRPO: A_i = (r_i − mean_group r) / (σ_group + eps)."""
+
+    name: Literal["grpo"] = "grpo"
+    """Advantage estimator."""
+    normalize_rewards: bool = True
+    """Divide by the group's reward standard deviation σ (false: Dr.GRPO-style, no σ)."""
+    use_leave_one_out_baseline: bool = False
+    """Baseline b_i = mean of the *other* samples of the group (RLOO-style)."""
+
+    def estimator_options(self) -> dict[str, Any]:
+        return {
+            "normalize_std": self.normalize_rewards,
+            "leave_one_out": self.use_leave_one_out_baseline,
+        }
+
+
+class DrGRPOAdvConfig(_AdvBase):
+    """Dr.GRPO: A_i = r_i − mean_group r."""
+
+    name: Literal["dr_grpo"] = "dr_grpo"
+    """Advantage estimator."""
+
+
+class RLOOAdvConfig(_AdvBase):
+    """RLOO: A_i = r_i − mean_{j≠i} r_j."""
+
+    name: Literal["rloo"] = "rloo"
+    """Advantage estimator."""
+
+
+class ReinforcePPAdvConfig(_AdvBase):
+    """REINFORCE++: rewards (minus the group mean) whitened over the batch's valid tokens."""
+
+    name: Literal["reinforce_plus_plus"] = "reinforce_plus_plus"
+    """Advantage estimator."""
+    minus_baseline: bool = True
+    """Subtract the group mean before whitening (REINFORCE++-baseline)."""
+
+    def estimator_options(self) -> dict[str, Any]:
+        return {"group_baseline": self.minus_baseline}
+
+
+class GDPOAdvConfig(_AdvBase):
+    """GDPO: per-component group-normalised advantages, summed, whitened over the batch."""
+
+    name: Literal["gdpo"] = "gdpo"
+    """Advantage estimator."""
+    reward_components: list[str] | None = None
+    """Reward component names to use (e.g. ``[reward/tests, reward/format]``); null: all the environment reports."""
+
+
+AdvEstimatorConfig = Annotated[
+    GRPOAdvConfig | DrGRPOAdvConfig | RLOOAdvConfig | ReinforcePPAdvConfig | GDPOAdvConfig,
+    BeforeValidator(tagged("grpo", key="name")),
+    Field(discriminator="name"),
+]
+
+
+class AsyncGRPOConfig(ConfigModel):
+    enabled: bool = False
+    """Generate and train concurrently (false: synchronous GRPO, same code path with age bound 0)."""
+    max_trajectory_age_steps: int = Field(1, ge=0)
+    """Train on a trajectory only if its oldest token's policy version is at most this many steps behind the trainer."""
+    in_flight_weight_updates: bool = False
+    """Update engine weights mid-generation (a trajectory may then span several policy versions)."""
+
+    @model_validator(mode="after")
+    def _only_when_enabled(self) -> AsyncGRPOConfig:
+        if not self.enabled:
+            bad = [
+                k
+                for k in self.explicitly_set("max_trajectory_age_steps", "in_flight_weight_updates")
+                if getattr(self, k) not in (0, False)
+            ]
+            if bad:
+                raise ValueError(
+                    f"grpo.async_grpo.{bad[0]} is set but grpo.async_grpo.enabled is false, so "
+                    "it would be ignored: set grpo.async_grpo.enabled: true or remove it"
+                )
+        return self
+
+    def age_bound(self) -> int:
+        """The staleness bound the loop enforces (0 when asynchrony is off)."""
+        return self.max_trajectory_age_steps if self.enabled else 0
+
+
+class RewardShapingConfig(ConfigModel):
+    enabled: bool = False
+    """Add DAPO's soft overlong penalty to the reward."""
+    overlong_buffer_length: PositiveInt = 128
+    """L_cache: responses longer than L_max − L_cache are penalised linearly, down to −1 at L_max."""
+    overlong_buffer_penalty: float = Field(1.0, ge=0)
+    """Scale of the overlong penalty."""
+    max_response_length: PositiveInt | None = None
+    """L_max; null uses ``policy.generation.max_new_tokens``."""
+
+
+class GRPOConfig(ConfigModel):
+    num_prompts_per_step: PositiveInt = 32
+    """P: prompts (groups) per training step."""
+    num_generations_per_prompt: PositiveInt = 16
+    """G: samples per prompt (the group size)."""
+    max_num_steps: PositiveInt = 1000
+    """Training steps to run."""
+    max_num_epochs: PositiveInt = 1
+    """Passes over the training data (the run stops at whichever limit comes first)."""
+    max_rollout_turns: PositiveInt = 1
+    """Turns per episode for multi-turn environments (1: single-turn)."""
+    seed: int = 42
+    """Seed for data order and sampling."""
+    adv_estimator: AdvEstimatorConfig = Field(default_factory=GRPOAdvConfig)
+    """Advantage estimator (union keyed on ``name``)."""
+    async_grpo: AsyncGRPOConfig = Field(default_factory=AsyncGRPOConfig)
+    """Asynchronous GRPO."""
+    overlong_filtering: bool = False
+    """Mask truncated responses (finish reason ``length``) out of the loss (DAPO)."""
+    reward_shaping: RewardShapingConfig = Field(default_factory=RewardShapingConfig)
+    """DAPO's soft overlong punishment."""
+    use_dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal and sample more until P informative groups are collected (DAPO)."""
+    dynamic_sampling_max_gen_batches: PositiveInt = 10
+    """Give up (error) after this many generation batches without P informative groups."""
+    val_period: int = Field(0, ge=0)
+    """Validate every this many steps (0: never)."""
+    val_at_start: bool = False
+    """Validate before the first step."""
+    max_val_samples: PositiveInt = 256
+    """Validation prompts per validation run."""
+
+    @model_validator(mode="after")
+    def _checks(self) -> GRPOConfig:
+        if (
+            "dynamic_sampling_max_gen_batches" in self.model_fields_set
+            and not self.use_dynamic_sampling
+        ):
+            raise ValueError(
+                "grpo.dynamic_sampling_max_gen_batches is set but grpo.use_dynamic_sampling is "
+                "false, so it would be ignored: enable dynamic sampling or remove the key"
+            )
+        return self

@@ -1,0 +1,210 @@
+"""``loss_fn``: the training loss, a union keyed on ``type`` (default ``clipped_pg``).
+
+Policy-gradient losses (``clipped_pg``, ``cispo``) share the KL and importance-sampling keys
+and use NeMo-RL's key names; preference (``dpo`` ... ``orpo``), ``nll`` (SFT),
+``distillation`` and ``bradley_terry`` (reward models) have their own. Formulas:
+docs/algorithms.md and ``dockyard.core.rl``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from dockyard.core.config._base import ConfigModel, tagged
+
+
+class _PGLossBase(ConfigModel):
+    reference_policy_kl_penalty: float = Field(0.0, ge=0)
+    """β: weight of the per-token KL(π ‖ π_ref) penalty in the loss (0: no reference model needed)."""
+    reference_policy_kl_type: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator, with x = log π_ref − log π: k1 = −x, k2 = x²/2, k3 = eˣ − x − 1."""
+    token_level_loss: bool = True
+    """Aggregate over all loss tokens of the step (true, DAPO) or mean per sequence then over sequences (false, GRPO paper)."""
+    loss_agg_mode: (
+        Literal[
+            "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+        ]
+        | None
+    ) = None
+    """Explicit aggregation mode overriding ``token_level_loss`` (``seq-mean-token-sum-norm`` is Dr.GRPO's, with L = ``policy.generation.max_new_tokens``)."""
+    use_importance_sampling_correction: bool = False
+    """Multiply each token's loss by w = exp(log π_prev − log π_gen) (engine/trainer mismatch and staleness)."""
+    truncated_importance_sampling_type: Literal["tis", "icepop", "seq-mask-tis"] = "tis"
+    """How w is bounded: ``tis`` clamps to [w_min, w_max], ``icepop`` masks tokens outside, ``seq-mask-tis`` masks sequences whose geometric-mean w is outside."""
+    truncated_importance_sampling_ratio: float | None = Field(None, gt=0)
+    """w_max, the upper bound on the IS weight (null: none; required by icepop / seq-mask-tis)."""
+    truncated_importance_sampling_ratio_min: float | None = Field(None, ge=0)
+    """w_min, the lower bound on the IS weight (null: 0)."""
+
+    @model_validator(mode="after")
+    def _is_checks(self) -> _PGLossBase:
+        errors = []
+        if not self.use_importance_sampling_correction:
+            set_keys = self.explicitly_set(
+                "truncated_importance_sampling_type",
+                "truncated_importance_sampling_ratio",
+                "truncated_importance_sampling_ratio_min",
+            )
+            if set_keys:
+                errors.append(
+                    f"loss_fn.{set_keys[0]} is set but loss_fn.use_importance_sampling_correction "
+                    "is false, so it would be ignored: enable the correction or remove the key"
+                )
+        elif (
+            self.truncated_importance_sampling_type in ("icepop", "seq-mask-tis")
+            and self.truncated_importance_sampling_ratio is None
+        ):
+            errors.append(
+                f"loss_fn.truncated_importance_sampling_type {self.truncated_importance_sampling_type!r} "
+                "needs loss_fn.truncated_importance_sampling_ratio (w_max)"
+            )
+        lo, hi = (
+            self.truncated_importance_sampling_ratio_min,
+            self.truncated_importance_sampling_ratio,
+        )
+        if lo is not None and hi is not None and lo >= hi:
+            errors.append(
+                "loss_fn.truncated_importance_sampling_ratio_min must be smaller than "
+                "loss_fn.truncated_importance_sampling_ratio"
+            )
+        if errors:
+            raise ValueError("\n".join(errors))
+        return self
+
+    def agg_mode(self) -> str:
+        """The aggregation mode: ``loss_agg_mode`` or the one ``token_level_loss`` implies."""
+        if self.loss_agg_mode is not None:
+            return self.loss_agg_mode
+        return "token-mean" if self.token_level_loss else "seq-mean-token-mean"
+
+    def _common_options(self, norm_length: float | None) -> dict[str, Any]:
+        return {
+            "kl_beta": self.reference_policy_kl_penalty,
+            "kl_type": self.reference_policy_kl_type,
+            "is_correction": self.use_importance_sampling_correction,
+            "is_type": self.truncated_importance_sampling_type,
+            "is_ratio_max": self.truncated_importance_sampling_ratio,
+            "is_ratio_min": self.truncated_importance_sampling_ratio_min,
+            "agg": self.agg_mode(),
+            "norm_length": norm_length,
+        }
+
+
+class ClippedPGLossConfig(_PGLossBase):
+    """PPO / GRPO / DAPO / GSPO clipped policy gradient."""
+
+    type: Literal["clipped_pg"] = "clipped_pg"
+    """Loss variant."""
+    ratio_clip_min: float = Field(0.2, ge=0, le=1)
+    """ε_low: the ratio is clipped below at 1 − ε_low."""
+    ratio_clip_max: float = Field(0.2, ge=0)
+    """ε_high: the ratio is clipped above at 1 + ε_high (ε_high > ε_low is DAPO's clip-higher, e.g. 0.28)."""
+    ratio_clip_c: float | None = Field(None, gt=1)
+    """c: dual-clip constant (> 1) bounding the loss of negative-advantage tokens at c·|A|; null: off."""
+    sequence_level_importance_ratios: bool = False
+    """GSPO: one ratio per sequence, the geometric mean of its token ratios (use with token_level_loss: false)."""
+
+    @model_validator(mode="after")
+    def _gspo_checks(self) -> ClippedPGLossConfig:
+        if self.sequence_level_importance_ratios and self.agg_mode() == "token-mean":
+            raise ValueError(
+                "loss_fn.sequence_level_importance_ratios (GSPO) needs a sequence-level "
+                "aggregation: set loss_fn.token_level_loss: false"
+            )
+        return self
+
+    def loss_options(self, norm_length: float | None = None) -> dict[str, Any]:
+        """Keyword options for ``dockyard.core.rl.clipped_pg_loss``."""
+        return {
+            "eps_low": self.ratio_clip_min,
+            "eps_high": self.ratio_clip_max,
+            "dual_clip_c": self.ratio_clip_c,
+            "sequence_level_ratio": self.sequence_level_importance_ratios,
+            **self._common_options(norm_length),
+        }
+
+
+class CISPOLossConfig(_PGLossBase):
+    """CISPO: clip the importance weight, keep every token's gradient (MiniMax-M1)."""
+
+    type: Literal["cispo"] = "cispo"
+    """Loss variant."""
+    ratio_clip_min: float = Field(1.0, ge=0, le=1)
+    """ε_low of the weight clip (1.0: no lower bound, as in the paper)."""
+    ratio_clip_max: float = Field(0.28, ge=0)
+    """ε_high: the weight is clipped above at 1 + ε_high."""
+
+    def loss_options(self, norm_length: float | None = None) -> dict[str, Any]:
+        """Keyword options for ``dockyard.core.rl.cispo_loss``."""
+        return {
+            "eps_low": self.ratio_clip_min,
+            "eps_high": self.ratio_clip_max,
+            **self._common_options(norm_length),
+        }
+
+
+class PreferenceLossConfig(ConfigModel):
+    """DPO and its variants over (chosen, rejected) pairs."""
+
+    type: Literal["dpo", "cdpo", "ipo", "dpop", "rdpo", "simpo", "orpo"]
+    """Preference loss variant."""
+    beta: float = Field(0.1, gt=0)
+    """β: inverse temperature of the implicit reward (SimPO: reward scale, typically 2.0)."""
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
+    """ε: assumed label-flip probability (cdpo)."""
+    dpop_lambda: float = Field(50.0, ge=0)
+    """λ: weight of DPOP's penalty on lowering the chosen response's likelihood."""
+    rdpo_alpha: float = Field(0.01, ge=0)
+    """α: R-DPO's length regulariser on |y_c| − |y_r|."""
+    simpo_gamma: float = Field(0.5, ge=0)
+    """γ: SimPO's target reward margin."""
+    orpo_lambda: float = Field(0.1, ge=0)
+    """λ: weight of ORPO's odds-ratio term."""
+    sft_weight: float = Field(0.0, ge=0)
+    """Weight of the chosen response's per-token NLL added to the loss (SFT blend / RPO)."""
+
+
+class NLLLossConfig(ConfigModel):
+    """Supervised fine-tuning: masked negative log-likelihood."""
+
+    type: Literal["nll"] = "nll"
+    """Loss variant."""
+    token_level_loss: bool = True
+    """Mean over all loss tokens (true) or per sequence then over sequences (false)."""
+
+
+class DistillationLossConfig(ConfigModel):
+    """Top-k forward KL(p_teacher ‖ q_student) distillation."""
+
+    type: Literal["distillation"] = "distillation"
+    """Loss variant."""
+    teacher_model_name: str
+    """Teacher model name or folder."""
+    topk: int = Field(64, ge=1)
+    """k: teacher logits kept per position."""
+    temperature: float = Field(1.0, gt=0)
+    """τ applied to teacher and student logits."""
+
+
+class BradleyTerryLossConfig(ConfigModel):
+    """Reward-model training: −log σ(r_chosen − r_rejected − margin)."""
+
+    type: Literal["bradley_terry"] = "bradley_terry"
+    """Loss variant."""
+    use_margin: bool = False
+    """Subtract the dataset's per-pair margin m (if it has one)."""
+
+
+LossConfig = Annotated[
+    ClippedPGLossConfig
+    | CISPOLossConfig
+    | PreferenceLossConfig
+    | NLLLossConfig
+    | DistillationLossConfig
+    | BradleyTerryLossConfig,
+    BeforeValidator(tagged("clipped_pg")),
+    Field(discriminator="type"),
+]
+PG_LOSS_TYPES = ("clipped_pg", "cispo")

