@@ -1,2 +1,137 @@
-def main() -> int:
+"""``dockyard-sandbox serve``: run the sandbox service.
+
+    dockyard-sandbox serve --host 127.0.0.1 --port 9090 [--token-file F] [--workers N] [--cache-dir D]
+
+Without a token the service refuses to listen on anything but loopback. ``--port 0`` picks a
+free port; ``--ready-file`` receives the bound port once the service accepts connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dockyard-sandbox", description="dockyard's hardened task executor service."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="Run the HTTP service.")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=9090)
+    s.add_argument(
+        "--token-file", type=Path, help="File holding the bearer token clients must send."
+    )
+    s.add_argument(
+        "--workers", type=int, default=max(1, (os.cpu_count() or 2)), help="Tasks run at once."
+    )
+    s.add_argument(
+        "--queue-size", type=int, default=256, help="Tasks waiting beyond the workers before 429."
+    )
+    s.add_argument("--cache-dir", type=Path, help="Repository cache (default: inside --work-dir).")
+    s.add_argument("--cache-max-gb", type=float, default=20.0)
+    s.add_argument(
+        "--work-dir", type=Path, help="Workspaces and per-task files (default: a temp dir)."
+    )
+    s.add_argument(
+        "--allow-network", action="store_true", help="Let tasks that ask for it use the network."
+    )
+    s.add_argument(
+        "--drain-timeout", type=float, default=60.0, help="Seconds to finish tasks on shutdown."
+    )
+    s.add_argument("--ready-file", type=Path, help="Write the bound port here once serving.")
+    s.add_argument("--log-level", default="warning")
+    return p
+
+
+def serve(args: argparse.Namespace) -> int:
+    token = None
+    if args.token_file:
+        token = args.token_file.read_text().strip()
+        if not token:
+            print(f"dockyard-sandbox: --token-file {args.token_file} is empty", file=sys.stderr)
+            return 2
+    if token is None and not _is_loopback(args.host):
+        print(
+            f"dockyard-sandbox: refusing to listen on {args.host} without a token: pass --token-file "
+            "FILE (clients send 'Authorization: Bearer <token>') or bind 127.0.0.1.",
+            file=sys.stderr,
+        )
+        return 2
+    if shutil.which("bwrap") is None:
+        print(
+            "dockyard-sandbox: bubblewrap is not installed: apt-get install -y bubblewrap",
+            file=sys.stderr,
+        )
+        return 2
+    import uvicorn  # imported here: `--help` stays fast
+
+    from dockyard.sandbox.app import ServiceConfig, create_app
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    cfg = ServiceConfig(
+        workers=args.workers,
+        queue_size=args.queue_size,
+        token=token,
+        cache_dir=args.cache_dir,
+        work_dir=args.work_dir,
+        allow_network=args.allow_network,
+        drain_timeout_s=args.drain_timeout,
+        cache_max_bytes=int(args.cache_max_gb * (1 << 30)),
+    )
+    app = create_app(cfg)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=int(args.drain_timeout) + 5,
+        limit_concurrency=None,
+        backlog=2048,
+    )
+    server = uvicorn.Server(config)
+
+    if args.ready_file:
+        orig_startup = server.startup
+
+        async def startup(sockets: list[socket.socket] | None = None) -> None:
+            await orig_startup(sockets=sockets)
+            tmp = args.ready_file.with_suffix(".tmp")
+            tmp.write_text(str(port))
+            tmp.rename(args.ready_file)
+
+        server.startup = startup  # type: ignore[method-assign]
+    server.run(sockets=[sock])
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

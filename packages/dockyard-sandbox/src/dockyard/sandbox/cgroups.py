@@ -1,0 +1,215 @@
+"""Per-task cgroups (pids + memory), v1 or v2, whichever is writable here.
+
+A task's whole process tree joins one cgroup per controller before bwrap starts, so the caps
+hold for every descendant (a fork bomb, a memory bomb, tmpfs pages written to /dev/shm).
+Where no controller is writable, :func:`probe` says so and the sandbox falls back to rlimits
+(RLIMIT_NPROC per task uid, RLIMIT_AS) with a warning: those do not bound tmpfs pages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_ROOT = Path("/sys/fs/cgroup")
+_PARENT = "dockyard-sandbox"
+
+
+def _mounts() -> list[tuple[str, Path, set[str]]]:
+    """(fstype, mountpoint, controllers) for each cgroup mount."""
+    out = []
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 4 or parts[2] not in ("cgroup", "cgroup2"):
+            continue
+        mnt = Path(parts[1].replace("\\040", " "))
+        if parts[2] == "cgroup":
+            ctrls = {o for o in parts[3].split(",") if o in ("pids", "memory")}
+        else:
+            try:
+                ctrls = set((mnt / "cgroup.controllers").read_text().split()) & {"pids", "memory"}
+            except OSError:
+                ctrls = set()
+        out.append((parts[2], mnt, ctrls))
+    return out
+
+
+def _own_path(version: str, controller: str) -> str:
+    """This process's cgroup path for ``controller`` (v1) or the unified hierarchy (v2)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            hid, ctrls, path = line.split(":", 2)
+            if version == "cgroup2" and hid == "0":
+                return path
+            if version == "cgroup" and controller in ctrls.split(","):
+                return path
+    except OSError:
+        pass
+    return "/"
+
+
+@dataclass
+class Controller:
+    name: str  # "pids" | "memory"
+    version: str  # "cgroup" (v1) | "cgroup2"
+    base: Path  # parent dir under which per-task cgroups are created
+
+
+@dataclass
+class Probe:
+    controllers: dict[str, Controller] = field(default_factory=dict)
+    warning: str = ""
+
+    def describe(self) -> dict[str, str]:
+        return {
+            n: f"{'v1' if c.version == 'cgroup' else 'v2'}:{c.base}"
+            for n, c in self.controllers.items()
+        }
+
+
+def probe() -> Probe:
+    """Find a writable pids and memory controller (v1 preferred where both exist)."""
+    found: dict[str, Controller] = {}
+    for fstype, mnt, ctrls in sorted(_mounts(), key=lambda m: m[0] != "cgroup"):
+        for c in sorted(ctrls):
+            if c in found:
+                continue
+            base = mnt / _own_path(fstype, c).lstrip("/") / _PARENT
+            try:
+                base.mkdir(exist_ok=True)
+                if fstype == "cgroup2":  # enable the controller for children
+                    (base.parent / "cgroup.subtree_control").write_text(f"+{c}")
+                    (base / "cgroup.subtree_control").write_text(f"+{c}")
+                test = base / f"probe-{os.getpid()}"
+                test.mkdir(exist_ok=True)
+                test.rmdir()
+            except OSError:
+                continue
+            found[c] = Controller(c, fstype, base)
+    p = Probe(found)
+    missing = {"pids", "memory"} - set(found)
+    if missing:
+        p.warning = (
+            f"dockyard-sandbox: WARNING: no writable cgroup controller for {sorted(missing)}; "
+            "falling back to rlimits (RLIMIT_NPROC per task uid, RLIMIT_AS). These do not bound "
+            "tmpfs pages (/dev/shm) nor kill a whole tree on OOM. Run the service as root on a host "
+            "with cgroup v1 pids/memory or cgroup v2 (delegated) for full isolation."
+        )
+    return p
+
+
+@dataclass
+class TaskCgroups:
+    """The cgroups of one running task. ``procs_files`` are what the launcher writes its pid to."""
+
+    dirs: dict[str, tuple[Controller, Path]]
+
+    @classmethod
+    def create(cls, p: Probe, name: str, memory_bytes: int, pids: int) -> TaskCgroups:
+        dirs: dict[str, tuple[Controller, Path]] = {}
+        for cname, ctrl in p.controllers.items():
+            d = ctrl.base / name
+            d.mkdir(exist_ok=True)
+            dirs[cname] = (ctrl, d)
+            if cname == "pids":
+                (d / "pids.max").write_text(str(pids))
+            elif ctrl.version == "cgroup":
+                (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):  # only with swap accounting
+                    (d / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+            else:
+                (d / "memory.max").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):
+                    (d / "memory.swap.max").write_text("0")
+        return cls(dirs)
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for _, d in self.dirs.values()]
+
+    def _read(self, cname: str, fname: str) -> str:
+        if cname not in self.dirs:
+            return ""
+        try:
+            return (self.dirs[cname][1] / fname).read_text()
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _kv(text: str, key: str) -> int:
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if k == key:
+                with contextlib.suppress(ValueError):
+                    return int(v)
+        return 0
+
+    def pids_limit_hit(self) -> bool:
+        return self._kv(self._read("pids", "pids.events"), "max") > 0
+
+    def oom_killed(self) -> bool:
+        if "memory" not in self.dirs:
+            return False
+        ctrl = self.dirs["memory"][0]
+        if ctrl.version == "cgroup":
+            return self._kv(self._read("memory", "memory.oom_control"), "oom_kill") > 0
+        return self._kv(self._read("memory", "memory.events"), "oom_kill") > 0
+
+    def memory_peak_mb(self) -> float | None:
+        if "memory" not in self.dirs:
+            return None
+        fname = (
+            "memory.max_usage_in_bytes"
+            if self.dirs["memory"][0].version == "cgroup"
+            else "memory.peak"
+        )
+        raw = self._read("memory", fname).strip()
+        return int(raw) / 2**20 if raw.isdigit() else None
+
+    def pids_peak(self) -> int | None:
+        raw = self._read("pids", "pids.peak").strip()
+        return int(raw) if raw.isdigit() else None
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for cname in self.dirs:
+            for tok in self._read(cname, "cgroup.procs").split():
+                with contextlib.suppress(ValueError):
+                    out.add(int(tok))
+        return out
+
+    def kill_all(self, rounds: int = 50) -> None:
+        """SIGKILL every process in the task's cgroups until they are empty."""
+        for cname, (ctrl, d) in self.dirs.items():
+            if ctrl.version == "cgroup2" and (d / "cgroup.kill").exists():
+                with contextlib.suppress(OSError):
+                    (d / "cgroup.kill").write_text("1")
+                del cname
+        for _ in range(rounds):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        self.kill_all()
+        for _, d in self.dirs.values():
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)

@@ -1,0 +1,495 @@
+"""Python clients of the sandbox service: :class:`SandboxClient` (sync) and
+:class:`AsyncSandboxClient` (asyncio), same methods, same semantics.
+
+Failure policy — the part a trainer relies on:
+
+* The service being unreachable, dying mid-task, answering 5xx, or losing a task (404 for an id
+  it handed out, e.g. after a restart) gives a :class:`TaskResult` with verdict
+  ``infra_error`` — never an exception that loses the task, never a silent ``failed``.
+* 429 (queue full) is retried after the server's ``Retry-After`` until ``max_wait_s``; then
+  ``infra_error``.
+* A request the service rejects as invalid (4xx other than 404/429) raises
+  :class:`SandboxRequestError`: that is a bug in the caller, and it names the field.
+
+Example::
+
+    from dockyard.sandbox.client import SandboxClient
+    from dockyard.sandbox.models import Task
+
+    with SandboxClient("http://127.0.0.1:9090", token=None) as sb:
+        result = sb.run_task(Task(files={"sol.py": code}, test_files={"test_sol.py": tests},
+                                  tests={"fail_to_pass": ["test_sol.py::test_it"]}))
+        reward = 1.0 if result.verdict == "passed" else 0.0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from dockyard.sandbox.models import (
+    ExecRequest,
+    ExecResult,
+    FinishRequest,
+    SessionCreate,
+    SessionInfo,
+    Task,
+    TaskResult,
+    TaskStatus,
+    Verdict,
+)
+
+_TRANSPORT_ERRORS = (httpx.TransportError, httpx.TimeoutException)
+
+
+class SandboxRequestError(ValueError):
+    """The service rejected the request as invalid (HTTP 4xx); the message names the field."""
+
+    def __init__(self, status: int, detail: Any):
+        self.status = status
+        self.detail = detail
+        super().__init__(f"sandbox service rejected the request (HTTP {status}): {detail}")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The service could not be reached or failed (only raised where no result can carry it)."""
+
+
+def _as_task(task: Task | Mapping[str, Any]) -> Task:
+    return task if isinstance(task, Task) else Task.model_validate(task)
+
+
+def _detail(resp: httpx.Response) -> Any:
+    try:
+        return resp.json().get("detail", resp.text)
+    except ValueError:
+        return resp.text
+
+
+def _retry_after(resp: httpx.Response) -> float:
+    try:
+        return max(0.05, float(resp.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
+
+
+def _http_timeout(task_timeout_s: float) -> httpx.Timeout:
+    # Reading a result can take the task's whole time limit plus set-up and queueing.
+    return httpx.Timeout(connect=10.0, read=task_timeout_s * 2 + 120.0, write=60.0, pool=60.0)
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def _task_result(resp: httpx.Response, what: str) -> TaskResult:
+    """Turn a response carrying a TaskResult into one; non-2xx becomes infra_error or raises."""
+    if resp.status_code == 200:
+        return TaskResult.model_validate(resp.json())
+    if resp.status_code >= 500 or resp.status_code == 404:
+        return TaskResult.infra(f"{what}: HTTP {resp.status_code}: {_detail(resp)}")
+    raise SandboxRequestError(resp.status_code, _detail(resp))
+
+
+class _Base:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        max_wait_s: float = 600.0,
+        poll_s: float = 30.0,
+    ):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.max_wait_s = max_wait_s
+        self.poll_s = poll_s
+
+
+class SandboxClient(_Base):
+    """Blocking client. Thread-safe (one ``httpx.Client`` connection pool)."""
+
+    def __init__(self, url: str, token: str | None = None, **kw: Any):
+        super().__init__(url, token, **kw)
+        self._http = httpx.Client(
+            base_url=self.url, headers=_headers(token), timeout=_http_timeout(60)
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SandboxClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _request(
+        self, method: str, path: str, *, timeout: httpx.Timeout | None = None, **kw: Any
+    ) -> httpx.Response:
+        """One request, retrying 429 until ``max_wait_s``. Transport errors propagate."""
+        deadline = time.monotonic() + self.max_wait_s
+        while True:
+            resp = self._http.request(method, path, timeout=timeout or self._http.timeout, **kw)
+            if resp.status_code != 429 or time.monotonic() >= deadline:
+                return resp
+            time.sleep(min(_retry_after(resp), max(0.0, deadline - time.monotonic())))
+
+    # -- one-shot tasks -------------------------------------------------------------------------
+    def run_task(self, task: Task | Mapping[str, Any]) -> TaskResult:
+        """Run ``task`` and wait for its result (``POST /v1/tasks:run``)."""
+        t = _as_task(task)
+        try:
+            resp = self._request(
+                "POST",
+                "/v1/tasks:run",
+                json=t.model_dump(mode="json"),
+                timeout=_http_timeout(t.timeout_s),
+            )
+        except _TRANSPORT_ERRORS as e:
+            return TaskResult.infra(
+                f"sandbox service unreachable or died mid-task: {e!r}", metadata=t.metadata
+            )
+        if resp.status_code == 429:
+            return TaskResult.infra(
+                "sandbox service queue full beyond max_wait_s", metadata=t.metadata
+            )
+        return _task_result(resp, "run_task")
+
+    def run_tasks(self, tasks: Iterable[Task | Mapping[str, Any]]) -> list[TaskResult]:
+        """Run several tasks one after another (use the async client for concurrency)."""
+        return [self.run_task(t) for t in tasks]
+
+    def submit(self, task: Task | Mapping[str, Any]) -> str:
+        """Queue ``task`` (``POST /v1/tasks``) and return its id. Raises SandboxUnavailable."""
+        t = _as_task(task)
+        try:
+            resp = self._request("POST", "/v1/tasks", json=t.model_dump(mode="json"))
+        except _TRANSPORT_ERRORS as e:
+            raise SandboxUnavailable(f"submit: {e!r}") from e
+        if resp.status_code == 202:
+            return str(resp.json()["task_id"])
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise SandboxUnavailable(f"submit: HTTP {resp.status_code}: {_detail(resp)}")
+        raise SandboxRequestError(resp.status_code, _detail(resp))
+
+    def get(self, task_id: str) -> TaskStatus:
+        resp = self._request("GET", f"/v1/tasks/{task_id}")
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return TaskStatus.model_validate(resp.json())
+
+    def result(self, task_id: str, timeout_s: float | None = None) -> TaskResult:
+        """Wait for the result of a submitted task (long-polls); infra_error if it is lost."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else 1e9)
+        while True:
+            wait = max(0.0, min(self.poll_s, deadline - time.monotonic()))
+            try:
+                resp = self._request(
+                    "GET",
+                    f"/v1/tasks/{task_id}/result",
+                    params={"wait_s": wait},
+                    timeout=_http_timeout(wait),
+                )
+            except _TRANSPORT_ERRORS as e:
+                return TaskResult.infra(
+                    f"sandbox service died or unreachable: {e!r}", task_id=task_id
+                )
+            if resp.status_code == 202 and time.monotonic() < deadline:
+                continue
+            if resp.status_code == 202:
+                return TaskResult.infra(f"no result within {timeout_s} s", task_id=task_id)
+            return _task_result(resp, f"result of {task_id}")
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel a queued or running task; True if it was still pending."""
+        resp = self._request("DELETE", f"/v1/tasks/{task_id}")
+        if resp.status_code == 404:
+            return False
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return bool(resp.json().get("cancelled", False))
+
+    # -- sessions -------------------------------------------------------------------------------
+    def create_session(self, spec: SessionCreate | Mapping[str, Any] | None = None) -> str:
+        s = spec if isinstance(spec, SessionCreate) else SessionCreate.model_validate(spec or {})
+        try:
+            resp = self._request("POST", "/v1/sessions", json=s.model_dump(mode="json"))
+        except _TRANSPORT_ERRORS as e:
+            raise SandboxUnavailable(f"create_session: {e!r}") from e
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise SandboxUnavailable(f"create_session: HTTP {resp.status_code}: {_detail(resp)}")
+        if resp.status_code != 201:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return SessionInfo.model_validate(resp.json()).session_id
+
+    def exec(
+        self, session_id: str, command: str, timeout_s: float = 30.0, cwd: str = "."
+    ) -> ExecResult:
+        req = ExecRequest(command=command, timeout_s=timeout_s, cwd=cwd)
+        try:
+            resp = self._request(
+                "POST",
+                f"/v1/sessions/{session_id}/exec",
+                json=req.model_dump(),
+                timeout=_http_timeout(timeout_s),
+            )
+        except _TRANSPORT_ERRORS as e:
+            return ExecResult(
+                exit_code=None,
+                stderr=f"sandbox service unreachable: {e!r}",
+                verdict=Verdict.infra_error,
+            )
+        if resp.status_code >= 500:
+            return ExecResult(
+                exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
+            )
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return ExecResult.model_validate(resp.json())
+
+    def put_file(self, session_id: str, path: str, data: bytes | str) -> None:
+        body = data.encode() if isinstance(data, str) else data
+        resp = self._request(
+            "PUT", f"/v1/sessions/{session_id}/files", params={"path": path}, content=body
+        )
+        if resp.status_code != 204:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+
+    def get_file(self, session_id: str, path: str) -> bytes:
+        resp = self._request("GET", f"/v1/sessions/{session_id}/files", params={"path": path})
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return resp.content
+
+    def finish(self, session_id: str, request: FinishRequest | Mapping[str, Any]) -> TaskResult:
+        """Evaluate the session's workspace diff in a fresh sandbox with held-out tests."""
+        f = request if isinstance(request, FinishRequest) else FinishRequest.model_validate(request)
+        try:
+            resp = self._request(
+                "POST",
+                f"/v1/sessions/{session_id}/finish",
+                json=f.model_dump(mode="json"),
+                timeout=_http_timeout(f.timeout_s),
+            )
+        except _TRANSPORT_ERRORS as e:
+            return TaskResult.infra(
+                f"sandbox service died or unreachable: {e!r}", metadata=f.metadata
+            )
+        return _task_result(resp, f"finish of session {session_id}")
+
+    def delete_session(self, session_id: str) -> None:
+        resp = self._request("DELETE", f"/v1/sessions/{session_id}")
+        if resp.status_code not in (200, 204, 404):
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+
+    # -- service --------------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        resp = self._http.get("/healthz")
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    def metrics(self) -> str:
+        resp = self._http.get("/metrics")
+        resp.raise_for_status()
+        return resp.text
+
+
+class AsyncSandboxClient(_Base):
+    """asyncio client with the same methods as :class:`SandboxClient` (all coroutines)."""
+
+    def __init__(
+        self, url: str, token: str | None = None, *, max_connections: int = 256, **kw: Any
+    ):
+        super().__init__(url, token, **kw)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=_headers(token), timeout=_http_timeout(60), limits=limits
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncSandboxClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _request(
+        self, method: str, path: str, *, timeout: httpx.Timeout | None = None, **kw: Any
+    ) -> httpx.Response:
+        deadline = time.monotonic() + self.max_wait_s
+        while True:
+            resp = await self._http.request(
+                method, path, timeout=timeout or self._http.timeout, **kw
+            )
+            if resp.status_code != 429 or time.monotonic() >= deadline:
+                return resp
+            await asyncio.sleep(min(_retry_after(resp), max(0.0, deadline - time.monotonic())))
+
+    async def run_task(self, task: Task | Mapping[str, Any]) -> TaskResult:
+        t = _as_task(task)
+        try:
+            resp = await self._request(
+                "POST",
+                "/v1/tasks:run",
+                json=t.model_dump(mode="json"),
+                timeout=_http_timeout(t.timeout_s),
+            )
+        except _TRANSPORT_ERRORS as e:
+            return TaskResult.infra(
+                f"sandbox service unreachable or died mid-task: {e!r}", metadata=t.metadata
+            )
+        if resp.status_code == 429:
+            return TaskResult.infra(
+                "sandbox service queue full beyond max_wait_s", metadata=t.metadata
+            )
+        return _task_result(resp, "run_task")
+
+    async def run_tasks(
+        self, tasks: Iterable[Task | Mapping[str, Any]], concurrency: int = 64
+    ) -> list[TaskResult]:
+        """Run tasks concurrently (at most ``concurrency`` in flight); results in input order."""
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(t: Task | Mapping[str, Any]) -> TaskResult:
+            async with sem:
+                return await self.run_task(t)
+
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+    async def submit(self, task: Task | Mapping[str, Any]) -> str:
+        t = _as_task(task)
+        try:
+            resp = await self._request("POST", "/v1/tasks", json=t.model_dump(mode="json"))
+        except _TRANSPORT_ERRORS as e:
+            raise SandboxUnavailable(f"submit: {e!r}") from e
+        if resp.status_code == 202:
+            return str(resp.json()["task_id"])
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise SandboxUnavailable(f"submit: HTTP {resp.status_code}: {_detail(resp)}")
+        raise SandboxRequestError(resp.status_code, _detail(resp))
+
+    async def get(self, task_id: str) -> TaskStatus:
+        resp = await self._request("GET", f"/v1/tasks/{task_id}")
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return TaskStatus.model_validate(resp.json())
+
+    async def result(self, task_id: str, timeout_s: float | None = None) -> TaskResult:
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else 1e9)
+        while True:
+            wait = max(0.0, min(self.poll_s, deadline - time.monotonic()))
+            try:
+                resp = await self._request(
+                    "GET",
+                    f"/v1/tasks/{task_id}/result",
+                    params={"wait_s": wait},
+                    timeout=_http_timeout(wait),
+                )
+            except _TRANSPORT_ERRORS as e:
+                return TaskResult.infra(
+                    f"sandbox service died or unreachable: {e!r}", task_id=task_id
+                )
+            if resp.status_code == 202 and time.monotonic() < deadline:
+                continue
+            if resp.status_code == 202:
+                return TaskResult.infra(f"no result within {timeout_s} s", task_id=task_id)
+            return _task_result(resp, f"result of {task_id}")
+
+    async def cancel(self, task_id: str) -> bool:
+        resp = await self._request("DELETE", f"/v1/tasks/{task_id}")
+        if resp.status_code == 404:
+            return False
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return bool(resp.json().get("cancelled", False))
+
+    async def create_session(self, spec: SessionCreate | Mapping[str, Any] | None = None) -> str:
+        s = spec if isinstance(spec, SessionCreate) else SessionCreate.model_validate(spec or {})
+        try:
+            resp = await self._request("POST", "/v1/sessions", json=s.model_dump(mode="json"))
+        except _TRANSPORT_ERRORS as e:
+            raise SandboxUnavailable(f"create_session: {e!r}") from e
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise SandboxUnavailable(f"create_session: HTTP {resp.status_code}: {_detail(resp)}")
+        if resp.status_code != 201:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return SessionInfo.model_validate(resp.json()).session_id
+
+    async def exec(
+        self, session_id: str, command: str, timeout_s: float = 30.0, cwd: str = "."
+    ) -> ExecResult:
+        req = ExecRequest(command=command, timeout_s=timeout_s, cwd=cwd)
+        try:
+            resp = await self._request(
+                "POST",
+                f"/v1/sessions/{session_id}/exec",
+                json=req.model_dump(),
+                timeout=_http_timeout(timeout_s),
+            )
+        except _TRANSPORT_ERRORS as e:
+            return ExecResult(
+                exit_code=None,
+                stderr=f"sandbox service unreachable: {e!r}",
+                verdict=Verdict.infra_error,
+            )
+        if resp.status_code >= 500:
+            return ExecResult(
+                exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
+            )
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return ExecResult.model_validate(resp.json())
+
+    async def put_file(self, session_id: str, path: str, data: bytes | str) -> None:
+        body = data.encode() if isinstance(data, str) else data
+        resp = await self._request(
+            "PUT", f"/v1/sessions/{session_id}/files", params={"path": path}, content=body
+        )
+        if resp.status_code != 204:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+
+    async def get_file(self, session_id: str, path: str) -> bytes:
+        resp = await self._request("GET", f"/v1/sessions/{session_id}/files", params={"path": path})
+        if resp.status_code != 200:
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+        return resp.content
+
+    async def finish(
+        self, session_id: str, request: FinishRequest | Mapping[str, Any]
+    ) -> TaskResult:
+        f = request if isinstance(request, FinishRequest) else FinishRequest.model_validate(request)
+        try:
+            resp = await self._request(
+                "POST",
+                f"/v1/sessions/{session_id}/finish",
+                json=f.model_dump(mode="json"),
+                timeout=_http_timeout(f.timeout_s),
+            )
+        except _TRANSPORT_ERRORS as e:
+            return TaskResult.infra(
+                f"sandbox service died or unreachable: {e!r}", metadata=f.metadata
+            )
+        return _task_result(resp, f"finish of session {session_id}")
+
+    async def delete_session(self, session_id: str) -> None:
+        resp = await self._request("DELETE", f"/v1/sessions/{session_id}")
+        if resp.status_code not in (200, 204, 404):
+            raise SandboxRequestError(resp.status_code, _detail(resp))
+
+    async def health(self) -> dict[str, Any]:
+        resp = await self._http.get("/healthz")
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    async def metrics(self) -> str:
+        resp = await self._http.get("/metrics")
+        resp.raise_for_status()
+        return resp.text

@@ -1,0 +1,433 @@
+"""One task, end to end: materialise → setup → apply the patch → integrity → tests → verdict.
+
+Trust boundaries in order:
+
+1. the repository and ``setup_command`` are trusted (they come from the dataset);
+2. the ``patch`` / ``files`` are untrusted: paths are validated, then ``git apply`` runs as the
+   task's unprivileged uid; files that alter Python/pytest start-up are reverted and flagged;
+3. held-out tests (``test_files``, ``test_patch``) are written after the patch, root-owned and
+   bind-mounted read-only; pytest's config comes from the base tree, outside the workspace;
+4. the tests run in a fresh jail; outcomes arrive over a pipe (see ``inside/runner.py``) and
+   are decided here, never from the task's stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dockyard.sandbox import integrity, patches
+from dockyard.sandbox.cgroups import Probe
+from dockyard.sandbox.jail import Cancel, JailOutcome, JailSpec
+from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.models import (
+    FunctionTests,
+    Limits,
+    Task,
+    TaskResult,
+    TestOutcome,
+    TestsSpec,
+    Timings,
+    Usage,
+    Verdict,
+)
+from dockyard.sandbox.paths import UnsafePath, force_write, resolve_in
+from dockyard.sandbox.repos import _GIT_ENV, RepoCache, RepoError
+from dockyard.sandbox.toolchain import RUNNER_MOUNT, TASK_MOUNT, WORKSPACE, python_executable
+from dockyard.sandbox.workspace import UidPool, Workspaces
+
+log = logging.getLogger("dockyard.sandbox")
+
+# apply_fn(workspace, uid) -> touched paths; raises UnsafePath to reject.
+ApplyFn = Callable[[Path, int], list[str]]
+
+
+@dataclass
+class Context:
+    """Service-wide state an execution needs."""
+
+    probe: Probe
+    cache: RepoCache
+    workspaces: Workspaces
+    uids: UidPool
+    trusted_root: Path
+    allow_network: bool = False
+
+    def __post_init__(self) -> None:
+        self.trusted_root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.trusted_root, 0o711)
+
+
+class Rejected(Exception):
+    """The patch is unsafe or does not apply: verdict ``patch_rejected``."""
+
+
+class Infra(Exception):
+    """Something trusted failed (setup, test patch, repo): verdict ``infra_error``."""
+
+
+@dataclass
+class _Run:
+    task: Task
+    ctx: Context
+    cancel: Cancel | None
+    uid: int = 0
+    ws: Path | None = None
+    trusted: Path | None = None
+    base: Path | None = None
+    tamper: list[str] = field(default_factory=list)
+    ro_files: list[str] = field(default_factory=list)
+    timings: Timings = field(default_factory=Timings)
+
+
+def git_apply(ws: Path, patch: str, uid: int) -> None:
+    """Apply ``patch`` as ``uid`` (git apply, then GNU patch with fuzz); raise Rejected."""
+    if not patch.strip():
+        return
+    if not patch.endswith("\n"):
+        patch += "\n"
+    kw = {"cwd": ws, "env": _GIT_ENV, "capture_output": True, "timeout": 120}
+    if os.geteuid() == 0:
+        kw.update(user=uid, group=uid, extra_groups=[])
+    r = subprocess.run(
+        ["git", "apply", "--whitespace=nowarn", "--recount", "-"], input=patch.encode(), **kw
+    )
+    if r.returncode == 0:
+        return
+    r2 = subprocess.run(
+        ["patch", "--batch", "--fuzz=5", "-p1", "--no-backup-if-mismatch", "-r", "-", "--forward"],
+        input=patch.encode(),
+        **kw,
+    )
+    if r2.returncode != 0:
+        raise Rejected(f"patch does not apply: {r.stderr.decode(errors='replace')[:1000]}")
+
+
+def patch_apply_fn(task: Task) -> ApplyFn:
+    def apply(ws: Path, uid: int) -> list[str]:
+        info = patches.parse(task.patch)
+        for rel in info.touched:
+            resolve_in(ws, rel)  # no symlinks on the way (existing ones in the base tree)
+        git_apply(ws, task.patch, uid)
+        touched = list(info.touched)
+        for rel, content in task.files.items():
+            resolve_in(ws, rel)
+            force_write(ws, rel, content.encode(), uid=uid, gid=uid, mode=0o644)
+            touched.append(rel)
+        return touched
+
+    return apply
+
+
+def _jail(
+    run: _Run,
+    argv: list[str],
+    timeout_s: float,
+    limits: Limits,
+    *,
+    report: bool = False,
+    ro_binds: list[tuple[str, str]] | None = None,
+) -> JailOutcome:
+    assert run.ws is not None
+    spec = JailSpec(
+        argv=argv,
+        workspace=run.ws,
+        uid=run.uid,
+        limits=limits,
+        timeout_s=timeout_s,
+        network=run.task.network and run.ctx.allow_network,
+        ro_binds=ro_binds or [],
+        report=report,
+        name=f"t-{uuid.uuid4().hex[:12]}",
+    )
+    return jail_run(spec, run.ctx.probe, run.cancel)
+
+
+def _limit_verdict(o: JailOutcome, ws_full: bool) -> tuple[Verdict, str] | None:
+    if o.oom:
+        return Verdict.oom, "memory limit hit (OOM kill in the task's cgroup)"
+    if o.pids_limit:
+        return Verdict.resource_limit, "process limit hit (pids cgroup)"
+    if ws_full or o.exit_code in (153, -25):
+        return Verdict.resource_limit, "disk / file size limit hit"
+    if o.timed_out:
+        return Verdict.timeout, "wall-clock limit hit; the whole process tree was killed"
+    if o.cancelled:
+        return Verdict.infra_error, "cancelled"
+    return None
+
+
+def outcomes_from_report(raw: bytes, ids: list[str]) -> tuple[dict[str, TestOutcome], list[str]]:
+    """Per-test outcomes from the runner's JSON lines. Returns (outcomes, problems)."""
+    phases: dict[str, dict[str, dict]] = {}
+    collect_errors: list[str] = []
+    problems: list[str] = []
+    forged: set[str] = set()
+    for line in raw.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            problems.append("unreadable report record")
+            continue
+        if not isinstance(rec, dict):
+            problems.append("unreadable report record")
+            continue
+        if rec.get("k") == "test":
+            p = phases.setdefault(str(rec.get("id")), {})
+            when = str(rec.get("when"))
+            if when in p:
+                problems.append(f"duplicate report for {rec.get('id')} ({when})")
+                forged.add(str(rec.get("id")))
+            else:
+                p[when] = rec
+        elif rec.get("k") == "collect_error":
+            collect_errors.append(str(rec.get("id")))
+    out: dict[str, TestOutcome] = {}
+    for tid in ids:
+        p = phases.get(tid)
+        if tid in forged:
+            out[tid] = TestOutcome.failed
+        elif p is None:
+            file = tid.split("::", 1)[0]
+            out[tid] = (
+                TestOutcome.error
+                if any(c == file or c.startswith(file) for c in collect_errors)
+                else TestOutcome.missing
+            )
+        elif p.get("setup", {}).get("outcome") == "failed":
+            out[tid] = TestOutcome.error
+        elif "call" in p:
+            c = p["call"]
+            if c.get("outcome") == "passed":
+                out[tid] = (
+                    TestOutcome.error
+                    if p.get("teardown", {}).get("outcome") == "failed"
+                    else TestOutcome.passed
+                )
+            elif c.get("outcome") == "skipped" or c.get("xfail"):
+                out[tid] = TestOutcome.skipped
+            else:
+                out[tid] = TestOutcome.failed
+        elif p.get("setup", {}).get("outcome") == "skipped":
+            out[tid] = TestOutcome.skipped
+        else:
+            out[tid] = TestOutcome.missing
+    return out, problems
+
+
+def _same(a: object, b: object) -> bool:
+    """Plain-data equality (1 == 1.0; floats within 1e-9 relative); types must be JSON's."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def outcomes_from_calls(raw: bytes, ft: FunctionTests) -> tuple[dict[str, TestOutcome], list[str]]:
+    expected = [json.loads(json.dumps(c.expected)) for c in ft.cases]
+    got: dict[int, dict] = {}
+    problems: list[str] = []
+    for line in raw.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            problems.append("unreadable report record")
+            continue
+        if isinstance(rec, dict) and rec.get("k") == "case":
+            i = rec.get("i")
+            if not isinstance(i, int) or i in got:
+                problems.append(f"duplicate or invalid report for case {i}")
+                got[i] = {"ok": False}  # type: ignore[index]
+            else:
+                got[i] = rec
+    out: dict[str, TestOutcome] = {}
+    for i, exp in enumerate(expected):
+        r = got.get(i)
+        name = f"case[{i}]"
+        if r is None:
+            out[name] = TestOutcome.missing
+        elif not r.get("ok"):
+            out[name] = TestOutcome.failed
+        else:
+            out[name] = TestOutcome.passed if _same(r.get("value"), exp) else TestOutcome.failed
+    return out, problems
+
+
+def _test_argv(
+    run: _Run, tests: TestsSpec | None, ft: FunctionTests | None, cmd: str | None
+) -> tuple[list[str], list[str], bool]:
+    """(argv, test ids, uses report)."""
+    assert run.trusted is not None
+    assert run.base is not None
+    py = [python_executable(), "-I", f"{RUNNER_MOUNT}/runner.py"]
+    if tests is not None:
+        ids = [*tests.fail_to_pass, *tests.pass_to_pass]
+        ids = list(dict.fromkeys(ids))
+        if tests.runner == "plain":
+            return [*py, "plain", "{REPORT_FD}", *ids], ids, True
+        cfg = integrity.trusted_pytest_config(run.base, run.trusted)
+        args = [
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            f"{TASK_MOUNT}/{cfg}",
+            "--rootdir",
+            WORKSPACE,
+            "-q",
+            "--color=no",
+            "-o",
+            "console_output_style=classic",
+            *ids,
+        ]
+        return [*py, "pytest", "{REPORT_FD}", *args], ids, True
+    if ft is not None:
+        spec = {
+            "module": ft.module,
+            "function": ft.function,
+            "cases": [{"args": c.args, "kwargs": c.kwargs} for c in ft.cases],
+        }
+        (run.trusted / "calls.json").write_text(json.dumps(spec))
+        return [*py, "calls", "{REPORT_FD}", f"{TASK_MOUNT}/calls.json"], [], True
+    assert cmd is not None
+    return ["/bin/sh", "-c", cmd], [], False
+
+
+def execute(
+    task: Task,
+    ctx: Context,
+    *,
+    task_id: str = "",
+    cancel: Cancel | None = None,
+    queued_s: float = 0.0,
+    apply_fn: ApplyFn | None = None,
+) -> TaskResult:
+    """Run ``task``; every outcome, including internal failures, is a TaskResult."""
+    t_start = time.monotonic()
+    run = _Run(task=task, ctx=ctx, cancel=cancel)
+    run.timings.queue_s = queued_s
+    res = TaskResult(task_id=task_id, verdict=Verdict.infra_error, metadata=task.metadata)
+    try:
+        _execute(run, res, apply_fn or patch_apply_fn(task))
+    except Rejected as e:
+        res.verdict, res.detail = Verdict.patch_rejected, str(e)
+    except UnsafePath as e:
+        res.verdict, res.detail = Verdict.patch_rejected, f"unsafe path: {e}"
+    except (Infra, RepoError) as e:
+        res.verdict, res.detail = Verdict.infra_error, str(e)
+    except Exception as e:  # every failure of ours is infra_error, never a zero reward
+        log.exception("task %s: internal error", task_id)
+        res.verdict, res.detail = Verdict.infra_error, f"internal error: {e!r}"
+    finally:
+        if run.ws is not None:
+            ctx.workspaces.destroy(run.ws)
+        if run.trusted is not None:
+            shutil.rmtree(run.trusted, ignore_errors=True)
+        if run.uid:
+            ctx.uids.release(run.uid)
+    if isinstance(res.detail, str) and "repo.tarball" in res.detail:
+        res.verdict = Verdict.patch_rejected  # an unsafe archive is rejected, not an infra fault
+    run.timings.total_s = time.monotonic() - t_start + queued_s
+    res.timings = run.timings
+    res.tests_tampered = bool(run.tamper)
+    res.tamper_paths = sorted(set(run.tamper))
+    return res
+
+
+def _execute(run: _Run, res: TaskResult, apply_fn: ApplyFn) -> None:
+    task, ctx = run.task, run.ctx
+    if task.network and not ctx.allow_network:
+        raise Infra("task asks for network but the service runs without --allow-network")
+    run.uid = ctx.uids.acquire()
+    t0 = time.monotonic()
+    run.base = ctx.cache.get(task.repo)
+    name = uuid.uuid4().hex[:16]
+    run.ws = ctx.workspaces.create(name, run.uid, task.limits.disk_mb, task.limits.inodes)
+    ctx.cache.copy_to(run.base, run.ws, run.uid)
+    run.trusted = ctx.trusted_root / name
+    run.trusted.mkdir(mode=0o755)
+    if task.setup_command:
+        o = _jail(run, ["/bin/sh", "-c", task.setup_command], task.timeout_s, task.limits)
+        if o.exit_code != 0:
+            raise Infra(f"setup_command failed (exit {o.exit_code}): {o.stderr[-2000:]}")
+    run.timings.setup_s = time.monotonic() - t0
+
+    t1 = time.monotonic()
+    touched = apply_fn(run.ws, run.uid)
+    res.patch_applied = True
+    run.tamper += integrity.check_touched(run.ws, run.base, touched, run.uid)
+    touched_set = set(touched)
+    for rel, content in task.test_files.items():
+        if rel in touched_set:
+            run.tamper.append(rel)
+        force_write(run.ws, rel, content.encode(), uid=0, gid=0, mode=0o644)
+        run.ro_files.append(rel)
+    if task.test_patch.strip():
+        try:
+            tinfo = patches.parse(task.test_patch)
+        except UnsafePath as e:
+            raise Infra(f"test_patch: {e}") from e
+        for rel in tinfo.touched:
+            if rel in touched_set:  # planted or edited by the policy: back to base first
+                run.tamper.append(rel)
+                integrity.revert(run.ws, run.base, rel, run.uid)
+        try:
+            git_apply(run.ws, task.test_patch, run.uid)
+        except Rejected as e:
+            raise Infra(f"test_patch does not apply to the base tree: {e}") from e
+        for rel in tinfo.touched:
+            p = run.ws / rel
+            if p.is_file() and not p.is_symlink():
+                os.chown(p, 0, 0)
+                os.chmod(p, 0o644)
+                run.ro_files.append(rel)
+    run.timings.apply_s = time.monotonic() - t1
+
+    t2 = time.monotonic()
+    argv, ids, report = _test_argv(run, task.tests, task.function_tests, task.test_command)
+    ro = [(str(run.ws / rel), f"{WORKSPACE}/{rel}") for rel in dict.fromkeys(run.ro_files)]
+    ro.append((str(run.trusted), TASK_MOUNT))
+    o = _jail(run, argv, task.timeout_s, task.limits, report=report, ro_binds=ro)
+    run.timings.test_s = time.monotonic() - t2
+    res.exit_code = o.exit_code
+    res.stdout, res.stderr = o.stdout, o.stderr
+    res.stdout_truncated, res.stderr_truncated = o.stdout_truncated, o.stderr_truncated
+    res.usage = Usage(
+        max_rss_mb=o.max_rss_mb,
+        cpu_s=o.cpu_s,
+        pids_peak=o.pids_peak,
+        memory_peak_mb=o.memory_peak_mb,
+    )
+    limit = _limit_verdict(o, ctx.workspaces.full(run.ws))
+    if task.tests is not None:
+        res.tests, problems = outcomes_from_report(o.report, ids)
+        ok = set(task.tests.fail_to_pass) | set(task.tests.pass_to_pass)
+        res.resolved = all(res.tests[t] == TestOutcome.passed for t in ok)
+    elif task.function_tests is not None:
+        res.tests, problems = outcomes_from_calls(o.report, task.function_tests)
+        res.resolved = all(v == TestOutcome.passed for v in res.tests.values())
+    else:
+        problems = []
+        res.resolved = o.exit_code == 0
+    if problems or o.report_overflow:
+        run.tamper.append("<report>")
+        res.resolved = False
+        res.detail = "; ".join(problems[:5]) or "report overflow"
+    if limit is not None:
+        res.verdict, res.detail = limit
+        res.resolved = False
+    else:
+        res.verdict = Verdict.passed if res.resolved else Verdict.failed

@@ -1,0 +1,154 @@
+"""The in-sandbox test runner (stdlib + pytest only; mounted read-only at /opt/dockyard).
+
+    python -I /opt/dockyard/runner.py pytest <report_fd> <pytest args...>
+    python -I /opt/dockyard/runner.py plain  <report_fd> <file.py::test_name ...>
+    python -I /opt/dockyard/runner.py calls  <report_fd> <calls.json>
+
+Each mode writes JSON lines to ``report_fd`` (a pipe whose reader is the service, outside the
+sandbox): per-test phase outcomes, per-call serialised return values, and an ``end`` record.
+The service never reads the task's stdout to decide anything. A test that never reports (the
+code called ``os._exit``, was killed, or the report was cut) is *missing*, which counts as failed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import traceback
+
+WORKSPACE = "/workspace"
+_out = None
+
+
+def emit(rec: dict) -> None:
+    data = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+    os.write(_out, data)  # type: ignore[arg-type]  # one write per record: atomic below PIPE_BUF
+
+
+def _plain(v, depth=0):
+    """Return ``v`` as plain JSON data, or raise TypeError. Exact builtin types only: an object
+    that merely claims equality (a custom ``__eq__``) is not a value."""
+    if depth > 100:
+        raise TypeError("value nested too deeply")
+    t = type(v)
+    if v is None or t in (bool, int, str):
+        return v
+    if t is float:
+        if v != v or v in (float("inf"), float("-inf")):
+            return {"__float__": repr(v)}
+        return v
+    if t in (list, tuple):
+        return [_plain(x, depth + 1) for x in v]
+    if t is dict:
+        out = {}
+        for k, x in v.items():
+            if type(k) is not str:
+                raise TypeError(f"dict key of type {type(k).__name__} is not serialisable")
+            out[k] = _plain(x, depth + 1)
+        return out
+    raise TypeError(f"return value of type {t.__module__}.{t.__qualname__} is not plain data")
+
+
+class _Reporter:
+    """pytest plugin: one record per test phase, one at collection errors, one at the end."""
+
+    def pytest_runtest_logreport(self, report):
+        rec = {"k": "test", "id": report.nodeid, "when": report.when, "outcome": report.outcome}
+        if hasattr(report, "wasxfail"):
+            rec["xfail"] = True
+        emit(rec)
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            emit({"k": "collect_error", "id": report.nodeid})
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        emit({"k": "end", "exit": int(exitstatus)})
+
+
+def run_pytest(args: list[str]) -> int:
+    import pytest
+
+    sys.path.insert(0, WORKSPACE)
+    return int(pytest.main(args, plugins=[_Reporter()]))
+
+
+def run_plain(ids: list[str]) -> int:
+    sys.path.insert(0, WORKSPACE)
+    modules: dict[str, object] = {}
+    failed = 0
+    for nodeid in ids:
+        path, _, name = nodeid.partition("::")
+        if path not in modules:
+            try:
+                spec = importlib.util.spec_from_file_location(
+                    "_dy_test_" + str(len(modules)), os.path.join(WORKSPACE, path)
+                )
+                if spec is None or spec.loader is None:
+                    raise ImportError(f"cannot load {path}")
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                modules[path] = mod
+            except BaseException:
+                traceback.print_exc()
+                modules[path] = None
+        mod = modules[path]
+        if mod is None:
+            emit({"k": "test", "id": nodeid, "when": "setup", "outcome": "failed"})
+            failed += 1
+            continue
+        emit({"k": "test", "id": nodeid, "when": "setup", "outcome": "passed"})
+        try:
+            getattr(mod, name)()
+            outcome = "passed"
+        except BaseException:
+            traceback.print_exc()
+            outcome = "failed"
+            failed += 1
+        emit({"k": "test", "id": nodeid, "when": "call", "outcome": outcome})
+    emit({"k": "end", "exit": 1 if failed else 0})
+    return 1 if failed else 0
+
+
+def run_calls(spec_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    sys.path.insert(0, WORKSPACE)
+    try:
+        fn = getattr(importlib.import_module(spec["module"]), spec["function"])
+    except BaseException:
+        traceback.print_exc()
+        emit({"k": "end", "exit": 2, "error": "import failed"})
+        return 2
+    for i, case in enumerate(spec["cases"]):
+        try:
+            value = _plain(fn(*case["args"], **case["kwargs"]))
+            emit({"k": "case", "i": i, "ok": True, "value": value})
+        except BaseException as e:
+            emit({"k": "case", "i": i, "ok": False, "error": f"{type(e).__name__}: {e}"[:500]})
+    emit({"k": "end", "exit": 0})
+    return 0
+
+
+def main() -> int:
+    global _out
+    mode, fd = sys.argv[1], int(sys.argv[2])
+    _out = os.dup(fd)  # private, non-inheritable copy: child processes of the tests never get it
+    os.close(fd)
+    os.set_inheritable(_out, False)
+    args = sys.argv[3:]
+    if mode == "pytest":
+        return run_pytest(args)
+    if mode == "plain":
+        return run_plain(args)
+    if mode == "calls":
+        return run_calls(args[0])
+    print(f"runner: unknown mode {mode!r}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

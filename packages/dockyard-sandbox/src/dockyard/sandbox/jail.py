@@ -1,0 +1,323 @@
+"""Run one command in a bubblewrap jail with limits enforced from outside.
+
+Launch chain (no Python runs between fork and exec, so it is safe from worker threads)::
+
+    sh -c 'echo $$ > <cgroup.procs>...; exec "$@"'   # join the task's pids/memory cgroups
+      prlimit --nproc --as --fsize --nofile --core=0 --cpu   # rlimits, inherited by the tree
+        bwrap --unshare-{pid,net,ipc,uts,cgroup} --die-with-parent --new-session ...
+              --cap-add CAP_SETUID,CAP_SETGID,CAP_SETPCAP   # mounts set up as root
+          setpriv --reuid U --regid U --clear-groups --bounding-set=-all --no-new-privs
+            <command>                                # real uid U, no capabilities at all
+
+bwrap runs as root *without* a user namespace: with one, the task's uid would map to real
+root outside (RLIMIT_NPROC ignored, root-owned files readable). Instead the task drops to a
+real unprivileged uid ``U`` of its own per running task (a pool slot), so RLIMIT_NPROC counts
+only this task's processes and tasks cannot read each other's files. When the service is not
+root, bwrap uses an unprivileged user namespace and ``U`` is the service's own uid. The parent process, not the task,
+enforces the wall clock: on expiry the whole tree is SIGKILLed (process group, cgroup members,
+and the pid namespace, which dies with its init).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import selectors
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dockyard.sandbox.capture import HeadTail
+from dockyard.sandbox.cgroups import Probe, TaskCgroups
+from dockyard.sandbox.models import Limits
+from dockyard.sandbox.toolchain import WORKSPACE, bwrap_toolchain_args, sandbox_path_env
+
+BWRAP = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
+REPORT_CAP = 32 << 20
+
+
+@dataclass
+class JailSpec:
+    argv: list[str]
+    workspace: Path
+    uid: int
+    limits: Limits
+    timeout_s: float
+    network: bool = False
+    cwd: str = WORKSPACE
+    ro_binds: list[tuple[str, str]] = field(default_factory=list)  # (host, inside)
+    env: dict[str, str] = field(default_factory=dict)
+    report: bool = False  # pass a pipe at fd 3 for the trusted report
+    name: str = "task"
+
+
+@dataclass
+class JailOutcome:
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    report: bytes
+    report_overflow: bool
+    timed_out: bool
+    oom: bool
+    pids_limit: bool
+    cancelled: bool
+    duration_s: float
+    cpu_s: float | None
+    max_rss_mb: float | None
+    memory_peak_mb: float | None
+    pids_peak: int | None
+
+
+class Cancel:
+    """A flag a running jail polls; ``set()`` kills the task."""
+
+    def __init__(self) -> None:
+        self._ev = threading.Event()
+
+    def set(self) -> None:
+        self._ev.set()
+
+    def is_set(self) -> bool:
+        return self._ev.is_set()
+
+
+def bwrap_argv(spec: JailSpec) -> list[str]:
+    lim = spec.limits
+    as_root = os.geteuid() == 0
+    env = {
+        "PATH": sandbox_path_env(),
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        **spec.env,
+    }
+    args = [
+        BWRAP,
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        *([] if spec.network else ["--unshare-net"]),
+        *([] if as_root else ["--unshare-user"]),
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+        *bwrap_toolchain_args(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(lim.disk_mb << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--perms",
+        "1777",
+        "--size",
+        str(lim.disk_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        str(spec.workspace),
+        WORKSPACE,
+    ]
+    for host, inside in spec.ro_binds:
+        args += ["--ro-bind", host, inside]
+    for k, v in env.items():
+        args += ["--setenv", k, v]
+    args += ["--chdir", spec.cwd]
+    if as_root:
+        args += [
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_SETPCAP",
+            "--",
+        ]
+        args += [
+            "setpriv",
+            f"--reuid={spec.uid}",
+            f"--regid={spec.uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+    else:
+        args += ["--"]
+    return [*args, *spec.argv]
+
+
+def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
+    lim = spec.limits
+    join = "".join(
+        f"echo $$ > {shlex.quote(str(p))} || exit 125; " for p in (cg.procs_files if cg else [])
+    )
+    # RLIMIT_AS is a backstop only: the memory cgroup is the real cap (AS counts mappings, not RAM).
+    as_bytes = max(lim.memory_mb << 20, 1 << 30) * 4
+    return [
+        "/bin/sh",
+        "-c",
+        join + 'exec "$@"',
+        "sh",
+        "prlimit",
+        f"--nproc={lim.pids}",
+        f"--as={as_bytes}",
+        f"--fsize={lim.disk_mb << 20}",
+        f"--nofile={lim.open_files}",
+        "--core=0",
+        f"--cpu={lim.cpu_s}",
+        "--",
+        *bwrap_argv(spec),
+    ]
+
+
+def _kill_tree(proc: subprocess.Popen[bytes], cg: TaskCgroups | None) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if cg is not None:
+        cg.kill_all()
+
+
+def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutcome:
+    """Run ``spec`` to completion, timeout or cancellation. Never raises for task behaviour."""
+    lim = spec.limits
+    cg = (
+        TaskCgroups.create(probe, spec.name, lim.memory_mb << 20, lim.pids)
+        if probe.controllers
+        else None
+    )
+    out, err, rep = HeadTail(lim.output_bytes), HeadTail(lim.output_bytes), bytearray()
+    rep_overflow = False
+    r_fd = w_fd = -1
+    if spec.report:  # the command finds the write end's number where it says {REPORT_FD}
+        r_fd, w_fd = os.pipe()
+        spec = dataclasses.replace(
+            spec, argv=[a.replace("{REPORT_FD}", str(w_fd)) for a in spec.argv]
+        )
+    argv = launcher_argv(spec, cg)
+    pass_fds = (w_fd,) if w_fd >= 0 else ()
+    start = time.monotonic()
+    timed_out = cancelled = pids_hit = False
+    status: int | None = None
+    rusage = None
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except BaseException:
+        for fd in (r_fd, w_fd):
+            if fd >= 0:
+                os.close(fd)
+        if cg:
+            cg.remove()
+        raise
+    if w_fd >= 0:
+        os.close(w_fd)
+    sel = selectors.DefaultSelector()
+    assert proc.stdout
+    assert proc.stderr
+    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    for fd in streams:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    if r_fd >= 0:
+        os.set_blocking(r_fd, False)
+        sel.register(r_fd, selectors.EVENT_READ)
+    deadline = start + spec.timeout_s
+    exit_seen_at: float | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            if status is None:
+                pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    status, rusage, exit_seen_at = st, ru, now
+                    proc.returncode = os.waitstatus_to_exitcode(st)
+            if status is not None and (not sel.get_map() or now - exit_seen_at > 1.0):  # type: ignore[operator]
+                break
+            if status is None:
+                if now >= deadline:
+                    timed_out = True
+                elif cancel is not None and cancel.is_set():
+                    cancelled = True
+                elif cg is not None and cg.pids_limit_hit():
+                    pids_hit = True
+                if timed_out or cancelled or pids_hit:
+                    _kill_tree(proc, cg)
+                    deadline = now + 3600  # waiting for the kill to land
+            for key, _ in sel.select(timeout=0.05):
+                fd = int(key.fd)
+                try:
+                    data = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(fd)
+                    continue
+                if fd == r_fd:
+                    if len(rep) + len(data) > REPORT_CAP:
+                        rep_overflow = True
+                    else:
+                        rep += data
+                else:
+                    streams[fd].feed(data)
+    finally:
+        sel.close()
+        _kill_tree(proc, cg)  # daemons that escaped the session die with the task
+        if status is None:
+            _, st, ru = os.wait4(proc.pid, 0)
+            status, rusage = st, ru
+            proc.returncode = os.waitstatus_to_exitcode(st)
+        for f in (proc.stdout, proc.stderr):
+            f.close()
+        if r_fd >= 0:
+            os.close(r_fd)
+    oom = bool(cg and cg.oom_killed())
+    pids_hit = pids_hit or bool(cg and cg.pids_limit_hit())
+    mem_peak = cg.memory_peak_mb() if cg else None
+    pids_peak = cg.pids_peak() if cg else None
+    if cg:
+        cg.remove()
+    code = os.waitstatus_to_exitcode(status)
+    return JailOutcome(
+        exit_code=code,
+        stdout=out.text(),
+        stderr=err.text(),
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        report=bytes(rep),
+        report_overflow=rep_overflow,
+        timed_out=timed_out,
+        oom=oom,
+        pids_limit=pids_hit,
+        cancelled=cancelled,
+        duration_s=time.monotonic() - start,
+        cpu_s=(rusage.ru_utime + rusage.ru_stime) if rusage else None,
+        max_rss_mb=(rusage.ru_maxrss / 1024) if rusage else None,
+        memory_peak_mb=mem_peak,
+        pids_peak=pids_peak,
+    )

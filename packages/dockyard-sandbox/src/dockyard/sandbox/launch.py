@@ -1,0 +1,148 @@
+"""Start the service as a subprocess (tests, the Ray runtime, notebooks).
+
+    from dockyard.sandbox.launch import start_service
+    with start_service(workers=2) as svc:
+        client = svc.client()
+        client.run_task(...)
+
+The service binds a free loopback port unless ``port`` is given; ``handle.url`` is its URL.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from dockyard.sandbox.client import AsyncSandboxClient, SandboxClient
+
+
+class ServiceHandle:
+    """A running service process: ``url``, ``token``, ``stop()`` (graceful), ``kill()``."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        url: str,
+        token: str | None,
+        tmp: tempfile.TemporaryDirectory[str],
+        log_path: Path,
+    ):
+        self.proc = proc
+        self.url = url
+        self.token = token
+        self._tmp = tmp
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def client(self, **kw: Any) -> SandboxClient:
+        return SandboxClient(self.url, self.token, **kw)
+
+    def async_client(self, **kw: Any) -> AsyncSandboxClient:
+        return AsyncSandboxClient(self.url, self.token, **kw)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM (graceful drain), then SIGKILL after ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._tmp.cleanup()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the service (what a crash looks like to clients)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> ServiceHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_service(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    workers: int = 2,
+    token: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    queue_size: int = 256,
+    work_dir: str | os.PathLike[str] | None = None,
+    extra_args: list[str] | None = None,
+    start_timeout_s: float = 60.0,
+    generate_token: bool = False,
+) -> ServiceHandle:
+    """Start ``dockyard-sandbox serve`` in a subprocess and wait until it answers /healthz."""
+    tmp = tempfile.TemporaryDirectory(prefix="dockyard-sandbox-launch-")
+    d = Path(tmp.name)
+    if token is None and generate_token:
+        token = secrets.token_urlsafe(32)
+    args = [
+        sys.executable,
+        "-m",
+        "dockyard.sandbox.cli",
+        "serve",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--queue-size",
+        str(queue_size),
+        "--ready-file",
+        str(d / "port"),
+        "--work-dir",
+        str(work_dir or d / "work"),
+    ]
+    if cache_dir is not None:
+        args += ["--cache-dir", str(cache_dir)]
+    if token is not None:
+        (d / "token").write_text(token)
+        os.chmod(d / "token", 0o600)
+        args += ["--token-file", str(d / "token")]
+    args += extra_args or []
+    log_path = d / "service.log"
+    with open(log_path, "wb") as logf:
+        proc = subprocess.Popen(
+            args, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    deadline = time.monotonic() + start_timeout_s
+    while not (d / "port").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+            out = log_path.read_text(errors="replace")
+            tmp.cleanup()
+            raise RuntimeError(
+                f"dockyard-sandbox did not start (exit {proc.returncode}):\n{out[-4000:]}"
+            )
+        time.sleep(0.05)
+    bound = int((d / "port").read_text())
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
+    httpx.get(f"{url}/healthz", timeout=10).raise_for_status()
+    return ServiceHandle(proc, url, token, tmp, log_path)

@@ -1,0 +1,280 @@
+"""The wire format of the sandbox service: tasks, results, sessions (pydantic v2).
+
+A *task* names a repository, an untrusted ``patch`` (what the policy wrote), trusted held-out
+tests and how to run them; the *result* is a structured verdict. Everything the trainer turns
+into a reward comes from :class:`TaskResult` — never from parsing the task's output.
+
+Verdicts (``Verdict``):
+
+* ``passed`` / ``failed`` — the tests ran to completion; ``passed`` iff ``resolved``.
+* ``patch_rejected`` — the patch was unsafe (paths outside the tree, ``.git/``, symlinks
+  leaving the tree) or did not apply.
+* ``timeout`` / ``oom`` / ``resource_limit`` — a limit of the task was hit (wall clock;
+  memory; processes, disk or file size).
+* ``infra_error`` — the *service* failed (sandbox crashed, service restarted or unreachable).
+  Not the policy's fault: trainers mask it out instead of scoring it 0.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Verdict(StrEnum):
+    passed = "passed"
+    failed = "failed"
+    patch_rejected = "patch_rejected"
+    timeout = "timeout"
+    oom = "oom"
+    resource_limit = "resource_limit"
+    infra_error = "infra_error"
+
+
+class TestOutcome(StrEnum):
+    __test__ = False  # not a pytest test class
+    passed = "passed"
+    failed = "failed"
+    skipped = "skipped"
+    error = "error"
+    missing = "missing"
+
+
+class TaskState(StrEnum):
+    queued = "queued"
+    running = "running"
+    done = "done"
+    cancelled = "cancelled"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RepoSpec(_Model):
+    """Where the repository comes from: exactly one of ``path``, ``tarball``, ``git``.
+
+    ``path`` is a directory on the *server*; ``tarball`` a base64-encoded ``.tar.gz``
+    (members with ``..``, absolute paths or links leaving the tree are rejected); ``git`` a
+    URL or server path checked out at ``commit``. An empty spec means an empty repository.
+    History is always cut: the sandbox sees one commit holding the base tree.
+    """
+
+    path: str | None = None
+    tarball: str | None = None
+    git: str | None = None
+    commit: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RepoSpec:
+        given = [k for k in ("path", "tarball", "git") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"repo: give only one of path / tarball / git (got {given})")
+        if self.commit and not self.git:
+            raise ValueError("repo.commit needs repo.git (a URL or server path of a git repo)")
+        return self
+
+
+class Limits(_Model):
+    """Per-task resource limits. Hitting one gives ``oom`` (memory) or ``resource_limit``."""
+
+    memory_mb: int = Field(1024, ge=16, le=1 << 20, description="Memory cap of the task's tree.")
+    pids: int = Field(256, ge=4, le=1 << 16, description="Process/thread cap of the task's tree.")
+    output_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 28, description="Cap per stream; head and tail are kept."
+    )
+    disk_mb: int = Field(
+        512, ge=1, le=1 << 20, description="Workspace size cap (also max file size)."
+    )
+    inodes: int = Field(100_000, ge=100, le=1 << 26, description="Max files in the workspace.")
+    cpu_s: int = Field(600, ge=1, le=86_400, description="RLIMIT_CPU of each process (seconds).")
+    open_files: int = Field(1024, ge=16, le=1 << 20, description="RLIMIT_NOFILE.")
+
+
+class FunctionCase(_Model):
+    """One call of a function-level grader; ``expected`` never enters the sandbox."""
+
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    expected: Any = None
+
+
+class FunctionTests(_Model):
+    """Call ``module.function`` on each case inside the sandbox; the JSON-serialised return
+    values are compared with ``expected`` in the trusted service (threat 17: an object whose
+    ``__eq__`` always returns True serialises as what it is, not as what it claims)."""
+
+    module: str = Field(..., description="Importable module in the workspace, e.g. 'solution'.")
+    function: str
+    cases: list[FunctionCase] = Field(..., min_length=1)
+
+
+class TestsSpec(_Model):
+    """Held-out tests, identified by pytest node ids relative to the repository root."""
+
+    __test__ = False
+    fail_to_pass: list[str] = Field(default_factory=list)
+    pass_to_pass: list[str] = Field(default_factory=list)
+    runner: Literal["pytest", "plain"] = Field(
+        "pytest",
+        description="'pytest', or 'plain': a minimal runner for fixture-free `test_*` functions "
+        "(file.py::name ids), ~10x cheaper to start.",
+    )
+
+    @model_validator(mode="after")
+    def _some(self) -> TestsSpec:
+        if not self.fail_to_pass and not self.pass_to_pass:
+            raise ValueError("tests: give at least one id in fail_to_pass or pass_to_pass")
+        return self
+
+
+class Task(_Model):
+    """One evaluation: apply ``patch`` to ``repo``, restore held-out tests, run them."""
+
+    repo: RepoSpec = Field(default_factory=RepoSpec)
+    patch: str = Field("", description="Unified diff (git style) written by the policy.")
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Untrusted files written like a patch (path -> content), e.g. a solution.",
+    )
+    test_files: dict[str, str] = Field(
+        default_factory=dict, description="Held-out files (path -> content), force-restored."
+    )
+    test_patch: str = Field("", description="Trusted diff adding/changing tests, applied last.")
+    test_command: str | None = Field(
+        None, description="Shell command; verdict by exit code (use `tests` for per-test results)."
+    )
+    tests: TestsSpec | None = None
+    function_tests: FunctionTests | None = None
+    setup_command: str | None = Field(None, description="Trusted command run before the patch.")
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    limits: Limits = Field(default_factory=Limits)
+    network: bool = Field(False, description="Give the task a network (needs --allow-network).")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed back untouched.")
+
+    @model_validator(mode="after")
+    def _how_to_test(self) -> Task:
+        modes = [m for m in ("test_command", "tests", "function_tests") if getattr(self, m)]
+        if len(modes) != 1:
+            raise ValueError(
+                "task: give exactly one of test_command, tests, function_tests "
+                f"(got {modes or 'none'})"
+            )
+        return self
+
+
+class Timings(_Model):
+    queue_s: float = 0.0
+    setup_s: float = 0.0
+    apply_s: float = 0.0
+    test_s: float = 0.0
+    total_s: float = 0.0
+
+
+class Usage(_Model):
+    """Resource usage of the test phase (``None`` where the platform cannot tell)."""
+
+    max_rss_mb: float | None = None
+    cpu_s: float | None = None
+    pids_peak: int | None = None
+    memory_peak_mb: float | None = None
+
+
+class TaskResult(_Model):
+    task_id: str = ""
+    verdict: Verdict
+    resolved: bool = False
+    tests: dict[str, TestOutcome] = Field(default_factory=dict)
+    tests_tampered: bool = False
+    tamper_paths: list[str] = Field(default_factory=list)
+    patch_applied: bool = False
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    detail: str = Field("", description="Human-readable reason for the verdict.")
+    timings: Timings = Field(default_factory=Timings)
+    usage: Usage = Field(default_factory=Usage)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout_truncated or self.stderr_truncated
+
+    @classmethod
+    def infra(
+        cls, detail: str, task_id: str = "", metadata: dict[str, Any] | None = None
+    ) -> TaskResult:
+        return cls(
+            task_id=task_id, verdict=Verdict.infra_error, detail=detail, metadata=metadata or {}
+        )
+
+
+class TaskStatus(_Model):
+    task_id: str
+    state: TaskState
+    verdict: Verdict | None = None
+
+
+class Submitted(_Model):
+    task_id: str
+
+
+class SessionCreate(_Model):
+    repo: RepoSpec = Field(default_factory=RepoSpec)
+    limits: Limits = Field(default_factory=Limits)
+    ttl_s: float = Field(
+        600.0, gt=0, le=86_400, description="Idle time before the session is reaped."
+    )
+    network: bool = False
+    setup_command: str | None = None
+
+
+class SessionInfo(_Model):
+    session_id: str
+    ttl_s: float
+
+
+class ExecRequest(_Model):
+    command: str
+    timeout_s: float = Field(30.0, gt=0, le=3600)
+    cwd: str = Field(".", description="Relative to the workspace root.")
+
+
+class ExecResult(_Model):
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+    verdict: Verdict | None = Field(None, description="Set when a limit was hit.")
+    duration_s: float = 0.0
+
+
+class FinishRequest(_Model):
+    """Evaluate the session's workspace in a fresh sandbox: the same fields as a task's tests."""
+
+    test_files: dict[str, str] = Field(default_factory=dict)
+    test_patch: str = ""
+    test_command: str | None = None
+    tests: TestsSpec | None = None
+    function_tests: FunctionTests | None = None
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    limits: Limits | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Health(_Model):
+    status: Literal["ok", "draining"]
+    version: str
+    workers: int
+    running: int
+    queued: int
+    isolation: dict[str, Any]
+
+
+JsonDict = Annotated[dict[str, Any], Field(default_factory=dict)]

@@ -1,0 +1,265 @@
+"""Multi-turn sessions: a persistent workspace an agent drives through ``exec`` and files.
+
+Every ``exec`` is a fresh jail over the session's workspace (nothing of the agent keeps
+running between calls, so the service's file operations cannot be raced). ``finish`` never
+trusts that workspace: it computes the diff against the base tree (regular files only; new
+symlinks are refused) and evaluates it like a one-shot patch in a *fresh* sandbox with the
+held-out tests. Sessions idle for longer than their ``ttl_s`` are reaped.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dockyard.sandbox.executor import ApplyFn, Context, execute
+from dockyard.sandbox.jail import JailSpec
+from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.models import (
+    ExecRequest,
+    ExecResult,
+    FinishRequest,
+    SessionCreate,
+    Task,
+    TaskResult,
+    Verdict,
+)
+from dockyard.sandbox.paths import (
+    UnsafePath,
+    check_rel,
+    force_write,
+    read_confined,
+    remove_any,
+    resolve_in,
+)
+from dockyard.sandbox.toolchain import WORKSPACE
+
+MAX_FILE_BYTES = 16 << 20
+_SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
+
+
+class SessionNotFound(KeyError):
+    pass
+
+
+@dataclass
+class Session:
+    id: str
+    spec: SessionCreate
+    uid: int
+    ws: Path
+    base: Path
+    last_used: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _walk(root: Path) -> dict[str, str]:
+    """rel path -> kind ('f' regular, 'l' symlink, 'o' other) for everything outside _SKIP_DIRS."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel_dir = os.path.relpath(dirpath, root)
+        keep = []
+        for d in dirnames:
+            p = os.path.join(dirpath, d)
+            if d in _SKIP_DIRS:
+                continue
+            if os.path.islink(p):
+                out[os.path.normpath(os.path.join(rel_dir, d))] = "l"
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for f in filenames:
+            if f.endswith(".pyc"):
+                continue
+            mode = os.lstat(os.path.join(dirpath, f)).st_mode
+            kind = "f" if stat.S_ISREG(mode) else "l" if stat.S_ISLNK(mode) else "o"
+            out[os.path.normpath(os.path.join(rel_dir, f))] = kind
+    return out
+
+
+def tree_diff_apply_fn(base: Path, ws: Path, max_bytes: int) -> ApplyFn:
+    """Read the session workspace's changes against ``base`` now; return a function that
+    writes them into a fresh workspace (raising UnsafePath for symlinks or oversize diffs)."""
+    b, w = _walk(base), _walk(ws)
+    changed: dict[str, bytes] = {}
+    deleted = [rel for rel in b if rel not in w]
+    total = 0
+    for rel, kind in w.items():
+        check_rel(rel)
+        if kind == "l":
+            if b.get(rel) == "l" and os.readlink(base / rel) == os.readlink(ws / rel):
+                continue
+            raise UnsafePath(f"the workspace has a new or changed symlink {rel!r}: refused")
+        if kind != "f":
+            continue
+        data = read_confined(ws, rel, max_bytes)
+        if b.get(rel) == "f" and (base / rel).read_bytes() == data:
+            continue
+        total += len(data)
+        if total > max_bytes:
+            raise UnsafePath(f"workspace diff exceeds {max_bytes} bytes")
+        changed[rel] = data
+
+    def apply(fresh: Path, uid: int) -> list[str]:
+        for rel in deleted:
+            remove_any(resolve_in(fresh, rel))
+        for rel, data in changed.items():
+            resolve_in(fresh, rel)
+            force_write(fresh, rel, data, uid=uid, gid=uid, mode=0o644)
+        return [*deleted, *changed]
+
+    return apply
+
+
+class SessionManager:
+    def __init__(self, ctx: Context, max_sessions: int = 256):
+        self.ctx = ctx
+        self.max_sessions = max_sessions
+        self.sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def create(self, spec: SessionCreate) -> Session:
+        if spec.network and not self.ctx.allow_network:
+            raise ValueError("network: the service runs without --allow-network")
+        with self._lock:
+            if len(self.sessions) >= self.max_sessions:
+                raise OverflowError(f"too many live sessions ({self.max_sessions})")
+        uid = self.ctx.uids.acquire()
+        ws: Path | None = None
+        try:
+            base = self.ctx.cache.get(spec.repo)
+            sid = uuid.uuid4().hex
+            ws = self.ctx.workspaces.create(
+                f"s-{sid[:16]}", uid, spec.limits.disk_mb, spec.limits.inodes
+            )
+            self.ctx.cache.copy_to(base, ws, uid)
+            s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base)
+            if spec.setup_command:
+                r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
+                if r.exit_code != 0:
+                    raise RuntimeError(
+                        f"setup_command failed (exit {r.exit_code}): {r.stderr[-2000:]}"
+                    )
+        except BaseException:
+            if ws is not None:
+                self.ctx.workspaces.destroy(ws)
+            self.ctx.uids.release(uid)
+            raise
+        with self._lock:
+            self.sessions[sid] = s
+        return s
+
+    def get(self, sid: str) -> Session:
+        s = self.sessions.get(sid)
+        if s is None:
+            raise SessionNotFound(sid)
+        s.last_used = time.monotonic()
+        return s
+
+    def _jail(self, s: Session, command: str, timeout_s: float, cwd: str):  # -> JailOutcome
+        spec = JailSpec(
+            argv=["/bin/sh", "-c", command],
+            workspace=s.ws,
+            uid=s.uid,
+            limits=s.spec.limits,
+            timeout_s=timeout_s,
+            network=s.spec.network,
+            cwd=cwd,
+            name=f"s-{uuid.uuid4().hex[:12]}",
+        )
+        return jail_run(spec, self.ctx.probe)
+
+    def exec(self, sid: str, req: ExecRequest) -> ExecResult:
+        s = self.get(sid)
+        cwd = WORKSPACE if req.cwd in ("", ".", "./") else f"{WORKSPACE}/{check_rel(req.cwd)}"
+        if cwd != WORKSPACE:
+            p = resolve_in(s.ws, req.cwd)
+            if not p.is_dir():
+                raise UnsafePath(f"cwd {req.cwd!r} is not a directory in the workspace")
+        with s.lock:
+            o = self._jail(s, req.command, req.timeout_s, cwd)
+            s.last_used = time.monotonic()
+        verdict = None
+        if o.oom:
+            verdict = Verdict.oom
+        elif o.pids_limit or self.ctx.workspaces.full(s.ws):
+            verdict = Verdict.resource_limit
+        elif o.timed_out:
+            verdict = Verdict.timeout
+        return ExecResult(
+            exit_code=o.exit_code,
+            stdout=o.stdout,
+            stderr=o.stderr,
+            stdout_truncated=o.stdout_truncated,
+            stderr_truncated=o.stderr_truncated,
+            timed_out=o.timed_out,
+            verdict=verdict,
+            duration_s=o.duration_s,
+        )
+
+    def put_file(self, sid: str, path: str, data: bytes) -> None:
+        s = self.get(sid)
+        if len(data) > MAX_FILE_BYTES:
+            raise UnsafePath(f"file of {len(data)} bytes is over the {MAX_FILE_BYTES}-byte cap")
+        with s.lock:
+            resolve_in(s.ws, path)
+            force_write(s.ws, path, data, uid=s.uid, gid=s.uid, mode=0o644)
+
+    def get_file(self, sid: str, path: str) -> bytes:
+        s = self.get(sid)
+        with s.lock:
+            return read_confined(s.ws, path, MAX_FILE_BYTES)
+
+    def finish(self, sid: str, req: FinishRequest) -> TaskResult:
+        s = self.get(sid)
+        limits = req.limits or s.spec.limits
+        with s.lock:
+            try:
+                apply_fn = tree_diff_apply_fn(s.base, s.ws, limits.disk_mb << 20)
+            except UnsafePath as e:
+                return TaskResult(
+                    verdict=Verdict.patch_rejected, detail=str(e), metadata=req.metadata
+                )
+        task = Task(
+            repo=s.spec.repo,
+            test_files=req.test_files,
+            test_patch=req.test_patch,
+            test_command=req.test_command,
+            tests=req.tests,
+            function_tests=req.function_tests,
+            timeout_s=req.timeout_s,
+            limits=limits,
+            network=s.spec.network,
+            metadata=req.metadata,
+        )
+        return execute(task, self.ctx, task_id=f"session-{sid}", apply_fn=apply_fn)
+
+    def delete(self, sid: str) -> bool:
+        with self._lock:
+            s = self.sessions.pop(sid, None)
+        if s is None:
+            return False
+        with s.lock:
+            self.ctx.workspaces.destroy(s.ws)
+            self.ctx.uids.release(s.uid)
+        return True
+
+    def reap(self) -> list[str]:
+        now = time.monotonic()
+        expired = [
+            sid
+            for sid, s in list(self.sessions.items())
+            if now - s.last_used > s.spec.ttl_s and not s.lock.locked()
+        ]
+        for sid in expired:
+            self.delete(sid)
+        return expired
+
+    def close(self) -> None:
+        for sid in list(self.sessions):
+            self.delete(sid)

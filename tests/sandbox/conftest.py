@@ -1,0 +1,34 @@
+"""Fixtures for the sandbox suite: one real service (real bwrap, real cgroups) per module.
+
+``sandbox_service`` starts ``dockyard-sandbox serve`` on a free loopback port with
+:func:`dockyard.sandbox.launch.start_service`; ``sandbox`` is a sync client to it. Other
+packages' tests can copy these two fixtures.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from dockyard.sandbox.client import SandboxClient
+from dockyard.sandbox.launch import ServiceHandle, start_service
+
+
+def _need_bwrap() -> None:
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is not installed: apt-get install -y bubblewrap")
+
+
+@pytest.fixture(scope="module")
+def sandbox_service() -> Iterator[ServiceHandle]:
+    _need_bwrap()
+    with start_service(workers=2) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def sandbox(sandbox_service: ServiceHandle) -> Iterator[SandboxClient]:
+    with sandbox_service.client() as c:
+        yield c
