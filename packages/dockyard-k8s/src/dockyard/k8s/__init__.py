@@ -1,1 +1,40 @@
-"""dockyard.k8s."""
+"""dockyard.k8s: render and validate Kubernetes (KubeRay) deployments offline; Slurm launcher.
+
+Python API (the CLI, ``dockyard-k8s``, is a thin layer over it)::
+
+    from dockyard.k8s import render_files, write_manifests, validate_objects
+    objects = render_files("recipe.yaml", "infra.yaml")      # list of Kubernetes objects (dicts)
+    report = validate_objects(objects, kubernetes_version="1.31")
+    write_manifests(objects, "out/")
+
+Depends on pydantic, pyyaml, jsonschema and kubernetes-validate only: no dockyard-core, torch,
+JAX, vLLM or Ray. The dockyard config is read as YAML (``defaults:`` chains and dotted
+overrides resolved the same way the trainer does).
+"""
+
+from dockyard.k8s.build import (
+    build_context,
+    load_infra,
+    load_recipe,
+    render,
+    render_files,
+    resolve_config,
+    write_manifests,
+)
+from dockyard.k8s.errors import SpecError, SpecErrors
+from dockyard.k8s.validate import Report, validate_dir, validate_objects
+
+__all__ = [
+    "Report",
+    "SpecError",
+    "SpecErrors",
+    "build_context",
+    "load_infra",
+    "load_recipe",
+    "render",
+    "render_files",
+    "resolve_config",
+    "validate_dir",
+    "validate_objects",
+    "write_manifests",
+]
