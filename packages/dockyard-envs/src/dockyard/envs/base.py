@@ -1,0 +1,31 @@
+"""What every dockyard environment shares: reward configuration and shaping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dockyard.core.interfaces.environment import Environment, StepResult
+from dockyard.envs.rewards import RewardConfig, approx_token_count, shape
+
+
+class BaseEnvironment(Environment):
+    """An :class:`~dockyard.core.interfaces.Environment` with a :class:`RewardConfig`.
+
+    Args:
+        reward: reward mode, format bonus, invalid-action penalty, DAPO overlong settings.
+        count_tokens: counts a response's tokens for overlong shaping (pass the policy
+            tokenizer's ``lambda s: len(tok.encode(s))``; the default estimates 4 chars/token).
+    """
+
+    name: str = "base"
+
+    def __init__(
+        self,
+        reward: RewardConfig | None = None,
+        count_tokens: Callable[[str], int] = approx_token_count,
+    ) -> None:
+        self.reward = reward or RewardConfig()
+        self.count_tokens = count_tokens
+
+    def _shape(self, result: StepResult, response: str) -> StepResult:
+        return shape(result, response, self.reward, self.count_tokens)

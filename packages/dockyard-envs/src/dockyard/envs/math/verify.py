@@ -1,0 +1,114 @@
+"""Check a mathematical answer with math-verify, under a hard timeout.
+
+math-verify's own timeouts use ``SIGALRM``, which Python allows only in the main thread; an
+environment inside a Ray actor (or any worker thread) runs elsewhere. So:
+
+* on the main thread, math-verify's signal-based timeout is used (cheap);
+* on any other thread, the check runs in a one-process pool with math-verify's signals off; on
+  timeout the pool is killed and replaced, so a pathological expression costs at most
+  ``timeout_s`` and never wedges the actor. The pool *forks* (after importing math-verify here)
+  so the child starts with sympy loaded: a fresh interpreter pays seconds to import it. A child
+  that deadlocks on a lock inherited from another thread is just another timeout: killed and
+  replaced.
+
+A timeout is *not* an infrastructure failure: the answer could not be shown equal, so it scores
+0, and ``timed_out`` is reported for the metrics.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import threading
+from dataclasses import dataclass
+
+
+@dataclass
+class Verdict:
+    correct: bool
+    timed_out: bool = False
+    error: str | None = None
+
+
+def _wrap(s: str) -> str:
+    s = s.strip()
+    if s.startswith("$") and s.endswith("$"):
+        s = s.strip("$")
+    return "\\boxed{" + s + "}"
+
+
+def _check(gold: str, pred: str, timeout: int | None) -> bool:
+    from math_verify import parse, verify
+
+    g = parse(_wrap(gold), parsing_timeout=timeout)  # type: ignore[arg-type]
+    p = parse(_wrap(pred), parsing_timeout=timeout)  # type: ignore[arg-type]
+    if not g or not p:
+        return gold.strip() == pred.strip()
+    return bool(verify(g, p, timeout_seconds=timeout))
+
+
+def _check_in_worker(gold: str, pred: str) -> bool:
+    import logging
+
+    # signals are off here on purpose (the parent enforces the budget): silence the reminder
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    return _check(gold, pred, None)
+
+
+class MathVerifier:
+    """``MathVerifier(timeout_s=5).check(gold, pred) -> Verdict``; thread- and actor-safe."""
+
+    def __init__(self, timeout_s: float = 5.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"math verifier timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self._pool: cf.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def check(self, gold: str, pred: str | None) -> Verdict:
+        if pred is None or not pred.strip():
+            return Verdict(False)
+        if threading.current_thread() is threading.main_thread():
+            from math_verify.errors import TimeoutException
+
+            try:
+                return Verdict(_check(gold, pred, max(1, round(self.timeout_s))))
+            except TimeoutException:
+                return Verdict(False, timed_out=True)
+            except Exception as e:
+                return Verdict(False, error=f"{type(e).__name__}: {e}")
+        return self._check_off_main(gold, pred)
+
+    def _check_off_main(self, gold: str, pred: str) -> Verdict:
+        with self._lock:
+            if self._pool is None:
+                import math_verify  # noqa: F401 - imported before the fork, inherited by the child
+
+                pool = cf.ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
+                # warm up outside the per-check budget
+                pool.submit(_check_in_worker, "1", "1").result(timeout=120)
+                self._pool = pool
+            pool = self._pool
+        fut = pool.submit(_check_in_worker, gold, pred)
+        try:
+            return Verdict(bool(fut.result(timeout=self.timeout_s)))
+        except cf.TimeoutError:
+            self._kill(pool)
+            return Verdict(False, timed_out=True)
+        except cf.process.BrokenProcessPool as e:
+            self._kill(pool)
+            return Verdict(False, error=f"verifier process died: {e}")
+        except Exception as e:
+            return Verdict(False, error=f"{type(e).__name__}: {e}")
+
+    def _kill(self, pool: cf.ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        for p in list(getattr(pool, "_processes", {}).values()):
+            p.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._kill(self._pool)
