@@ -1,0 +1,175 @@
+"""Model configuration read from a Hugging Face ``config.json`` (Qwen2, Qwen3, Llama).
+
+Only what the forward pass needs is kept; the raw dict is kept too so that an exported model
+writes back the very ``config.json`` it was loaded from. RoPE parameters are read in both the
+transformers-5 form (``rope_parameters: {rope_type, rope_theta, ...}``) and the older one
+(top-level ``rope_theta`` plus ``rope_scaling: {type|rope_type, factor, ...}``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FAMILIES = ("qwen2", "qwen3", "llama")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """RoPE as transformers defines it (``modeling_rope_utils.ROPE_INIT_FUNCTIONS``).
+
+    Attributes:
+        rope_type: ``default``, ``linear`` (θ_i / factor), ``dynamic`` (NTK base growth past
+            ``max_position_embeddings``), ``llama3`` (banded wavelength scaling) or ``yarn``.
+        theta: the base θ of ``inv_freq_i = θ^(-2i/d)``.
+        factor: the scaling factor (all scaled types).
+        low_freq_factor, high_freq_factor: llama3 band edges.
+        original_max_position_embeddings: the pre-training context (llama3, yarn).
+        attention_factor, beta_fast, beta_slow, mscale, mscale_all_dim, truncate: yarn.
+    """
+
+    rope_type: str = "default"
+    theta: float = 10000.0
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int | None = None
+    attention_factor: float | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The decoder-only transformer shared by Qwen2, Qwen3 and Llama.
+
+    Family differences are flags: Qwen2 has q/k/v biases (``qkv_bias``), Qwen3 RMS-normalises
+    q and k per head (``qk_norm``), Llama may have ``attention_bias`` (q/k/v/o) and ``mlp_bias``.
+    """
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    hf_config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def num_kv_groups(self) -> int:
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """Build from a parsed ``config.json``; unsupported features fail naming the key."""
+        family = d.get("model_type")
+        if family not in FAMILIES:
+            raise ValueError(
+                f"config.json: model_type={family!r} is not supported by dockyard.jax; "
+                f"supported: {', '.join(FAMILIES)}"
+            )
+        act = d.get("hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"config.json: hidden_act={act!r} is not supported (only 'silu')")
+        if family in ("qwen2", "qwen3") and d.get("use_sliding_window"):
+            raise ValueError(
+                "config.json: use_sliding_window=true is not supported by dockyard.jax; "
+                "set it to false (Qwen2/Qwen3 checkpoints train with full attention)"
+            )
+        if family == "llama" and d.get("pretraining_tp", 1) not in (1, None):
+            raise ValueError("config.json: pretraining_tp must be 1 for dockyard.jax")
+        heads = int(d["num_attention_heads"])
+        kv_heads = int(d.get("num_key_value_heads") or heads)
+        if heads % kv_heads:
+            raise ValueError(
+                f"config.json: num_attention_heads={heads} is not a multiple of "
+                f"num_key_value_heads={kv_heads}"
+            )
+        hidden = int(d["hidden_size"])
+        head_dim = int(d.get("head_dim") or hidden // heads)
+        attn_bias = bool(d.get("attention_bias", False))
+        return cls(
+            family=family,
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(d["intermediate_size"]),
+            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            rope=_rope_from_hf(d),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            qkv_bias=True if family == "qwen2" else attn_bias,
+            o_bias=False if family == "qwen2" else attn_bias,
+            mlp_bias=bool(d.get("mlp_bias", False)) if family == "llama" else False,
+            qk_norm=family == "qwen3",
+            hf_config=dict(d),
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> ModelConfig:
+        """Read ``<path>/config.json``."""
+        p = Path(path) / "config.json"
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} not found: point the model path at a Hugging Face folder")
+        return cls.from_hf_dict(json.loads(p.read_text()))
+
+
+def _rope_from_hf(d: dict[str, Any]) -> RopeConfig:
+    params = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
+    if params and any(isinstance(v, dict) for v in params.values()):
+        raise ValueError("config.json: per-layer-type rope_parameters are not supported")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(
+            f"config.json: rope_type={rope_type!r} is not supported; supported: "
+            f"{', '.join(ROPE_TYPES)}"
+        )
+    theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
+    orig = params.get("original_max_position_embeddings")
+    if rope_type in ("llama3", "yarn") and orig is None:
+        orig = d.get("original_max_position_embeddings", d.get("max_position_embeddings"))
+    if rope_type != "default" and params.get("factor") is None and rope_type != "yarn":
+        raise ValueError(
+            f"config.json: rope_parameters.factor is required for rope_type={rope_type!r}"
+        )
+    partial = float(params.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0)))
+    if partial != 1.0:
+        raise ValueError(
+            "config.json: partial_rotary_factor != 1 is not supported by these families"
+        )
+    factor = params.get("factor")
+    if factor is None:  # yarn without factor: max_position_embeddings / original
+        factor = d.get("max_position_embeddings", 1) / orig if orig else 1.0
+    return RopeConfig(
+        rope_type=rope_type,
+        theta=float(theta),
+        factor=float(factor),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position_embeddings=int(orig) if orig is not None else None,
+        attention_factor=params.get("attention_factor"),
+        beta_fast=params.get("beta_fast"),
+        beta_slow=params.get("beta_slow"),
+        mscale=params.get("mscale"),
+        mscale_all_dim=params.get("mscale_all_dim"),
+        truncate=bool(params.get("truncate", True)),
+    )

@@ -1,0 +1,75 @@
+"""Fixtures for dockyard.jax tests: tiny random Hugging Face models saved to a temp folder.
+
+Models are built with transformers directly (random init, no hub). Every parameter — norms and
+biases included — is re-drawn at random so that a wrong name-map row shows up in the logits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+FAMILY_BASE: dict[str, dict[str, Any]] = {
+    "qwen2": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 64},
+    "qwen3": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 24, "max_position_embeddings": 64},
+    "llama": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 64},
+}  # fmt: skip
+
+
+def build_hf_model(path: Path, family: str, seed: int = 0, **overrides: Any):
+    """Save a random tiny ``family`` model to ``path``; returns the torch model (eval, fp32)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    classes = {
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+    }
+    config_cls, model_cls = classes[family]
+    config = config_cls(**{**FAMILY_BASE[family], **overrides})
+    torch.manual_seed(seed)
+    model = model_cls(config).float().eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+    model.save_pretrained(path)
+    return model
+
+
+def random_batch(vocab: int, lengths: list[int], T: int, seed: int = 0):
+    """Right-padded ``(input_ids [B, T] int64, attention_mask [B, T] bool)``."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), T), np.int64)
+    mask = np.zeros((len(lengths), T), bool)
+    for b, n in enumerate(lengths):
+        ids[b, :n] = rng.integers(1, vocab, n)
+        mask[b, :n] = True
+    return ids, mask
+
+
+@pytest.fixture
+def make_batch():
+    """:func:`random_batch` (test modules cannot import conftest under importlib mode)."""
+    return random_batch
+
+
+@pytest.fixture
+def hf_model_factory(tmp_path: Path):
+    def make(family: str, name: str = "model", **overrides: Any):
+        path = tmp_path / name
+        return path, build_hf_model(path, family, **overrides)
+
+    return make

@@ -1,0 +1,70 @@
+"""NNX Qwen2 / Qwen3 / Llama logits equal transformers' on random tiny models (fp32)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dockyard.jax.models import apply, load_hf_model
+
+torch = pytest.importorskip("torch")
+
+CASES = {
+    "qwen2-untied": ("qwen2", {}),
+    "qwen2-tied": ("qwen2", {"tie_word_embeddings": True}),
+    "qwen3-qknorm": ("qwen3", {}),
+    "qwen3-tied": ("qwen3", {"tie_word_embeddings": True}),
+    "llama-default": ("llama", {}),
+    "llama-bias": ("llama", {"attention_bias": True, "mlp_bias": True}),
+    "llama-llama3": (
+        "llama",
+        {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8}},
+    ),
+    "llama-linear": ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0,
+                                                   "factor": 2.0}}),
+    # max_position_embeddings < T: the dynamic NTK base actually grows in this forward.
+    "llama-dynamic": ("llama", {"max_position_embeddings": 12,
+                                "rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0,
+                                                    "factor": 2.0}}),
+    "qwen2-yarn": ("qwen2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0,
+                                                 "factor": 4.0,
+                                                 "original_max_position_embeddings": 16}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_match_transformers(case: str, hf_model_factory, make_batch) -> None:
+    family, overrides = CASES[case]
+    path, hf = hf_model_factory(family, **overrides)
+    ids, mask = make_batch(96, [20, 13, 1], T=20, seed=1)
+    with torch.no_grad():
+        want = hf(
+            input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask).long()
+        ).logits.numpy()
+    cfg, graphdef, params = load_hf_model(path)
+    assert cfg.family == family
+    got = np.asarray(apply(graphdef, params, jnp.asarray(ids), jnp.asarray(mask)))
+    assert got.shape == want.shape
+    assert np.abs(want[mask]).max() > 0.1  # a real signal, not all zeros
+    np.testing.assert_allclose(got[mask], want[mask], rtol=1e-5, atol=2e-5)
+
+
+def test_rope_scaling_changes_logits(hf_model_factory, make_batch) -> None:
+    """The scaled-RoPE cases are not vacuous: the same weights give other logits by default."""
+    path, _ = hf_model_factory(
+        "llama", rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0}
+    )
+    cfg, graphdef, params = load_hf_model(path)
+    ids, mask = make_batch(96, [20], T=20)
+    scaled = apply(graphdef, params, jnp.asarray(ids), jnp.asarray(mask))
+    import dataclasses
+
+    from dockyard.jax.models import RopeConfig, abstract_model
+
+    plain = dataclasses.replace(cfg, rope=RopeConfig(theta=1e4))
+    graphdef2, _ = abstract_model(plain)
+    unscaled = apply(graphdef2, params, jnp.asarray(ids), jnp.asarray(mask))
+    assert float(jnp.abs(scaled - unscaled).max()) > 1e-3

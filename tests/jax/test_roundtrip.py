@@ -1,0 +1,68 @@
+"""HF → NNX → HF is the identity, through the one name map, for every family."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from dockyard.jax.models import ModelConfig, iter_hf_weights, load_hf_model, name_map, save_hf
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides"),
+    [("qwen2", {}), ("qwen3", {"tie_word_embeddings": True}),
+     ("llama", {"attention_bias": True, "mlp_bias": True})],
+)  # fmt: skip
+def test_hf_nnx_hf_identical(family, overrides, hf_model_factory, tmp_path) -> None:
+    path, _ = hf_model_factory(family, **overrides)
+    original = load_file(str(path / "model.safetensors"))
+    cfg, _, params = load_hf_model(path)
+    exported = dict(iter_hf_weights(cfg, params))
+    assert list(exported) == [e.hf_name for e in name_map(cfg)]
+    assert set(exported) == set(original)
+    for name, array in original.items():
+        assert exported[name].dtype == array.dtype, name
+        assert exported[name].shape == array.shape, name
+        assert exported[name].tobytes() == array.tobytes(), name
+
+
+def test_save_hf_loads_in_transformers(hf_model_factory, make_batch, tmp_path) -> None:
+    transformers = pytest.importorskip("transformers")
+    path, hf = hf_model_factory("qwen2")
+    cfg, _, params = load_hf_model(path)
+    save_hf(cfg, params, tmp_path / "out")
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    ids, mask = make_batch(96, [9, 5], T=9)
+    with torch.no_grad():
+        a = hf(input_ids=torch.from_numpy(ids)).logits.numpy()
+        b = reloaded(input_ids=torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_array_equal(a, b)
+    assert ModelConfig.from_pretrained(tmp_path / "out") == cfg
+
+
+def test_bad_checkpoint_names_the_tensor(hf_model_factory, tmp_path) -> None:
+    from safetensors.numpy import save_file
+
+    path, _ = hf_model_factory("llama")
+    tensors = load_file(str(path / "model.safetensors"))
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, str(path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.mlp\.up_proj\.weight"):
+        load_hf_model(path)
+
+
+def test_unsupported_model_type_is_named() -> None:
+    with pytest.raises(ValueError, match="model_type='gpt2'"):
+        ModelConfig.from_hf_dict({"model_type": "gpt2"})
+
+
+def test_dtype_export_bf16(hf_model_factory) -> None:
+    path, _ = hf_model_factory("llama")
+    cfg, _, params = load_hf_model(path)
+    name, arr = next(iter_hf_weights(cfg, params, dtype=jnp.bfloat16))
+    assert name == "model.embed_tokens.weight"
+    assert arr.dtype == jnp.bfloat16
