@@ -36,7 +36,7 @@ def test_save_hf_loads_in_transformers(hf_model_factory, make_batch, tmp_path) -
     cfg, _, params = load_hf_model(path)
     save_hf(cfg, params, tmp_path / "out")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    ids, mask = make_batch(96, [9, 5], T=9)
+    ids, _ = make_batch(96, [9, 5], T=9)
     with torch.no_grad():
         a = hf(input_ids=torch.from_numpy(ids)).logits.numpy()
         b = reloaded(input_ids=torch.from_numpy(ids)).logits.numpy()
