@@ -35,7 +35,9 @@ class ServiceHandle:
         token: str | None,
         tmp: tempfile.TemporaryDirectory[str],
         log_path: Path,
+        work_dir: Path,
     ):
+        self.work_dir = work_dir  # holds ws/ (workspaces), trusted/, cache/
         self.proc = proc
         self.url = url
         self.token = token
@@ -99,6 +101,7 @@ def start_service(
     """Start ``dockyard-sandbox serve`` in a subprocess and wait until it answers /healthz."""
     tmp = tempfile.TemporaryDirectory(prefix="dockyard-sandbox-launch-")
     d = Path(tmp.name)
+    work = Path(work_dir) if work_dir is not None else d / "work"
     if token is None and generate_token:
         token = secrets.token_urlsafe(32)
     args = [
@@ -117,7 +120,7 @@ def start_service(
         "--ready-file",
         str(d / "port"),
         "--work-dir",
-        str(work_dir or d / "work"),
+        str(work),
     ]
     if cache_dir is not None:
         args += ["--cache-dir", str(cache_dir)]
@@ -145,4 +148,4 @@ def start_service(
     bound = int((d / "port").read_text())
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
     httpx.get(f"{url}/healthz", timeout=10).raise_for_status()
-    return ServiceHandle(proc, url, token, tmp, log_path)
+    return ServiceHandle(proc, url, token, tmp, log_path, work)
