@@ -1,0 +1,142 @@
+"""The SWE environment: a response's unified diff is applied and held-out tests decide.
+
+Task: a shipped manifest (:mod:`dockyard.envs.swe.instance`) or a SWE-bench record
+(:mod:`dockyard.envs.swe.data`). Prompt: the problem statement, plus — in the ``oracle`` context
+mode (SWE-bench's "oracle retrieval") — the content of the file the gold patch edits.
+
+Score: :func:`~dockyard.envs.swe.patch.extract_patch` → one sandbox task (repo, patch,
+held-out test files force-restored, ``FAIL_TO_PASS`` + ``PASS_TO_PASS``) → ``reward/tests``:
+1 if resolved (``binary``) or the fraction of those tests passing (``fraction``);
+``reward/format`` when a diff was found. ``patch_rejected`` and ``tests_tampered`` verdicts
+score 0 and set ``integrity_violation``; sandbox infra errors are masked.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dockyard.core.interfaces.environment import StepResult
+from dockyard.envs.base import BaseEnvironment
+from dockyard.envs.rewards import FORMAT, TESTS, RewardConfig, approx_token_count
+from dockyard.envs.sandboxed import SandboxPool, verdict_to_step
+from dockyard.envs.swe.instance import Instance, materialize
+from dockyard.envs.swe.patch import extract_patch
+from dockyard.sandbox.models import Limits, RepoSpec, Task
+
+SWE_SYSTEM = (
+    "You are a software engineer fixing a bug in a Python repository. Reply with a unified diff "
+    "(git style: --- a/path, +++ b/path, @@ hunks) in one ```diff code block."
+)
+
+
+class SweEnvironment(BaseEnvironment):
+    """SWE-bench-style patch scoring through the sandbox (see the module docstring).
+
+    Args:
+        sandbox_urls: sandbox service URL(s), used round-robin.
+        context: ``oracle`` (include the buggy file in the prompt) or ``none``.
+        timeout_s: test-run wall-clock limit in the sandbox.
+        cache_size: materialised instances kept in memory (repo tarball, gold patch).
+    """
+
+    name = "swe"
+
+    def __init__(
+        self,
+        sandbox_urls: str | Sequence[str],
+        token: str | None = None,
+        reward: RewardConfig | None = None,
+        context: str = "oracle",
+        timeout_s: float = 60.0,
+        limits: Limits | None = None,
+        system_prompt: str = SWE_SYSTEM,
+        count_tokens: Callable[[str], int] = approx_token_count,
+        cache_size: int = 64,
+        max_wait_s: float = 120.0,
+    ) -> None:
+        super().__init__(reward, count_tokens)
+        if context not in ("oracle", "none"):
+            raise ValueError(f"swe context must be 'oracle' or 'none', got {context!r}")
+        self.pool = SandboxPool(sandbox_urls, token, max_wait_s=max_wait_s)
+        self.context = context
+        self.timeout_s = timeout_s
+        self.limits = limits or Limits(memory_mb=1024, pids=128)
+        self.system_prompt = system_prompt
+        self.cache_size = cache_size
+        self._cache: collections.OrderedDict[str, Instance] = collections.OrderedDict()
+
+    def instance(self, task: dict[str, Any]) -> Instance | None:
+        """The materialised manifest (cached), or None for a plain SWE-bench record."""
+        if "source" not in task:
+            return None
+        key = str(task["instance_id"])
+        inst = self._cache.get(key)
+        if inst is None:
+            inst = materialize(task)
+            self._cache[key] = inst
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return inst
+
+    def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
+        parts = [f"Repository: {task['repo']}\n\nIssue:\n{task['problem_statement']}"]
+        inst = self.instance(task)
+        if self.context == "oracle" and inst is not None:
+            src = inst.files[inst.source_file].decode("utf-8")
+            parts.append(f"File `{inst.source_file}`:\n```python\n{src}```")
+        parts.append("Write the patch that fixes the issue.")
+        return [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": "\n\n".join(parts)},
+        ]
+
+    def sandbox_task(self, task: dict[str, Any], patch: str) -> Task:
+        inst = self.instance(task)
+        tests = {
+            "fail_to_pass": list(task["FAIL_TO_PASS"]),
+            "pass_to_pass": list(task["PASS_TO_PASS"]),
+        }
+        meta = {"instance_id": str(task["instance_id"])}
+        if inst is not None:
+            return Task(
+                repo=RepoSpec(tarball=inst.tarball_b64()),
+                patch=patch,
+                test_files=inst.test_files,
+                tests=tests,
+                timeout_s=self.timeout_s,
+                limits=self.limits,
+                metadata=meta,
+            )
+        repo = RepoSpec(
+            path=task.get("repo_path"),
+            git=task.get("repo_git"),
+            commit=task.get("base_commit") if task.get("repo_git") else None,
+            tarball=task.get("repo_tarball"),
+        )
+        return Task(
+            repo=repo,
+            patch=patch,
+            test_patch=task.get("test_patch", ""),
+            tests=tests,
+            timeout_s=self.timeout_s,
+            limits=self.limits,
+            metadata=meta,
+        )
+
+    async def score(self, task: dict[str, Any], response: str) -> StepResult:
+        patch = extract_patch(response)
+        if not patch:
+            step = StepResult(
+                rewards={TESTS: 0.0, FORMAT: 0.0},
+                metadata={"verdict": "no_patch", "resolved": False, "integrity_violation": False},
+            )
+            return self._shape(step, response)
+        result = await self.pool.client().run_task(self.sandbox_task(task, patch))
+        step = verdict_to_step(result, self.reward.mode, instance_id=task.get("instance_id"))
+        if not step.infra_error:
+            step.rewards[FORMAT] = self.reward.format_weight
+        return self._shape(step, response)
