@@ -63,7 +63,7 @@ def format_validation_error(root: type[BaseModel], err: ValidationError) -> list
         elif kind == "union_tag_invalid":
             ctx = e.get("ctx") or {}
             problems.append(
-                f"{path}: unknown {ctx.get('discriminator', 'type')} {ctx.get('tag')!r}; "
+                f"{path}: unknown {str(ctx.get('discriminator', 'type')).strip(chr(39))} {ctx.get('tag')!r}; "
                 f"expected one of {ctx.get('expected_tags')}"
             )
         elif kind == "value_error":

@@ -7,7 +7,7 @@
   changes its ``type``/``name``, the child's mapping replaces the base's wholesale, so the
   base's keys for the old variant do not leak into the new one.
 * **References.** A string ``"${policy.max_total_sequence_length}"`` is replaced by the value
-  at that path of the merged config; ``"run-${grpo.seed}"`` interpolates it as text.
+  at that path of the merged config (or the schema default there); ``"run-${grpo.seed}"`` interpolates it as text.
 * **Overrides.** ``key.path=value`` strings (command line), applied after merging: the value is
   parsed as YAML, so ``32``, ``0.28``, ``true``, ``null``, ``[a, b]``, ``"quoted text"`` all work;
   ``~key.path`` deletes a key. Setting a union's tag (``loss_fn.type=cispo``) drops the other
@@ -146,12 +146,16 @@ def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[s
 
 
 def _lookup(data: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = data
-    for k in dotted.split("."):
-        if not isinstance(node, Mapping) or k not in node:
-            raise KeyError(dotted)
-        node = node[k]
-    return node
+    """The value at ``dotted`` in ``data``, else the schema default at that path."""
+    for source in (data, MasterConfig().model_dump(mode="json")):
+        node: Any = source
+        for k in dotted.split("."):
+            if not isinstance(node, Mapping) or k not in node:
+                break
+            node = node[k]
+        else:
+            return node
+    raise KeyError(dotted)
 
 
 def resolve_references(data: dict[str, Any]) -> dict[str, Any]:
