@@ -34,11 +34,14 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def problems(data=None, path=None, overrides=()) -> list[str]:
-    with pytest.raises(ConfigError) as e:
+    def go() -> None:
         if path is not None:
             load_config(path, overrides)
         else:
             config_from_dict(data)
+
+    with pytest.raises(ConfigError) as e:
+        go()
     return e.value.problems
 
 
