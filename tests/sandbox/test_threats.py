@@ -43,10 +43,12 @@ def test_row01_fork_bomb(sandbox: SandboxClient) -> None:
     other = sandbox.submit(cmd_task("echo fine"))
     r = sandbox.result(bomb, timeout_s=120)
     assert r.verdict == Verdict.resource_limit, r
-    assert r.usage.pids_peak is not None and r.usage.pids_peak <= 32
+    assert r.usage.pids_peak is not None
+    assert r.usage.pids_peak <= 32
     assert r.timings.test_s < 25  # stopped on the pids event, not by the wall clock
     ok = sandbox.result(other, timeout_s=120)
-    assert ok.verdict == Verdict.passed and ok.stdout == "fine\n"
+    assert ok.verdict == Verdict.passed
+    assert ok.stdout == "fine\n"
     assert no_leftovers() == []
 
 
@@ -92,7 +94,8 @@ def test_row04_endless_output_and_one_huge_line(
     before = rss_mb()
     r = sandbox.run_task(cmd_task("yes", timeout_s=3, output_bytes=65536))
     assert r.verdict == Verdict.timeout
-    assert r.stdout_truncated and r.truncated
+    assert r.stdout_truncated
+    assert r.truncated
     assert len(r.stdout) < 70_000
     line = (
         "import sys\nsys.stdout.write('HEAD-')\n"
@@ -108,8 +111,10 @@ def test_row04_endless_output_and_one_huge_line(
         )
     )
     assert r2.verdict == Verdict.passed, r2.detail
-    assert r2.stdout.startswith("HEAD-") and r2.stdout.endswith("-TAIL")
-    assert r2.stdout_truncated and "bytes omitted" in r2.stdout
+    assert r2.stdout.startswith("HEAD-")
+    assert r2.stdout.endswith("-TAIL")
+    assert r2.stdout_truncated
+    assert "bytes omitted" in r2.stdout
     assert rss_mb() - before < 100  # the service never held the stream
 
 
@@ -133,7 +138,8 @@ def test_row05_huge_file_and_many_small_files(
 def test_row06_daemon_holding_stdout(sandbox: SandboxClient) -> None:
     t0 = time.monotonic()
     r = sandbox.run_task(cmd_task("setsid nohup sh -c 'sleep 1000' & echo started", timeout_s=30))
-    assert r.verdict == Verdict.passed and r.stdout == "started\n"
+    assert r.verdict == Verdict.passed
+    assert r.stdout == "started\n"
     assert time.monotonic() - t0 < 15  # never waited for the daemon's EOF
     assert no_leftovers() == []
 
@@ -178,10 +184,14 @@ def test_row09_editing_deleting_and_planting_tests(sandbox: SandboxClient) -> No
         "+++ b/tests/test_calc.py\n@@ -0,0 +1,4 @@\n+def test_add():\n+    pass\n+def test_mul():\n+    pass\n"
     )
     r = sandbox.run_task(calc_task(patch=edit))
-    assert r.tests_tampered and "tests/test_calc.py" in r.tamper_paths
+    assert r.tests_tampered
+    assert "tests/test_calc.py" in r.tamper_paths
     assert (
-        r.verdict == Verdict.failed and not r.resolved
-    )  # the real test ran, and the bug is still there
+        r.verdict == Verdict.failed
+    )
+    assert (
+        not r.resolved
+    )
     # pre-creating a file that the trusted test_patch adds
     test_patch = (
         "diff --git a/tests/test_extra.py b/tests/test_extra.py\nnew file mode 100644\n--- /dev/null\n"
@@ -198,7 +208,8 @@ def test_row09_editing_deleting_and_planting_tests(sandbox: SandboxClient) -> No
             tests={"fail_to_pass": ["tests/test_extra.py::test_extra"]},
         )
     )
-    assert r2.tests_tampered and "tests/test_extra.py" in r2.tamper_paths
+    assert r2.tests_tampered
+    assert "tests/test_extra.py" in r2.tamper_paths
     assert r2.verdict == Verdict.failed  # the trusted test_extra ran (bug not fixed)
     # editing the held-out test at run time: it is read-only
     r3 = sandbox.run_task(
@@ -241,9 +252,8 @@ def test_row10_conftest_config_sitecustomize_pth_env(sandbox: SandboxClient) -> 
         + _add("evil.pth", "import os; os.environ['PWNED'] = '1'")
     )
     r = sandbox.run_task(calc_task(patch=patch))
-    assert r.verdict == Verdict.failed and not r.resolved, (
-        r
-    )  # "conftest rewrites all reports" scores 0
+    assert r.verdict == Verdict.failed, r  # "conftest rewrites all reports" scores 0
+    assert not r.resolved
     assert r.tests["tests/test_calc.py::test_add"] == "failed"
     assert r.tests_tampered
     assert {
@@ -257,7 +267,8 @@ def test_row10_conftest_config_sitecustomize_pth_env(sandbox: SandboxClient) -> 
     r2 = sandbox.run_task(
         calc_task(patch=_add("pyproject.toml", "[tool.pytest.ini_options]\naddopts = '-x --co'"))
     )
-    assert r2.tests_tampered and "pyproject.toml" in r2.tamper_paths
+    assert r2.tests_tampered
+    assert "pyproject.toml" in r2.tamper_paths
     assert r2.tests["tests/test_calc.py::test_add"] == "failed"
     # the environment is clean: no PYTEST_* variables and nothing of the service's
     env = sandbox.run_task(cmd_task("env | sort"))
@@ -287,7 +298,8 @@ def test_row10_conftest_config_sitecustomize_pth_env(sandbox: SandboxClient) -> 
 )
 def test_row11_exit_zero_and_skip_in_code_under_test(sandbox: SandboxClient, body: str) -> None:
     r = sandbox.run_task(calc_task(patch="", files={"calc/__init__.py": body}))
-    assert r.verdict == Verdict.failed and not r.resolved, r
+    assert r.verdict == Verdict.failed, r
+    assert not r.resolved
     assert r.tests["tests/test_calc.py::test_add"] in ("failed", "skipped", "missing", "error")
 
 
@@ -301,11 +313,15 @@ def test_row12_forged_passed_lines_and_report_records(sandbox: SandboxClient) ->
         "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
     )
     r = sandbox.run_task(calc_task(patch="", files={"calc/__init__.py": forge}))
-    assert r.verdict == Verdict.failed and not r.resolved, r
+    assert r.verdict == Verdict.failed, r
+    assert not r.resolved
     assert r.tests["tests/test_calc.py::test_add"] == "failed"
     assert (
-        r.tests_tampered and "<report>" in r.tamper_paths
-    )  # the forged record was seen and flagged
+        r.tests_tampered
+    )
+    assert (
+        "<report>" in r.tamper_paths
+    )
     exit0 = sandbox.run_task(
         calc_task(patch="", test_command="echo '2 passed'; exit 1", tests=None)
     )
@@ -352,15 +368,16 @@ def test_row13_other_tasks_secrets_history(tmp_path: Path) -> None:
             )
         )
         lines = hist.stdout.split("\n")
-        assert (
-            lines[0].strip() == "1" and "THE FIX" not in hist.stdout and lines[2].strip() == "0"
-        ), hist.stdout
+        assert lines[0].strip() == "1", hist.stdout
+        assert "THE FIX" not in hist.stdout
+        assert lines[2].strip() == "0", hist.stdout
         leak = c.run_task(
             Task(
                 test_command=f"cat /proc/1/environ; env; ls -a /tmp /workspace/..; cat {svc.log_path.parent}/token; cat /proc/self/environ; grep -rs {token} /tmp /workspace /opt; echo END"
             )
         )
-        assert token not in leak.stdout and token not in leak.stderr
+        assert token not in leak.stdout
+        assert token not in leak.stderr
         # another task's workspace is not visible
         secret = os.urandom(8).hex()
         holder = c.submit(Task(test_command=f"echo {secret} > mine.txt; sleep 4", timeout_s=30))
@@ -372,8 +389,12 @@ def test_row13_other_tasks_secrets_history(tmp_path: Path) -> None:
         )
         assert (
             peek.stdout.endswith("END\n")
-            and secret not in peek.stdout
-            and "/mine.txt" not in peek.stdout
+        )
+        assert (
+            secret not in peek.stdout
+        )
+        assert (
+            "/mine.txt" not in peek.stdout
         )
         assert c.result(holder, timeout_s=60).verdict == Verdict.passed
 
@@ -389,7 +410,9 @@ def test_row14_no_network(sandbox: SandboxClient, sandbox_service: ServiceHandle
     )
     r = sandbox.run_task(Task(files={"n.py": probe}, test_command="python3 n.py"))
     assert r.verdict == Verdict.passed, r
-    assert "['lo']" in r.stdout and "CONNECTED" not in r.stdout and "blocked" in r.stdout
+    assert "['lo']" in r.stdout
+    assert "CONNECTED" not in r.stdout
+    assert "blocked" in r.stdout
 
 
 def test_row15_kill_all_ptrace_trojans(
@@ -413,7 +436,8 @@ def test_row15_kill_all_ptrace_trojans(
         + _add("bin/python", "#!/bin/sh\nexit 0")
     )
     r = sandbox.run_task(calc_task(patch=trojan))
-    assert r.verdict == Verdict.failed and r.tests["tests/test_calc.py::test_add"] == "failed", r
+    assert r.verdict == Verdict.failed, r
+    assert r.tests["tests/test_calc.py::test_add"] == "failed"
 
 
 def test_row16_zip_slip_archives(sandbox: SandboxClient, tmp_path: Path) -> None:

@@ -32,8 +32,8 @@ CALC_FIX = """diff --git a/calc/__init__.py b/calc/__init__.py
  def add(a, b):
 -    return a - b
 +    return a + b
- 
- 
+
+
  def mul(a, b):
 """
 CALC_TEST_IDS = TestsSpec(
