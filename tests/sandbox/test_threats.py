@@ -186,12 +186,8 @@ def test_row09_editing_deleting_and_planting_tests(sandbox: SandboxClient) -> No
     r = sandbox.run_task(calc_task(patch=edit))
     assert r.tests_tampered
     assert "tests/test_calc.py" in r.tamper_paths
-    assert (
-        r.verdict == Verdict.failed
-    )
-    assert (
-        not r.resolved
-    )
+    assert r.verdict == Verdict.failed
+    assert not r.resolved
     # pre-creating a file that the trusted test_patch adds
     test_patch = (
         "diff --git a/tests/test_extra.py b/tests/test_extra.py\nnew file mode 100644\n--- /dev/null\n"
@@ -316,12 +312,8 @@ def test_row12_forged_passed_lines_and_report_records(sandbox: SandboxClient) ->
     assert r.verdict == Verdict.failed, r
     assert not r.resolved
     assert r.tests["tests/test_calc.py::test_add"] == "failed"
-    assert (
-        r.tests_tampered
-    )
-    assert (
-        "<report>" in r.tamper_paths
-    )
+    assert r.tests_tampered
+    assert "<report>" in r.tamper_paths
     exit0 = sandbox.run_task(
         calc_task(patch="", test_command="echo '2 passed'; exit 1", tests=None)
     )
@@ -387,15 +379,9 @@ def test_row13_other_tasks_secrets_history(tmp_path: Path) -> None:
                 test_command=f"ls /workspace/..; find / -xdev -name mine.txt; cat {svc.work_dir}/ws/*/mine.txt; echo END"
             )
         )
-        assert (
-            peek.stdout.endswith("END\n")
-        )
-        assert (
-            secret not in peek.stdout
-        )
-        assert (
-            "/mine.txt" not in peek.stdout
-        )
+        assert peek.stdout.endswith("END\n")
+        assert secret not in peek.stdout
+        assert "/mine.txt" not in peek.stdout
         assert c.result(holder, timeout_s=60).verdict == Verdict.passed
 
 

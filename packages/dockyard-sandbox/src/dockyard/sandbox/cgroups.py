@@ -75,6 +75,19 @@ class Probe:
         }
 
 
+def _remove_stale(top: Path) -> None:
+    """Remove the (empty) cgroups of service processes that no longer exist."""
+    for d in top.glob("svc-*"):
+        pid = d.name[4:]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            for child in d.iterdir():
+                if child.is_dir():
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
 def probe() -> Probe:
     """Find a writable pids and memory controller (v1 preferred where both exist)."""
     found: dict[str, Controller] = {}
@@ -82,11 +95,15 @@ def probe() -> Probe:
         for c in sorted(ctrls):
             if c in found:
                 continue
-            base = mnt / _own_path(fstype, c).lstrip("/") / _PARENT
+            top = mnt / _own_path(fstype, c).lstrip("/") / _PARENT
+            base = top / f"svc-{os.getpid()}"  # one parent per service process
             try:
+                top.mkdir(exist_ok=True)
+                _remove_stale(top)
                 base.mkdir(exist_ok=True)
                 if fstype == "cgroup2":  # enable the controller for children
-                    (base.parent / "cgroup.subtree_control").write_text(f"+{c}")
+                    (top.parent / "cgroup.subtree_control").write_text(f"+{c}")
+                    (top / "cgroup.subtree_control").write_text(f"+{c}")
                     (base / "cgroup.subtree_control").write_text(f"+{c}")
                 test = base / f"probe-{os.getpid()}"
                 test.mkdir(exist_ok=True)

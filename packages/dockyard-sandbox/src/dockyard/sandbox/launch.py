@@ -69,8 +69,21 @@ class ServiceHandle:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._tmp.cleanup()
+        self._cleanup()
         return self.proc.returncode
+
+    def _cleanup(self) -> None:
+        """Unmount workspaces a killed service left behind, then remove the temp dir."""
+        root = os.path.realpath(self._tmp.name)
+        try:
+            with open("/proc/self/mounts") as f:
+                mounts = [line.split()[1] for line in f]
+        except OSError:
+            mounts = []
+        for m in sorted(mounts, reverse=True):
+            if m.startswith(root + "/"):
+                subprocess.run(["umount", "-l", m], capture_output=True)
+        self._tmp.cleanup()
 
     def kill(self) -> None:
         """SIGKILL the service (what a crash looks like to clients)."""
