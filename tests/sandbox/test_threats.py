@@ -275,7 +275,7 @@ def test_row10_conftest_config_sitecustomize_pth_env(sandbox: SandboxClient) -> 
         "TMPDIR",
         "LANG",
         "PYTHONDONTWRITEBYTECODE",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "DOCKYARD_SITE",
         "PWD",
         "SHLVL",
         "_",

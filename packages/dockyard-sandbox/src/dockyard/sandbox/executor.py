@@ -273,7 +273,7 @@ def _test_argv(
     """(argv, test ids, uses report)."""
     assert run.trusted is not None
     assert run.base is not None
-    py = [python_executable(), "-I", f"{RUNNER_MOUNT}/runner.py"]
+    py = [python_executable(), "-I", "-S", f"{RUNNER_MOUNT}/runner.py"]
     if tests is not None:
         ids = [*tests.fail_to_pass, *tests.pass_to_pass]
         ids = list(dict.fromkeys(ids))

@@ -35,7 +35,7 @@ from pathlib import Path
 from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
 from dockyard.sandbox.models import Limits
-from dockyard.sandbox.toolchain import WORKSPACE, bwrap_toolchain_args, sandbox_path_env
+from dockyard.sandbox.toolchain import WORKSPACE, bwrap_toolchain_args, sandbox_path_env, site_dirs
 
 BWRAP = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
 REPORT_CAP = 32 << 20
@@ -99,6 +99,7 @@ def bwrap_argv(spec: JailSpec) -> list[str]:
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "DOCKYARD_SITE": site_dirs(),
         **spec.env,
     }
     args = [

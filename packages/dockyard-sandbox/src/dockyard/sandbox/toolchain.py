@@ -63,6 +63,14 @@ def bwrap_toolchain_args() -> list[str]:
     return args
 
 
+@functools.cache
+def site_dirs() -> str:
+    """The interpreter's site-packages, for the runner (which starts with ``-S``)."""
+    import site
+
+    return ":".join(p for p in site.getsitepackages() if os.path.isdir(p))
+
+
 def sandbox_path_env() -> str:
     bindir = os.path.dirname(sys.executable)
     return f"{bindir}:/usr/local/bin:/usr/bin:/bin"

