@@ -27,5 +27,11 @@ class BaseEnvironment(Environment):
         self.reward = reward or RewardConfig()
         self.count_tokens = count_tokens
 
+    async def aclose(self) -> None:
+        """Release connections held for the running event loop (sandbox clients)."""
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            await pool.aclose()
+
     def _shape(self, result: StepResult, response: str) -> StepResult:
         return shape(result, response, self.reward, self.count_tokens)

@@ -28,6 +28,9 @@ from dockyard.sandbox.models import TaskResult, Verdict
 class SandboxPool:
     """Async clients to one or more sandbox services, one set per event loop, round-robin.
 
+    Use one event loop per pool (a Ray actor's, or your ``asyncio.run``) and ``await
+    aclose()`` before that loop ends, or its open connections are reported as leaked.
+
     Args:
         urls: service base URLs (``env.<name>.sandbox_urls`` in the config).
         token: bearer token, if the services require one.
@@ -55,6 +58,12 @@ class SandboxPool:
             ]
             self._loop_id = loop_id
         return self._clients[next(self._rr) % len(self._clients)]
+
+    async def aclose(self) -> None:
+        """Close the clients of the running loop; call before that loop ends."""
+        clients, self._clients, self._loop_id = self._clients, [], None
+        for c in clients:
+            await c.aclose()
 
     def __getstate__(self) -> dict[str, Any]:  # picklable for Ray: clients are rebuilt per loop
         return {"urls": self.urls, "token": self.token, "max_wait_s": self.max_wait_s}

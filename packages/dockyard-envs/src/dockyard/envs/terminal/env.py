@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -261,10 +262,9 @@ class TerminalEnvironment(BaseEnvironment):
         if not sid:
             return
         client = self._clients.pop(sid, None) or self.pool.client()
-        try:
+        # on failure the service reaps the idle session after its ttl
+        with contextlib.suppress(SandboxRequestError, httpx.HTTPError):
             await client.delete_session(sid)
-        except (SandboxRequestError, httpx.HTTPError):
-            pass  # the service reaps idle sessions after their ttl
 
     async def score(self, task: dict[str, Any], response: str) -> StepResult:
         """Single-turn use: one response is the whole episode (its tool calls, then finish)."""
