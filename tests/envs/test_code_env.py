@@ -23,7 +23,8 @@ def test_humaneval_loads_164_and_splits_deterministically():
     assert len(tasks) == 164
     train, val = humaneval_split("train"), humaneval_split("validation")
     ids_t, ids_v = {t["id"] for t in train}, {t["id"] for t in val}
-    assert not ids_t & ids_v and len(ids_t | ids_v) == 164
+    assert not ids_t & ids_v
+    assert len(ids_t | ids_v) == 164
     assert 20 <= len(val) <= 45  # ~20 %
     assert [t["id"] for t in humaneval_split("validation")] == [t["id"] for t in val]
     assert {t["id"] for t in humaneval_split("validation", seed=1)} != ids_v
@@ -39,13 +40,16 @@ def test_extract_and_build_solution():
         "Sure!\n```python\nx = 1\n```\nand\n```python\ndef has_close_elements(a, b):\n    pass\n```",
         "has_close_elements",
     )
-    assert fenced and code.startswith("def has_close_elements")
+    assert fenced
+    assert code.startswith("def has_close_elements")
     sol, fenced = build_solution(task, "    return False\n")  # a continuation of the prompt
-    assert sol.startswith(task["prompt"]) and not fenced
+    assert sol.startswith(task["prompt"])
+    assert not fenced
     sol, _ = build_solution(
         task, "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
     )
-    assert sol.startswith("from typing import List") and "def has_close_elements" in sol
+    assert sol.startswith("from typing import List")
+    assert "def has_close_elements" in sol
 
 
 def _run(env, coro):
@@ -95,7 +99,8 @@ def test_fraction_mode_gives_partial_credit(sandbox_url):
         ),
     )
     assert r.rewards[TESTS] == pytest.approx(4 / 7)
-    assert r.metadata["verdict"] == "failed" and not r.metadata["resolved"]
+    assert r.metadata["verdict"] == "failed"
+    assert not r.metadata["resolved"]
 
 
 def test_cheating_solutions_score_zero(sandbox_url):
@@ -105,7 +110,8 @@ def test_cheating_solutions_score_zero(sandbox_url):
     plant = "```python\nimport os\nopen('test_solution.py', 'w').write('def test_0():\\n    pass\\n')\ndef has_close_elements(n, t):\n    return True\n```"
     for resp in (exits, plant):
         r = _run(env, env.score(task, resp))
-        assert r.rewards[TESTS] == 0.0 and not r.infra_error
+        assert r.rewards[TESTS] == 0.0
+        assert not r.infra_error
 
 
 def test_mbpp_jsonl(tmp_path, sandbox_url):
@@ -118,11 +124,13 @@ def test_mbpp_jsonl(tmp_path, sandbox_url):
     ]  # fmt: skip
     p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     tasks = load_mbpp_jsonl(p)
-    assert [t["entry_point"] for t in tasks] == ["add", "rev"] and tasks[0]["id"] == "mbpp/1"
+    assert [t["entry_point"] for t in tasks] == ["add", "rev"]
+    assert tasks[0]["id"] == "mbpp/1"
     env = CodeEnvironment(sandbox_url)
     ok = _run(env, env.score(tasks[0], "```python\n" + recs[0]["code"] + "```"))
     wrong = _run(env, env.score(tasks[1], "```python\ndef rev(s):\n    return s\n```"))
-    assert ok.rewards[TESTS] == 1.0 and wrong.rewards[TESTS] == 0.0
+    assert ok.rewards[TESTS] == 1.0
+    assert wrong.rewards[TESTS] == 0.0
     p.write_text(json.dumps({"text": "x"}) + "\n")
     with pytest.raises(ValueError, match="missing key 'test_list'"):
         load_mbpp_jsonl(p)

@@ -128,7 +128,8 @@ def test_source_file_selection_skips_tests_and_packaging():
     )
     assert source_files(files) == ["pkg/__init__.py", "pkg/core.py"]
     text = problem_statement("pkg", {"t.py::test_a": "AssertionError: assert 1 == 2\nmore"}, 4)
-    assert "4 test(s)" in text and "`t.py::test_a`: AssertionError: assert 1 == 2 more" in text
+    assert "4 test(s)" in text
+    assert "`t.py::test_a`: AssertionError: assert 1 == 2 more" in text
 
 
 def test_shipped_manifests_hold_no_source_and_regenerate():
@@ -141,10 +142,11 @@ def test_shipped_manifests_hold_no_source_and_regenerate():
                "num_failing"}  # fmt: skip
     for t in tasks:
         assert set(t) <= allowed, set(t) - allowed
-        assert "patch" not in t and "def " not in json.dumps(t["mutation"])
-        assert 1 <= len(t["FAIL_TO_PASS"]) <= 3 and not set(t["FAIL_TO_PASS"]) & set(
-            t["PASS_TO_PASS"]
-        )
+        assert "patch" not in t
+        assert "def " not in json.dumps(t["mutation"])
+        assert 1 <= len(t["FAIL_TO_PASS"]) <= 3
+        assert not set(t["FAIL_TO_PASS"]) & set(t["PASS_TO_PASS"])
     inst = materialize(tasks[0])  # downloads the sdist into the cache on first use
-    assert inst.patch.startswith(f"diff --git a/{tasks[0]['file']}") and inst.test_files
+    assert inst.patch.startswith(f"diff --git a/{tasks[0]['file']}")
+    assert inst.test_files
     assert materialize(tasks[0]).patch == inst.patch  # deterministic regeneration

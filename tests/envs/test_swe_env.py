@@ -59,9 +59,8 @@ def test_env_scores_gold_wrong_and_missing_patches(sandbox_url, tasks, arun):
     rec = tasks[0]
     inst = materialize(rec)
     msgs = env.prompt(rec)
-    assert (
-        rec["problem_statement"] in msgs[-1]["content"] and inst.source_file in msgs[-1]["content"]
-    )
+    assert rec["problem_statement"] in msgs[-1]["content"]
+    assert inst.source_file in msgs[-1]["content"]
 
     async def go():
         gold = await env.score(
@@ -75,9 +74,12 @@ def test_env_scores_gold_wrong_and_missing_patches(sandbox_url, tasks, arun):
         return gold, none, wrong
 
     gold, none, wrong = arun(env, go())
-    assert gold.rewards == {TESTS: 1.0, FORMAT: 0.05} and gold.metadata["resolved"]
-    assert none.rewards == {TESTS: 0.0, FORMAT: 0.0} and none.metadata["verdict"] == "no_patch"
-    assert wrong.rewards[TESTS] == 0.0 and wrong.metadata["verdict"] == "failed"
+    assert gold.rewards == {TESTS: 1.0, FORMAT: 0.05}
+    assert gold.metadata["resolved"]
+    assert none.rewards == {TESTS: 0.0, FORMAT: 0.0}
+    assert none.metadata["verdict"] == "no_patch"
+    assert wrong.rewards[TESTS] == 0.0
+    assert wrong.metadata["verdict"] == "failed"
 
 
 def test_integrity_violations_score_zero_and_are_flagged(sandbox_url, tasks, arun):
@@ -94,9 +96,10 @@ def test_integrity_violations_score_zero_and_are_flagged(sandbox_url, tasks, aru
         return await env.score(rec, tamper), await env.score(rec, escape)
 
     tampered, escaped = arun(env, go())
-    assert tampered.rewards[TESTS] == 0.0 and tampered.metadata["tests_tampered"]
-    assert (
-        tampered.metadata["integrity_violation"] and test_path in tampered.metadata["tamper_paths"]
-    )
-    assert escaped.rewards[TESTS] == 0.0 and escaped.metadata["verdict"] == "patch_rejected"
+    assert tampered.rewards[TESTS] == 0.0
+    assert tampered.metadata["tests_tampered"]
+    assert tampered.metadata["integrity_violation"]
+    assert test_path in tampered.metadata["tamper_paths"]
+    assert escaped.rewards[TESTS] == 0.0
+    assert escaped.metadata["verdict"] == "patch_rejected"
     assert escaped.metadata["integrity_violation"]
