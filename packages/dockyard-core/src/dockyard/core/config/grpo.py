@@ -11,7 +11,7 @@ from dockyard.core.config._base import ConfigModel, tagged
 
 
 class _AdvBase(ConfigModel):
-    advantage_clip: float | None = Field(None, gt=0)
+    advantage_clip: float | None = Field(default=None, gt=0)
     """Clip advantages to [−c, c] after estimation (null: no clipping)."""
 
     def estimator_options(self) -> dict[str, Any]:
@@ -81,7 +81,7 @@ AdvEstimatorConfig = Annotated[
 class AsyncGRPOConfig(ConfigModel):
     enabled: bool = False
     """Generate and train concurrently (false: synchronous GRPO, same code path with age bound 0)."""
-    max_trajectory_age_steps: int = Field(1, ge=0)
+    max_trajectory_age_steps: int = Field(default=1, ge=0)
     """Train on a trajectory only if its oldest token's policy version is at most this many steps behind the trainer."""
     in_flight_weight_updates: bool = False
     """Update engine weights mid-generation (a trajectory may then span several policy versions)."""
@@ -111,7 +111,7 @@ class RewardShapingConfig(ConfigModel):
     """Add DAPO's soft overlong penalty to the reward."""
     overlong_buffer_length: PositiveInt = 128
     """L_cache: responses longer than L_max − L_cache are penalised linearly, down to −1 at L_max."""
-    overlong_buffer_penalty: float = Field(1.0, ge=0)
+    overlong_buffer_penalty: float = Field(default=1.0, ge=0)
     """Scale of the overlong penalty."""
     max_response_length: PositiveInt | None = None
     """L_max; null uses ``policy.generation.max_new_tokens``."""
@@ -142,7 +142,7 @@ class GRPOConfig(ConfigModel):
     """Drop groups whose rewards are all equal and sample more until P informative groups are collected (DAPO)."""
     dynamic_sampling_max_gen_batches: PositiveInt = 10
     """Give up (error) after this many generation batches without P informative groups."""
-    val_period: int = Field(0, ge=0)
+    val_period: int = Field(default=0, ge=0)
     """Validate every this many steps (0: never)."""
     val_at_start: bool = False
     """Validate before the first step."""

@@ -16,7 +16,7 @@ from dockyard.core.config._base import ConfigModel, tagged
 
 
 class _PGLossBase(ConfigModel):
-    reference_policy_kl_penalty: float = Field(0.0, ge=0)
+    reference_policy_kl_penalty: float = Field(default=0.0, ge=0)
     """β: weight of the per-token KL(π ‖ π_ref) penalty in the loss (0: no reference model needed)."""
     reference_policy_kl_type: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator, with x = log π_ref − log π: k1 = −x, k2 = x²/2, k3 = eˣ − x − 1."""
@@ -33,9 +33,9 @@ class _PGLossBase(ConfigModel):
     """Multiply each token's loss by w = exp(log π_prev − log π_gen) (engine/trainer mismatch and staleness)."""
     truncated_importance_sampling_type: Literal["tis", "icepop", "seq-mask-tis"] = "tis"
     """How w is bounded: ``tis`` clamps to [w_min, w_max], ``icepop`` masks tokens outside, ``seq-mask-tis`` masks sequences whose geometric-mean w is outside."""
-    truncated_importance_sampling_ratio: float | None = Field(None, gt=0)
+    truncated_importance_sampling_ratio: float | None = Field(default=None, gt=0)
     """w_max, the upper bound on the IS weight (null: none; required by icepop / seq-mask-tis)."""
-    truncated_importance_sampling_ratio_min: float | None = Field(None, ge=0)
+    truncated_importance_sampling_ratio_min: float | None = Field(default=None, ge=0)
     """w_min, the lower bound on the IS weight (null: 0)."""
 
     @model_validator(mode="after")
@@ -97,11 +97,11 @@ class ClippedPGLossConfig(_PGLossBase):
 
     type: Literal["clipped_pg"] = "clipped_pg"
     """Loss variant."""
-    ratio_clip_min: float = Field(0.2, ge=0, le=1)
+    ratio_clip_min: float = Field(default=0.2, ge=0, le=1)
     """ε_low: the ratio is clipped below at 1 − ε_low."""
-    ratio_clip_max: float = Field(0.2, ge=0)
+    ratio_clip_max: float = Field(default=0.2, ge=0)
     """ε_high: the ratio is clipped above at 1 + ε_high (ε_high > ε_low is DAPO's clip-higher, e.g. 0.28)."""
-    ratio_clip_c: float | None = Field(None, gt=1)
+    ratio_clip_c: float | None = Field(default=None, gt=1)
     """c: dual-clip constant (> 1) bounding the loss of negative-advantage tokens at c·|A|; null: off."""
     sequence_level_importance_ratios: bool = False
     """GSPO: one ratio per sequence, the geometric mean of its token ratios (use with token_level_loss: false)."""
@@ -131,9 +131,9 @@ class CISPOLossConfig(_PGLossBase):
 
     type: Literal["cispo"] = "cispo"
     """Loss variant."""
-    ratio_clip_min: float = Field(1.0, ge=0, le=1)
+    ratio_clip_min: float = Field(default=1.0, ge=0, le=1)
     """ε_low of the weight clip (1.0: no lower bound, as in the paper)."""
-    ratio_clip_max: float = Field(0.28, ge=0)
+    ratio_clip_max: float = Field(default=0.28, ge=0)
     """ε_high: the weight is clipped above at 1 + ε_high."""
 
     def loss_options(self, norm_length: float | None = None) -> dict[str, Any]:
@@ -150,19 +150,19 @@ class PreferenceLossConfig(ConfigModel):
 
     type: Literal["dpo", "cdpo", "ipo", "dpop", "rdpo", "simpo", "orpo"]
     """Preference loss variant."""
-    beta: float = Field(0.1, gt=0)
+    beta: float = Field(default=0.1, gt=0)
     """β: inverse temperature of the implicit reward (SimPO: reward scale, typically 2.0)."""
-    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
+    label_smoothing: float = Field(default=0.0, ge=0, lt=0.5)
     """ε: assumed label-flip probability (cdpo)."""
-    dpop_lambda: float = Field(50.0, ge=0)
+    dpop_lambda: float = Field(default=50.0, ge=0)
     """λ: weight of DPOP's penalty on lowering the chosen response's likelihood."""
-    rdpo_alpha: float = Field(0.01, ge=0)
+    rdpo_alpha: float = Field(default=0.01, ge=0)
     """α: R-DPO's length regulariser on |y_c| − |y_r|."""
-    simpo_gamma: float = Field(0.5, ge=0)
+    simpo_gamma: float = Field(default=0.5, ge=0)
     """γ: SimPO's target reward margin."""
-    orpo_lambda: float = Field(0.1, ge=0)
+    orpo_lambda: float = Field(default=0.1, ge=0)
     """λ: weight of ORPO's odds-ratio term."""
-    sft_weight: float = Field(0.0, ge=0)
+    sft_weight: float = Field(default=0.0, ge=0)
     """Weight of the chosen response's per-token NLL added to the loss (SFT blend / RPO)."""
 
 
@@ -182,9 +182,9 @@ class DistillationLossConfig(ConfigModel):
     """Loss variant."""
     teacher_model_name: str
     """Teacher model name or folder."""
-    topk: int = Field(64, ge=1)
+    topk: int = Field(default=64, ge=1)
     """k: teacher logits kept per position."""
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0)
     """τ applied to teacher and student logits."""
 
 

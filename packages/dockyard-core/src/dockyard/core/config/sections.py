@@ -17,7 +17,7 @@ class EnvConfig(ConfigModel):
     """Environment kind in the environment registry (``math``, ``code``, ``swe``, ``terminal``...); null uses the entry's name."""
     sandbox_urls: list[str] = Field(default_factory=list)
     """Base URLs of sandbox executor services (code-executing environments); requests are spread over them."""
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)
     """Per-task wall-clock limit for scoring one response (or one turn)."""
     max_concurrency: PositiveInt = 16
     """Responses scored at once by this environment."""
@@ -57,7 +57,7 @@ class DataConfig(ConfigModel):
 class ClusterConfig(ConfigModel):
     num_nodes: PositiveInt = 1
     """Machines in the Ray cluster."""
-    gpus_per_node: int = Field(0, ge=0)
+    gpus_per_node: int = Field(default=0, ge=0)
     """GPUs per machine (0: CPU-only run)."""
     cpus_per_node: PositiveInt | None = None
     """CPUs Ray may use per machine (null: all)."""
@@ -65,7 +65,7 @@ class ClusterConfig(ConfigModel):
     """Ray address to join (``auto``, ``ray://host:10001``); null starts a local Ray instance."""
     namespace: str = "dockyard"
     """Ray namespace of the run's actors."""
-    object_store_memory_gb: float | None = Field(None, gt=0)
+    object_store_memory_gb: float | None = Field(default=None, gt=0)
     """Ray object store size for a local instance (null: Ray's default)."""
 
 
@@ -118,9 +118,9 @@ class CheckpointingConfig(ConfigModel):
 
 
 class _TransportBase(ConfigModel):
-    bucket_mb: float = Field(256.0, gt=0)
+    bucket_mb: float = Field(default=256.0, gt=0)
     """Weights travel in buckets of at most this many MiB (a larger tensor forms its own bucket)."""
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
     """A peer that does not answer within this many seconds fails the sync (never hangs)."""
     checksums: bool = False
     """Verify a checksum per bucket on the receiver."""
@@ -151,7 +151,7 @@ class HttpTransportConfig(_TransportBase):
     """Weight transport."""
     host: str = "0.0.0.0"
     """Interface the trainer's weight server binds."""
-    port: int = Field(0, ge=0, le=65535)
+    port: int = Field(default=0, ge=0, le=65535)
     """Port of the trainer's weight server (0: any free port)."""
 
 

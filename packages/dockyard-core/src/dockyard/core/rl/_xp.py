@@ -109,6 +109,14 @@ class _Numpy:
     def stack(self, xs: list[Array], axis: int = 0) -> Array:
         return self.m.stack(xs, axis)
 
+    def dot_all(self, x: Array, w: Array) -> Array:
+        """Σ x·w over all elements in one pass (differentiable in x)."""
+        return self.m.vdot(self.m.reshape(x, (-1,)), self.m.reshape(w, (-1,)))
+
+    def count(self, cond: Array) -> Array:
+        """Number of True entries, as a float like the inputs."""
+        return self.m.sum(cond)
+
 
 class _Torch(_Numpy):
     name = "torch"
@@ -175,6 +183,12 @@ class _Torch(_Numpy):
 
     def expand_dims(self, x: Array, axis: int) -> Array:
         return self.m.unsqueeze(x, axis)
+
+    def dot_all(self, x: Array, w: Array) -> Array:
+        return self.m.dot(x.reshape(-1), w.reshape(-1))
+
+    def count(self, cond: Array) -> Array:
+        return self.m.count_nonzero(cond)
 
 
 class _Jax(_Numpy):

@@ -51,11 +51,12 @@ def cispo_loss(
     p = prepare(xp, logprobs, advantages, mask, prev_logprobs)
     metrics: dict[str, Array] = {}
     w = is_weights(p, gen_logprobs, is_correction, is_type, is_ratio_max, is_ratio_min, metrics)
-    r = xp.stop_gradient(xp.exp(log_ratio(p, False)))
+    lr = log_ratio(p, False)
+    r = xp.stop_gradient(xp.exp(lr))
     r_hat = xp.clip(r, 1.0 - eps_low, 1.0 + eps_high)
     metrics["clip_fraction"] = masked_mean(
         xp, xp.to_float(xp.logical_or(r_hat < r, r_hat > r), p.m), p.m
     )
     lp = xp.where(p.mask, logprobs, 0.0)
     per_token = add_kl(p, -r_hat * p.adv * lp, ref_logprobs, kl_beta, kl_type, metrics)
-    return finish(p, per_token, w, agg, num_loss_tokens, num_sequences, norm_length, metrics)
+    return finish(p, per_token, lr, r, w, agg, num_loss_tokens, num_sequences, norm_length, metrics)

@@ -30,7 +30,6 @@ from __future__ import annotations
 from typing import Any
 
 from dockyard.core.rl._xp import Array, namespace
-from dockyard.core.rl.aggregate import masked_mean
 from dockyard.core.rl.losses._common import add_kl, finish, is_weights, log_ratio, prepare
 
 
@@ -87,20 +86,20 @@ def clipped_pg_loss(
     metrics: dict[str, Array] = {}
     w = is_weights(p, gen_logprobs, is_correction, is_type, is_ratio_max, is_ratio_min, metrics)
 
-    r = xp.exp(log_ratio(p, sequence_level_ratio))
+    lr = log_ratio(p, sequence_level_ratio)
+    r = xp.exp(lr)
     unclipped = r * p.adv
     clipped = xp.clip(r, 1.0 - eps_low, 1.0 + eps_high) * p.adv
     obj = xp.minimum(unclipped, clipped)
-    metrics["clip_fraction"] = xp.stop_gradient(
-        masked_mean(xp, xp.to_float(clipped < unclipped, p.m), p.m)
+    # Outside the mask r = 1, so neither clip branch can be active there: count without masking.
+    metrics["clip_fraction"] = (
+        xp.to_float(xp.count(xp.stop_gradient(clipped < unclipped)), p.m) / p.n
     )
     if dual_clip_c is not None:
         neg = p.adv < 0
         floor = dual_clip_c * p.adv
-        active = xp.logical_and(neg, obj < floor)
-        metrics["dual_clip_fraction"] = xp.stop_gradient(
-            masked_mean(xp, xp.to_float(active, p.m), p.m)
-        )
+        active = xp.stop_gradient(xp.logical_and(neg, obj < floor))
+        metrics["dual_clip_fraction"] = xp.to_float(xp.count(active), p.m) / p.n
         obj = xp.where(neg, xp.maximum(obj, floor), obj)
     per_token = add_kl(p, -obj, ref_logprobs, kl_beta, kl_type, metrics)
-    return finish(p, per_token, w, agg, num_loss_tokens, num_sequences, norm_length, metrics)
+    return finish(p, per_token, lr, r, w, agg, num_loss_tokens, num_sequences, norm_length, metrics)
