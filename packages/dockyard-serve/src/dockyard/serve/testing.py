@@ -1,0 +1,136 @@
+"""Tiny models for tests and benchmarks, built locally (no hub).
+
+:func:`tiny_model_dir` writes a Hugging Face folder (``config.json``, ``model.safetensors``,
+tokenizer files with a chat template) for a randomly initialised Qwen2 with ``head_dim = 32``
+(vLLM's CPU attention rejects 16). When the torch backend's shared builder
+(``dockyard.torch.testing``) is installed it is preferred; otherwise the model is built here
+with transformers directly.
+
+Needs ``pip install "dockyard-serve[transformers]"`` (torch, transformers, tokenizers).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+_CORPUS = (
+    "def add(a, b):\n    return a + b\n",
+    "The answer is 42. 1 + 1 = 2, 2 * 3 = 6, 10 - 4 = 6.",
+    "import numpy as np\nx = np.zeros((3, 4))\nprint(x.shape)\n",
+    "Question: what is 7 times 6? Answer: 42.",
+    "for i in range(10):\n    if i % 2 == 0:\n        print(i)\n",
+    "assert add(2, 3) == 5, 'addition is broken'",
+)
+
+
+def _build_tokenizer(folder: Path, vocab_size: int) -> Any:
+    """Train a byte-level BPE on a small built-in corpus and save it with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(list(_CORPUS) * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(folder)
+    return fast
+
+
+def tiny_model_dir(
+    folder: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    intermediate_size: int = 128,
+    vocab_size: int = 512,
+    seed: int = 0,
+) -> Path:
+    """Write a tiny random Qwen2 (``head_dim = hidden_size / num_heads``, must be >= 32 for
+    vLLM on CPU) and its tokenizer to ``folder``; returns the folder.
+
+    The vocabulary of the model is ``vocab_size`` (the tokenizer's may be smaller; the extra
+    rows are never produced by the tokenizer but may be sampled).
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    head_dim = hidden_size // num_heads
+    if head_dim < 32:
+        raise ValueError(
+            f"tiny_model_dir: head_dim = hidden_size / num_heads = {head_dim}; vLLM's CPU "
+            "attention needs head_dim >= 32 (raise hidden_size or lower num_heads)"
+        )
+    tok = _build_tokenizer(folder, vocab_size)
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        bos_token_id=None,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).to(torch.float32)
+    # Larger-than-default init so a random model's distribution is far from uniform
+    # (greedy choices are then stable against float noise).
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(folder, safe_serialization=True)
+    (folder / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    return folder
+
+
+def perturbed_weights(folder: str | Path, scale: float = 0.05, seed: int = 1) -> dict[str, Any]:
+    """The model in ``folder`` with Gaussian noise added: ``{hf_name: np.ndarray float32}``.
+
+    Stands in for "the weights after a training step" in weight-update tests.
+    """
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    rng = np.random.default_rng(seed)
+    state = load_file(str(Path(folder) / "model.safetensors"))
+    return {k: (v + scale * rng.standard_normal(v.shape).astype(v.dtype)) for k, v in state.items()}
+
+
+def write_weights(folder: str | Path, src: str | Path, tensors: dict[str, Any]) -> Path:
+    """Copy the model folder ``src`` to ``folder`` with its weights replaced by ``tensors``."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    shutil.copytree(src, folder, dirs_exist_ok=True)
+    save_file(dict(tensors.items()), str(folder / "model.safetensors"))
+    return folder

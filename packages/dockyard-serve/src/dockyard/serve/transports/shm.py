@@ -1,0 +1,245 @@
+"""Shared-memory transport: zero-copy weight sync between co-located trainer and engine.
+
+The CPU counterpart of CUDA IPC. Per bucket the sender creates a file in ``/dev/shm`` (tmpfs),
+copies the tensors into it once, and sends the segment's path and header over a Unix socket;
+the receiver maps the file and yields numpy views of it: no serialisation, no second copy. The
+receiver acknowledges each bucket once its consumer asks for the next one; the sender keeps at
+most ``max_inflight`` unacknowledged buckets (bounded memory) and unlinks each segment after
+its acknowledgement (the receiver's mapping stays valid until its views are dropped).
+
+Protocol per update (sender connects to the receiver's socket, one connection per update)::
+
+    sender -> {"header": {...}, "segment": "/dev/shm/dockyard-..."}   for each bucket
+    receiver -> {"ack": index}                                       after each bucket is used
+
+A closed socket (peer died) raises at once; silence past ``timeout_s`` raises
+:class:`WeightSyncTimeout`. Both name the peer (socket path, pid) and the transport.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from dockyard.core.interfaces import (
+    WeightBucket,
+    WeightReceiver,
+    WeightSender,
+    WeightSyncError,
+    WeightSyncTimeout,
+)
+from dockyard.serve.transports import wire
+from dockyard.serve.transports.channel import recv_msg, send_msg
+
+TRANSPORT = "shm"
+
+
+def _peer_pid(conn: socket.socket) -> int | None:
+    try:
+        import struct
+
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[0]
+    except OSError:
+        return None
+
+
+class ShmSender(WeightSender):
+    """Trainer side: writes each bucket into a fresh ``/dev/shm`` segment.
+
+    Args:
+        socket_path: the receiver's Unix socket.
+        timeout_s: limit on every wait (connect, acknowledgement).
+        bucket_bytes: buckets larger than this are split (whole tensors).
+        checksum: send a CRC-32 of each bucket for the receiver to verify.
+        max_inflight: unacknowledged buckets allowed (2 = double buffering).
+        shm_dir: where segments live (tmpfs).
+    """
+
+    def __init__(
+        self,
+        socket_path: str,
+        *,
+        timeout_s: float = 60.0,
+        bucket_bytes: int = 256 << 20,
+        checksum: bool = False,
+        max_inflight: int = 2,
+        shm_dir: str = "/dev/shm",
+    ) -> None:
+        self.socket_path = socket_path
+        self.timeout_s = timeout_s
+        self.bucket_bytes = bucket_bytes
+        self.checksum = checksum
+        self.max_inflight = max(1, max_inflight)
+        self.shm_dir = shm_dir
+        self.peer = f"receiver at {socket_path}"
+
+    def _connect(self) -> socket.socket:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.socket_path)
+                pid = _peer_pid(sock)
+                if pid is not None:
+                    self.peer = f"receiver at {self.socket_path} (pid {pid})"
+                return sock
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise WeightSyncTimeout(
+                        f"{TRANSPORT}: no receiver listening at {self.socket_path} within "
+                        f"{self.timeout_s:g} s (is the engine's ShmReceiver open?)"
+                    ) from e
+                time.sleep(0.02)
+
+    def _write_segment(self, tensors: dict[str, np.ndarray], header: wire.Header) -> str:
+        path = os.path.join(self.shm_dir, f"dockyard-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, header.nbytes)
+            with mmap.mmap(fd, header.nbytes) as m:
+                wire.pack_into(m, tensors, header)
+                if self.checksum:
+                    header.checksum = wire.checksum(m, header.nbytes)
+        finally:
+            os.close(fd)
+        return path
+
+    def send(self, buckets: Iterable[dict[str, np.ndarray]], version: int) -> None:
+        """Send one update; returns once the receiver has acknowledged every bucket."""
+        sock = self._connect()
+        pending: deque[tuple[int, str | None]] = deque()
+        kw: dict[str, Any] = {"transport": TRANSPORT, "timeout_s": self.timeout_s}
+
+        def wait_ack() -> None:
+            index, seg = pending.popleft()
+            msg = recv_msg(sock, peer=self.peer, **kw)
+            if msg.get("error"):
+                raise WeightSyncError(
+                    f"{TRANSPORT}: {self.peer} rejected bucket {index}: {msg['error']}"
+                )
+            if msg.get("ack") != index:
+                raise WeightSyncError(
+                    f"{TRANSPORT}: {self.peer} acknowledged {msg!r}, expected bucket {index}"
+                )
+            if seg is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(seg)
+
+        try:
+            for index, last, tensors in wire.with_last(wire.rebucket(buckets, self.bucket_bytes)):
+                header = wire.layout(tensors, version, index, last)
+                seg = self._write_segment(tensors, header) if header.nbytes else None
+                pending.append((index, seg))
+                send_msg(sock, {"header": header.to_json(), "segment": seg}, peer=self.peer, **kw)
+                while len(pending) >= self.max_inflight:
+                    wait_ack()
+            while pending:
+                wait_ack()
+        finally:
+            for _, seg in pending:
+                if seg is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(seg)
+            sock.close()
+
+
+class ShmReceiver(WeightReceiver):
+    """Engine side: listens on ``socket_path`` and yields buckets as views of shared memory.
+
+    The listening socket is bound lazily on the first :meth:`receive` (or :meth:`open`), in the
+    process that calls it: a receiver can be described in one process (:meth:`spec`) and opened
+    in another (the vLLM worker). Arrays of a yielded bucket stay valid while referenced.
+    """
+
+    def __init__(self, socket_path: str, *, timeout_s: float = 60.0) -> None:
+        self.socket_path = socket_path
+        self.timeout_s = timeout_s
+        self._listener: socket.socket | None = None
+
+    def spec(self) -> dict[str, Any]:
+        return {"type": "shm", "socket_path": self.socket_path, "timeout_s": self.timeout_s}
+
+    def open(self) -> None:
+        if self._listener is not None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(self.socket_path)
+        s.listen(4)
+        self._listener = s
+
+    def _accept(self) -> tuple[socket.socket, str]:
+        assert self._listener is not None
+        self._listener.settimeout(self.timeout_s)
+        try:
+            conn, _ = self._listener.accept()
+        except TimeoutError as e:
+            raise WeightSyncTimeout(
+                f"{TRANSPORT}: no sender connected to {self.socket_path} within {self.timeout_s:g} s"
+            ) from e
+        pid = _peer_pid(conn)
+        return conn, f"sender (pid {pid}) on {self.socket_path}"
+
+    def receive(self) -> Iterator[WeightBucket]:
+        self.open()
+        conn, peer = self._accept()
+        kw: dict[str, Any] = {"transport": TRANSPORT, "peer": peer, "timeout_s": self.timeout_s}
+        try:
+            expected = 0
+            while True:
+                msg = recv_msg(conn, **kw)
+                header = wire.Header.from_json(msg["header"])
+                if header.index != expected:
+                    raise WeightSyncError(
+                        f"{TRANSPORT}: {peer} sent bucket {header.index}, expected {expected}"
+                    )
+                tensors = self._map(msg.get("segment"), header, peer)
+                yield WeightBucket(header.version, header.index, header.last, tensors)
+                send_msg(conn, {"ack": header.index}, **kw)
+                expected += 1
+                if header.last:
+                    return
+        finally:
+            conn.close()
+
+    def _map(self, segment: str | None, header: wire.Header, peer: str) -> dict[str, np.ndarray]:
+        if not header.nbytes:
+            return wire.unpack(b"", header)
+        if not segment:
+            raise WeightSyncError(
+                f"{TRANSPORT}: {peer} sent bucket {header.index} without a segment"
+            )
+        try:
+            fd = os.open(segment, os.O_RDONLY)
+        except FileNotFoundError as e:
+            raise WeightSyncError(f"{TRANSPORT}: segment {segment} from {peer} is gone") from e
+        try:
+            # ACCESS_COPY: private copy-on-write mapping, so views are writable (torch.from_numpy
+            # accepts them) while nothing is copied unless someone writes.
+            m = mmap.mmap(fd, header.nbytes, access=mmap.ACCESS_COPY)
+        finally:
+            os.close(fd)
+        wire.verify(m, header, TRANSPORT, peer)
+        return wire.unpack(m, header)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_listener": None}
