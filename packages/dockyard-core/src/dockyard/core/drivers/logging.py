@@ -1,0 +1,182 @@
+"""Metrics sinks: a tqdm progress bar on stdout, JSONL, TensorBoard, W&B (offline), a PNG plot.
+
+``MetricsLogger.log(step, metrics)`` writes one step's flat ``{name: float}`` dict to every
+enabled sink: ``log_dir/metrics.jsonl`` (one JSON object per line, with ``step``),
+``log_dir/tensorboard/`` (event files), ``log_dir/wandb/`` (``wandb`` in offline mode unless
+``logger.wandb.mode: online``). :func:`plot_rewards` draws the reward curve of a JSONL file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+# the metrics shown in the progress bar's postfix, in order, with a short label
+_BAR_KEYS = (
+    ("reward/mean", "reward"),
+    ("pass_rate", "pass"),
+    ("val/pass_rate", "val"),
+    ("staleness/mean", "age"),
+    ("time/step_s", "s/step"),
+)
+
+
+class MetricsLogger:
+    """Writes step metrics to the sinks ``logger_cfg`` enables (a ``LoggerConfig``).
+
+    Args:
+        logger_cfg: ``MasterConfig.logger``.
+        total_steps: for the progress bar.
+        initial_step: the step a resumed run starts from.
+        config_dict: the resolved run config (W&B's run config, TensorBoard text).
+        progress: show the tqdm bar (off when stdout is not wanted, e.g. in tests).
+    """
+
+    def __init__(
+        self,
+        logger_cfg: Any,
+        total_steps: int,
+        initial_step: int = 0,
+        config_dict: dict[str, Any] | None = None,
+        progress: bool = True,
+        desc: str = "grpo",
+    ) -> None:
+        self.cfg = logger_cfg
+        self.dir = Path(logger_cfg.log_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl_path = self.dir / "metrics.jsonl"
+        self._jsonl = None
+        if logger_cfg.jsonl_enabled:
+            if initial_step == 0 and self.jsonl_path.exists():
+                self.jsonl_path.unlink()
+            elif initial_step > 0:
+                _truncate_jsonl(self.jsonl_path, initial_step)
+            self._jsonl = self.jsonl_path.open("a")
+        self._tb = None
+        if logger_cfg.tensorboard_enabled:
+            self._tb = _tensorboard_writer(self.dir / "tensorboard", initial_step)
+        self._wandb = None
+        if logger_cfg.wandb_enabled:
+            self._wandb = _wandb_run(logger_cfg, self.dir, config_dict or {}, initial_step)
+        self._bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=total_steps,
+                initial=initial_step,
+                desc=desc,
+                file=sys.stdout,
+                dynamic_ncols=True,
+                leave=True,
+            )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` of training step ``step`` (1-based: the step just finished)."""
+        clean = {k: float(v) for k, v in metrics.items() if _finite(v)}
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"step": step, **clean}) + "\n")
+            self._jsonl.flush()
+        if self._tb is not None:
+            for k, v in clean.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(clean, step=step)
+        if self._bar is not None:
+            post = {label: f"{clean[k]:.3g}" for k, label in _BAR_KEYS if k in clean}
+            self._bar.set_postfix(post, refresh=False)
+            self._bar.update(1)
+
+    def write(self, line: str) -> None:
+        """Print a line without breaking the progress bar."""
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stdout)
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _truncate_jsonl(path: Path, initial_step: int) -> None:
+    """Keep the lines of steps ≤ ``initial_step`` (a resumed run rewrites what follows)."""
+    if not path.exists():
+        return
+    keep = [
+        ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= initial_step
+    ]
+    path.write_text("".join(ln + "\n" for ln in keep))
+
+
+def read_jsonl_metrics(path: str | Path) -> list[dict[str, float]]:
+    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+
+
+def _tensorboard_writer(folder: Path, initial_step: int) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise ImportError(
+            "logger.tensorboard_enabled needs torch and tensorboard: pip install torch tensorboard"
+        ) from e
+    return SummaryWriter(str(folder), purge_step=initial_step or None)
+
+
+def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
+    try:
+        import wandb
+    except ImportError as e:
+        raise ImportError("logger.wandb_enabled needs Weights & Biases: pip install wandb") from e
+    return wandb.init(
+        project=cfg.wandb.project,
+        name=cfg.wandb.name,
+        mode=cfg.wandb.mode,
+        dir=str(folder),
+        config=config_dict,
+        resume="allow" if initial_step else None,
+    )
+
+
+def plot_rewards(jsonl_path: str | Path, png_path: str | Path, title: str = "GRPO") -> Path:
+    """Reward (and pass rate, validation pass rate where logged) against step, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_jsonl_metrics(jsonl_path)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for key, style in (("reward/mean", "-"), ("pass_rate", "--"), ("val/pass_rate", "o-")):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, style, label=key)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("value")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    out = Path(png_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,86 @@
+"""Starting or joining the Ray cluster.
+
+* ``cluster.address`` null: a local Ray instance sized to this machine (all CPUs unless
+  ``cluster.cpus_per_node``; GPUs from ``cluster.gpus_per_node``), dashboard and usage stats off.
+* ``cluster.address`` set (``auto``, ``ray://head:10001``): join that cluster.
+
+Node roles for multi-node runs: start each node's raylet with ``DOCKYARD_FLEET_ROLE`` set to
+``trainer``, ``inference`` or ``sandbox`` (comma-separate several) and the node advertises the
+custom resource ``fleet:<role>``; placement groups then pin each fleet to its nodes. A node
+without the variable serves every fleet. :func:`node_resources` computes what a node offers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+ROLE_ENV = "DOCKYARD_FLEET_ROLE"
+ROLES = ("trainer", "inference", "sandbox")
+INSTALL_HINT = 'the Ray runtime needs Ray: pip install "dockyard-core[ray]"'
+
+
+def require_ray() -> Any:
+    """Import Ray or fail with the install command."""
+    try:
+        import ray
+    except ImportError as e:  # pragma: no cover - exercised in the slim-install job
+        raise ImportError(INSTALL_HINT) from e
+    return ray
+
+
+def fleet_roles(value: str | None = None) -> tuple[str, ...]:
+    """The roles named by ``DOCKYARD_FLEET_ROLE`` (all roles when unset or empty)."""
+    raw = os.environ.get(ROLE_ENV, "") if value is None else value
+    roles = tuple(r.strip() for r in raw.split(",") if r.strip())
+    bad = [r for r in roles if r not in ROLES]
+    if bad:
+        raise ValueError(
+            f"{ROLE_ENV}={raw!r}: unknown role {bad[0]!r}; use a comma-separated subset of "
+            f"{', '.join(ROLES)}"
+        )
+    return roles or ROLES
+
+
+def node_resources(roles: tuple[str, ...] | None = None) -> dict[str, float]:
+    """Custom Ray resources a node advertises for its fleet roles (``fleet:<role>`` = 1000)."""
+    return {f"fleet:{r}": 1000.0 for r in (roles or fleet_roles())}
+
+
+def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, Any]:
+    """Start (or join) Ray per a ``ClusterConfig``; returns ``ray.cluster_resources()``.
+
+    Re-entrant: an already initialised Ray is kept as is.
+    """
+    ray = require_ray()
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    address = getattr(cluster, "address", None)
+    namespace = getattr(cluster, "namespace", "dockyard")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver)
+        return ray.cluster_resources()
+    cpus = getattr(cluster, "cpus_per_node", None) or os.cpu_count() or 1
+    gpus = getattr(cluster, "gpus_per_node", 0) or 0
+    store_gb = getattr(cluster, "object_store_memory_gb", None)
+    kwargs: dict[str, Any] = {
+        "num_cpus": cpus,
+        "num_gpus": gpus,
+        "include_dashboard": False,
+        "namespace": namespace,
+        "log_to_driver": log_to_driver,
+        "resources": node_resources(),
+        "configure_logging": True,
+        "logging_level": "warning",
+    }
+    if store_gb:
+        kwargs["object_store_memory"] = int(store_gb * (1 << 30))
+    ray.init(**kwargs)
+    return ray.cluster_resources()
+
+
+def shutdown_ray() -> None:
+    ray = require_ray()
+    if ray.is_initialized():
+        ray.shutdown()

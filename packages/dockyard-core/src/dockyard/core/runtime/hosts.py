@@ -1,0 +1,148 @@
+"""Ray actor classes that host a backend object: a policy worker rank or a generation engine.
+
+Backends are named by ``"module:attribute"`` and imported inside the actor process, so the
+driver never imports torch, JAX or vLLM. :class:`PolicyHost` adds what the loop needs around a
+:class:`~dockyard.core.interfaces.PolicyWorker`: sending its weights through a transport.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+
+def load_object(path: str) -> Any:
+    """``"package.module:attr"`` -> the attribute (imported now)."""
+    module, _, attr = path.partition(":")
+    if not attr:
+        raise ValueError(f"{path!r}: expected 'package.module:attribute'")
+    return getattr(importlib.import_module(module), attr)
+
+
+class PolicyHost:
+    """One trainer rank in a Ray actor.
+
+    Args:
+        factory: ``"module:callable"`` building the worker from ``(config, rank, world_size)``.
+        config: the worker's config (a plain dict).
+        rank / world_size: this rank (``MASTER_ADDR``/``MASTER_PORT`` come from the env).
+        threads: torch/XLA threads for this process (None: leave the default).
+    """
+
+    def __init__(
+        self,
+        factory: str,
+        config: dict[str, Any],
+        rank: int = 0,
+        world_size: int = 1,
+        threads: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        os.environ.update(env or {})
+        if threads:
+            _set_threads(threads)
+        build = load_object(factory)
+        if world_size > 1:
+            self.worker = build(config, rank=rank, world_size=world_size)
+        else:
+            self.worker = build(config)
+        self.rank = rank
+        self._sender = None
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.worker, method)(*args, **kwargs)
+
+    def step(self) -> int:
+        return int(self.worker.step)
+
+    def send_weights(
+        self, transport: str, sender_kwargs: dict[str, Any], version: int, bucket_bytes: int
+    ) -> float:
+        """Export the weights (every rank: the export is collective) and, on rank 0, send
+        them as policy ``version``; returns the bytes sent."""
+        import time
+
+        buckets = self.worker.export_weights(bucket_bytes)
+        if self.rank != 0:
+            for _ in buckets:
+                pass
+            return 0.0
+        if self._sender is None:
+            from dockyard.serve.transports import make_sender
+
+            self._sender = make_sender(transport, **sender_kwargs)
+        total = [0]
+
+        def counted():
+            for b in buckets:
+                total[0] += sum(int(a.nbytes) for a in b.values())
+                yield b
+
+        t0 = time.perf_counter()
+        self._sender.send(counted(), version)
+        del t0
+        return float(total[0])
+
+    def export_to(self, path: str) -> str:
+        """Write an HF folder of the current weights (for engines started after training)."""
+        return self.worker.export_hf(path)
+
+
+class EngineHost:
+    """One generation engine in a Ray actor (an async actor: requests run concurrently).
+
+    Args:
+        factory: ``"module:callable"`` returning a
+            :class:`~dockyard.core.interfaces.GenerationEngine` from ``**config``.
+        config: keyword arguments of the factory.
+    """
+
+    def __init__(self, factory: str, config: dict[str, Any], threads: int | None = None) -> None:
+        if threads:
+            _set_threads(threads)
+        self.engine = load_object(factory)(**config)
+
+    async def ready(self) -> bool:
+        start = getattr(self.engine, "start", None)
+        if start is not None:
+            res = start()
+            if hasattr(res, "__await__"):
+                await res
+        return True
+
+    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        return await self.engine.generate(prompt_ids, params)
+
+    async def update_weights(self, receiver_spec: dict[str, Any], version: int) -> int:
+        from dockyard.serve.transports import open_receiver
+
+        receiver = open_receiver(receiver_spec)
+        try:
+            await self.engine.update_weights(receiver, version)
+        finally:
+            receiver.close()
+        return int(self.engine.policy_version)
+
+    async def policy_version(self) -> int:
+        return int(self.engine.policy_version)
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def shutdown(self) -> None:
+        close = getattr(self.engine, "shutdown", None) or getattr(self.engine, "close", None)
+        if close is not None:
+            res = close()
+            if hasattr(res, "__await__"):
+                await res
+
+
+def _set_threads(n: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except ImportError:
+        pass
