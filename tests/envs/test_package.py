@@ -1,0 +1,60 @@
+"""Package-level checks: no heavy frameworks imported, the registry, the docs' guide runs."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dockyard.envs.registry import env_names, make_env, register_env
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_importing_every_env_pulls_no_heavy_framework():
+    code = (
+        "import sys\n"
+        "import dockyard.envs, dockyard.envs.math, dockyard.envs.code, dockyard.envs.swe, "
+        "dockyard.envs.terminal, dockyard.envs.swe.builder.build, dockyard.envs.registry\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'jax', 'vllm', 'ray', 'sglang'})\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_registry():
+    assert env_names() == ["code", "math", "mcq", "swe", "terminal"]
+    env = make_env("math", verify_timeout_s=2)
+    assert env.name == "math"
+    with pytest.raises(KeyError, match="known: code, math"):
+        make_env("chess")
+    with pytest.raises(ValueError, match="already registered"):
+        register_env("math", "x:y")
+
+
+def _python_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.DOTALL)
+
+
+def test_write_your_own_guide_runs(sandbox_url, capsys):
+    blocks = _python_blocks("write-your-own-environment.md")
+    assert len(blocks) == 4
+    ns: dict = {}
+    exec(blocks[0], ns)  # the single-turn example
+    exec(blocks[1], ns)  # the sandbox-backed class
+    exec(blocks[2].replace("http://127.0.0.1:9090", sandbox_url), ns)
+    exec(blocks[3], ns)  # tools
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "{'reward/correct': 1.0, 'reward/format': 0.1}",
+        "{'reward/tests': 1.0}",
+        "False schema error: invalid arguments for 'add': b: 'x' is not of type 'integer'",
+    ]
+    assert asyncio.iscoroutinefunction(ns["FizzBuzz"].score)
