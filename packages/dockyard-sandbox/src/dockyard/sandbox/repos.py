@@ -141,6 +141,7 @@ class RepoCache:
                 _git(["init", "-q", "-b", "main"], tmp / "tree")
                 _git(["add", "-A", "-f"], tmp / "tree")
                 _git(["commit", "-q", "--allow-empty", "--no-verify", "-m", "base"], tmp / "tree")
+                shutil.rmtree(tmp / "tree" / ".git" / "hooks", ignore_errors=True)
                 os.rename(tmp, entry)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -210,18 +211,43 @@ class RepoCache:
                 total -= size
 
     def copy_to(self, tree: Path, dest: Path, uid: int) -> None:
-        """A private, writable copy of ``tree`` in ``dest`` owned by ``uid`` (reflink where the
-        file system has it, else a plain copy; hard links would let a task edit the cache)."""
-        r = subprocess.run(
-            ["cp", "-a", "--reflink=auto", f"{tree}/.", str(dest)], capture_output=True, timeout=600
-        )
-        if r.returncode != 0:
-            raise RepoError(f"copying the repository failed: {r.stderr.decode()[:300]}")
-        r = subprocess.run(
-            ["chown", "-R", "-h", f"{uid}:{uid}", str(dest)], capture_output=True, timeout=600
-        )
-        if r.returncode != 0:
-            raise RepoError(f"chown of the workspace failed: {r.stderr.decode()[:300]}")
+        """A private, writable copy of ``tree`` in ``dest`` owned by ``uid``. Small trees are
+        copied in-process; large ones with ``cp --reflink=auto`` (a reflink where the file
+        system has it). Hard links are not used: they would let a task edit the cache."""
+        n = sum(len(f) + len(d) for _, d, f in os.walk(tree))
+        if n > 2000:
+            r = subprocess.run(
+                ["cp", "-a", "--reflink=auto", f"{tree}/.", str(dest)],
+                capture_output=True,
+                timeout=600,
+            )
+            if r.returncode != 0:
+                raise RepoError(f"copying the repository failed: {r.stderr.decode()[:300]}")
+            r = subprocess.run(
+                ["chown", "-R", "-h", f"{uid}:{uid}", str(dest)], capture_output=True, timeout=600
+            )
+            if r.returncode != 0:
+                raise RepoError(f"chown of the workspace failed: {r.stderr.decode()[:300]}")
+            return
+        for dirpath, dirnames, filenames in os.walk(tree):
+            rel = os.path.relpath(dirpath, tree)
+            out = dest if rel == "." else dest / rel
+            for d in dirnames:
+                src = os.path.join(dirpath, d)
+                dst = out / d
+                if os.path.islink(src):
+                    os.symlink(os.readlink(src), dst)
+                else:
+                    os.mkdir(dst, 0o755)
+                os.chown(dst, uid, uid, follow_symlinks=False)
+            for f in filenames:
+                src = os.path.join(dirpath, f)
+                dst = out / f
+                if os.path.islink(src):
+                    os.symlink(os.readlink(src), dst)
+                else:
+                    shutil.copy2(src, dst, follow_symlinks=False)
+                os.chown(dst, uid, uid, follow_symlinks=False)
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses}

@@ -9,12 +9,30 @@ with RLIMIT_FSIZE only, and a warning. Each running task also gets its own unpri
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import shutil
-import subprocess
 import threading
 import uuid
 from pathlib import Path
+
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def _mount_tmpfs(path: Path, options: str) -> None:
+    """mount(2) directly: two fewer process spawns per task than mount/umount."""
+    if (
+        _libc.mount(b"tmpfs", os.fsencode(path), b"tmpfs", _MS_NOSUID | _MS_NODEV, options.encode())
+        != 0
+    ):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mounting the workspace tmpfs at {path}: {os.strerror(err)}")
+
+
+def _umount(path: Path) -> None:
+    _libc.umount2(os.fsencode(path), _MNT_DETACH)
 
 
 class UidPool:
@@ -59,15 +77,12 @@ class Workspaces:
         probe = self.root / f".probe-{uuid.uuid4().hex[:8]}"
         probe.mkdir()
         try:
-            r = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe)], capture_output=True
-            )
-            if r.returncode != 0:
-                return False
-            subprocess.run(["umount", str(probe)], capture_output=True)
-            return True
+            _mount_tmpfs(probe, "size=1m")
         except OSError:
             return False
+        else:
+            _umount(probe)
+            return True
         finally:
             with contextlib.suppress(OSError):
                 probe.rmdir()
@@ -76,28 +91,19 @@ class Workspaces:
         ws = self.root / name
         ws.mkdir(mode=0o700)
         if self.tmpfs:
-            r = subprocess.run(
-                [
-                    "mount",
-                    "-t",
-                    "tmpfs",
-                    "-o",
-                    f"size={disk_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={uid},nosuid,nodev",
-                    "tmpfs",
-                    str(ws),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if r.returncode != 0:
+            try:
+                _mount_tmpfs(
+                    ws, f"size={disk_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={uid}"
+                )
+            except OSError:
                 ws.rmdir()
-                raise OSError(f"mounting the workspace tmpfs failed: {r.stderr.strip()}")
+                raise
         os.chown(ws, uid, uid)
         return ws
 
     def destroy(self, ws: Path) -> None:
         if self.tmpfs:
-            subprocess.run(["umount", "-l", str(ws)], capture_output=True)
+            _umount(ws)
         shutil.rmtree(ws, ignore_errors=True)
 
     def full(self, ws: Path) -> bool:
@@ -111,5 +117,5 @@ class Workspaces:
         """Unmount and remove workspaces left behind by a previous run of the service."""
         for p in self.root.iterdir():
             if os.path.ismount(p):
-                subprocess.run(["umount", "-l", str(p)], capture_output=True)
+                _umount(p)
             shutil.rmtree(p, ignore_errors=True)
