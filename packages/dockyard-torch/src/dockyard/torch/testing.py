@@ -13,6 +13,9 @@ Stable API (other packages' tests build on it):
   tokenizer files beside it*, so ``AutoModelForCausalLM.from_pretrained(p)``,
   ``AutoTokenizer.from_pretrained(p)`` and ``vllm.LLM(p)`` all work on the returned folder.
   ``head_dim = hidden_size // num_heads`` must be >= 32 (vLLM's CPU attention kernels reject 16).
+* :func:`random_batch` ``(batch_size=8, max_len=32, *, vocab_size=1024, seed=0, prompt_len=4)
+  -> dockyard.core.experience.Batch``: right-padded random token sequences of random lengths
+  with a loss mask after a short prompt, per-sequence advantages and generation logprobs.
 * :func:`sample_texts` ``() -> list[str]``: a few strings that exercise the tokenizer (digits,
   newlines, unicode, code, special tokens), used by round-trip tests.
 
@@ -49,6 +52,7 @@ __all__ = [
     "build_tiny_model",
     "build_tokenizer",
     "cache_dir",
+    "random_batch",
     "sample_texts",
 ]
 
@@ -331,3 +335,38 @@ def build_tiny_model(
             shutil.copy(tok_dir / name, folder / name)
 
     return _cached_build(f"model-{family}", args, path, build)
+
+
+def random_batch(
+    batch_size: int = 8,
+    max_len: int = 32,
+    *,
+    vocab_size: int = 1024,
+    seed: int = 0,
+    prompt_len: int = 4,
+):
+    """A random right-padded :class:`~dockyard.core.experience.Batch` (numpy only).
+
+    Lengths are uniform in ``[prompt_len + 2, max_len]``; ``loss_mask`` covers the tokens after
+    the first ``prompt_len``; advantages are one N(0, 1) draw per sequence broadcast over its
+    loss tokens; ``gen_logprobs`` are N(−2, 0.5) on loss tokens (0 elsewhere).
+    """
+    import numpy as np
+
+    from dockyard.core.experience import Batch
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(prompt_len + 2, max_len + 1, size=batch_size)
+    cols = np.arange(max_len)[None, :]
+    attention = cols < lengths[:, None]
+    ids = rng.integers(len(SPECIAL_TOKENS), vocab_size, size=(batch_size, max_len)) * attention
+    loss_mask = attention & (cols >= prompt_len)
+    adv = rng.normal(size=(batch_size, 1)).astype(np.float32) * loss_mask
+    gen = (rng.normal(-2.0, 0.5, size=(batch_size, max_len)) * loss_mask).astype(np.float32)
+    return Batch(
+        input_ids=ids.astype(np.int64),
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        advantages=adv.astype(np.float32),
+        gen_logprobs=gen,
+    )

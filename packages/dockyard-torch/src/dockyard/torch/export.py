@@ -1,0 +1,105 @@
+"""Weight export for refit: full tensors by Hugging Face name, in buckets, one tensor at a time.
+
+Under FSDP2 each parameter is a DTensor shard; :func:`iter_hf_tensors` gathers *one* parameter
+at a time (``DTensor.full_tensor()``, a collective: every rank must iterate in step), so no rank
+ever holds more than one bucket plus one full tensor beyond its own shard.
+
+Names are those of the Hugging Face model (``model.layers.0.self_attn.q_proj.weight``), what
+``transformers`` and vLLM's ``load_weights`` expect. Tied weights appear once (the first name,
+``model.embed_tokens.weight``), as ``save_pretrained`` writes them.
+
+LoRA (peft) models export either
+
+* ``merged``: W = W₀ + (α/r)·B·A under the base name (the engine needs no LoRA support), or
+* ``adapters``: only ``…q_proj.lora_A.weight`` / ``…lora_B.weight`` under peft's saved names
+  (``base_model.model.…``, without the adapter name), as in ``adapter_model.safetensors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+import torch
+
+_PEFT_PREFIX = "base_model.model."
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    full = t.full_tensor() if hasattr(t, "full_tensor") else t
+    return full.detach()
+
+
+def _to_numpy(t: torch.Tensor, dtype: torch.dtype | None) -> np.ndarray:
+    out = t.to("cpu", dtype=dtype) if dtype is not None else t.to("cpu")
+    if out.dtype == torch.bfloat16:  # numpy has no bfloat16: ship float32
+        out = out.float()
+    if out.data_ptr() == t.data_ptr():
+        out = out.clone()  # never hand out a view of a live parameter
+    return out.contiguous().numpy()
+
+
+def iter_hf_tensors(
+    model: torch.nn.Module, mode: str = "merged", dtype: torch.dtype | None = None
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield ``(hf_name, full array)`` for every persistent tensor, gathering one at a time.
+
+    ``mode``: ``"merged"`` or ``"adapters"`` (LoRA models; ignored otherwise).
+    """
+    if mode not in ("merged", "adapters"):
+        raise ValueError(f"export mode {mode!r}: expected 'merged' or 'adapters'")
+    state = model.state_dict(keep_vars=True)
+    is_peft = any(".lora_A." in k for k in state)
+    seen: set[int] = set()
+    scaling = _lora_scaling(model) if is_peft else {}
+    for name, tensor in state.items():
+        if id(tensor) in seen:
+            continue  # tied weight: exported once, under its first name
+        seen.add(id(tensor))
+        if not is_peft:
+            yield name, _to_numpy(_full(tensor), dtype)
+            continue
+        if mode == "adapters":
+            if ".lora_A." in name or ".lora_B." in name:
+                yield name.replace(".default.", "."), _to_numpy(_full(tensor), dtype)
+            continue
+        if ".lora_A." in name or ".lora_B." in name:
+            continue  # folded into the base weight below
+        hf_name = name.removeprefix(_PEFT_PREFIX).replace(".base_layer.", ".")
+        full = _full(tensor)
+        module = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
+        if module is not None and name.endswith(".weight") and module in scaling:
+            a = _full(state[f"{module}.lora_A.default.weight"])
+            b = _full(state[f"{module}.lora_B.default.weight"])
+            full = full + scaling[module] * (b.float() @ a.float()).to(full.dtype)
+        yield hf_name, _to_numpy(full, dtype)
+
+
+def _lora_scaling(model: torch.nn.Module) -> dict[str, float]:
+    """``{module state-dict prefix: α/r}`` for each LoRA layer (adapter ``default``)."""
+    out: dict[str, float] = {}
+    for name, module in model.named_modules():
+        s = getattr(module, "scaling", None)
+        if isinstance(s, dict) and "default" in s and hasattr(module, "lora_A"):
+            out[name] = float(s["default"])
+    return out
+
+
+def bucketed(
+    items: Iterator[tuple[str, np.ndarray]], bucket_bytes: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """Group ``(name, array)`` pairs into dicts of at most ``bucket_bytes`` (a larger tensor
+    forms its own bucket)."""
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+    bucket: dict[str, np.ndarray] = {}
+    size = 0
+    for name, arr in items:
+        if bucket and size + arr.nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = {}, 0
+        bucket[name] = arr
+        size += arr.nbytes
+    if bucket:
+        yield bucket

@@ -1,0 +1,51 @@
+"""Per-token logprobs and top-k logits from a causal LM's logits (torch).
+
+Alignment (the ``PolicyWorker`` contract): for tokens ``y [b, T]`` and logits ``z [b, T, V]``
+(``z[:, t]`` predicts ``y[:, t+1]``),
+
+    logprobs[b, t] = z'[b, t−1, y_bt] − logsumexp_v z'[b, t−1, v],   z' = z / τ,
+
+for t ≥ 1 and 0 at t = 0 — the generation temperature τ scales logits exactly as the engine
+does when it samples. Top-k logits use the same alignment (values at ``t`` describe the
+distribution of token t) and are *unscaled*: the distillation loss applies its own τ.
+"""
+
+from __future__ import annotations
+
+import torch
+from dockyard.torch.packing import PackedRow
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0):
+    """``[b, T, V]`` logits, ``[b, T]`` ids -> ``[b, T] float32`` logprobs (0 at t = 0)."""
+    z = logits[:, :-1].float()
+    if temperature != 1.0:
+        z = z / temperature
+    target = input_ids[:, 1:].unsqueeze(-1)
+    picked = torch.gather(z, -1, target).squeeze(-1) - torch.logsumexp(z, dim=-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def topk_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[b, T, V]`` -> ``(values [b, T, k] float32, indices [b, T, k] int64)``, shifted as above."""
+    values, indices = torch.topk(logits[:, :-1].float(), k, dim=-1)
+    values = torch.nn.functional.pad(values, (0, 0, 1, 0))
+    indices = torch.nn.functional.pad(indices, (0, 0, 1, 0))
+    return values, indices
+
+
+def unpack(packed: torch.Tensor, row: PackedRow, width: int) -> torch.Tensor:
+    """Scatter a packed row's per-token values ``[N, ...]`` into ``[n, width, ...]`` (zeros pad).
+
+    Differentiable. The first token of each sequence is set to 0: in the packed row its
+    "previous" position belongs to the preceding sequence.
+    """
+    n = len(row.lengths)
+    device = packed.device
+    rows = torch.repeat_interleave(torch.arange(n, device=device), torch.as_tensor(row.lengths))
+    cols = torch.cat([torch.arange(int(L), device=device) for L in row.lengths])
+    out = packed.new_zeros((n, width, *packed.shape[1:]))
+    keep = (cols > 0).to(packed.dtype)
+    if packed.dim() > 1:
+        keep = keep.view(-1, *([1] * (packed.dim() - 1)))
+    return out.index_put((rows, cols), packed * keep)

@@ -1,0 +1,144 @@
+"""Process group, device and model construction: HF causal LM → (LoRA) → FSDP2.
+
+One code path for CPU and GPU: the backend is ``gloo`` on CPU and ``nccl`` on CUDA; parameters
+are sharded with ``fully_shard`` per decoder layer and then at the root (FSDP2, DTensor
+parameters). On a single process sharding is skipped (plain module, same numerics).
+
+Precision: parameters and optimizer state stay float32; ``bfloat16`` runs the forward under
+``torch.autocast`` (mixed precision; gradients float32).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from dockyard.torch.config import TorchPolicyConfig
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this worker runs: ``rank`` of ``world_size``, on ``device``."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def sharded(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(rank: int | None = None, world_size: int | None = None) -> DistInfo:
+    """Join (or create) the default process group from arguments or torchrun's environment.
+
+    ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (torchrun, or set by the Ray
+    runtime) are read when the arguments are None. World size 1 needs no process group.
+    """
+    rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+    world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+    cuda = torch.cuda.is_available()
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1 and not dist.is_initialized():
+        for key in ("MASTER_ADDR", "MASTER_PORT"):
+            if key not in os.environ:
+                raise RuntimeError(
+                    f"world_size={world_size} needs {key} in the environment "
+                    "(torchrun sets it; or export MASTER_ADDR=127.0.0.1 MASTER_PORT=29500)"
+                )
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            rank=rank,
+            world_size=world_size,
+            device_id=device if cuda else None,
+        )
+    if dist.is_initialized():
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+    return DistInfo(rank, world_size, device)
+
+
+def compute_dtype(cfg: TorchPolicyConfig, device: torch.device) -> torch.dtype:
+    """The autocast dtype: bfloat16 on CUDA for ``auto``, else what ``precision`` says."""
+    if cfg.precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return torch.bfloat16 if cfg.precision == "bfloat16" else torch.float32
+
+
+def load_hf_model(cfg: TorchPolicyConfig, device: torch.device, *, trainable: bool = True):
+    """Load ``cfg.model_name`` (float32) onto ``device``; LoRA-wrap it when configured."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        cfg.model_name, dtype=torch.float32, attn_implementation=cfg.attn_implementation
+    ).to(device)
+    model.config.use_cache = False
+    if trainable and cfg.lora.enabled:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError as exc:  # pragma: no cover - peft is a declared dependency
+            raise ImportError('LoRA needs peft: pip install "dockyard-torch"') from exc
+        torch.manual_seed(cfg.seed)  # identical adapter init on every rank
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=cfg.lora.rank,
+                lora_alpha=cfg.lora.alpha,
+                lora_dropout=cfg.lora.dropout,
+                target_modules=list(cfg.lora.target_modules),
+                bias="none",
+                task_type="CAUSAL_LM",
+            ),
+        )
+    if trainable and cfg.activation_checkpointing:
+        hf = model.get_base_model() if cfg.lora.enabled else model
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.lora.enabled:
+            hf.enable_input_require_grads()
+    if not trainable:
+        model.eval()
+        model.requires_grad_(False)
+    return model
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks (``_no_split_modules`` classes of the HF model)."""
+    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+    names = set(getattr(hf, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(
+            f"{type(hf).__name__} declares no _no_split_modules: cannot find decoder layers to "
+            "shard; set fsdp.enabled=false for a single process"
+        )
+    return layers
+
+
+def shard_model(model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig) -> Any:
+    """Apply FSDP2 ``fully_shard`` per decoder layer, then at the root."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(info.device.type, (info.world_size,))
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward)
+    return model
+
+
+def use_fsdp(cfg: TorchPolicyConfig, info: DistInfo) -> bool:
+    """Whether to shard: ``fsdp.enabled``, or (None) when there are several ranks."""
+    enabled = info.sharded if cfg.fsdp.enabled is None else cfg.fsdp.enabled
+    if info.sharded and not enabled:
+        raise ValueError(
+            f"fsdp.enabled=false with world_size={info.world_size}: gradients would not be "
+            "synchronised across ranks; set fsdp.enabled=true (or leave it unset)"
+        )
+    return enabled

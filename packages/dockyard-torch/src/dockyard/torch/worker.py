@@ -1,0 +1,350 @@
+"""The torch policy worker: one rank of an FSDP2-sharded HF causal LM (or a single process).
+
+Data parallelism: every rank is handed the same global :class:`Batch` and works on its shard,
+sequences ``rank::world_size``. A train step is
+
+    N_tok = Σ_ranks Σ_b,t loss_mask,   N_seq = Σ_ranks #{b : Σ_t loss_mask_bt > 0}
+    for each micro-batch μ of this rank:  (L_μ · world_size).backward()
+    clip ‖g‖ to max_grad_norm;  AdamW step;  scheduler step
+
+where ``L_μ = loss_fn(logprobs_μ, {fields of μ, num_loss_tokens=N_tok, num_sequences=N_seq})`` is
+normalised by the *global* counts, so Σ_μ L_μ over all ranks is the loss of the whole batch and
+the update does not depend on the micro-batch size or the number of ranks (FSDP averages
+gradients over ranks; the ``world_size`` factor turns that average into the sum). Ranks with
+fewer micro-batches run zero-weighted dummy ones so that FSDP's collectives stay in step.
+
+Usable under torchrun and as a Ray actor: construct it from a config dict (picklable), with
+``rank``/``world_size`` (and ``MASTER_ADDR``/``MASTER_PORT`` in the environment) for several
+ranks. Collective methods (everything but ``step``) must be called on all ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+import torch
+import torch.distributed as dist
+from dockyard.core.experience import Batch
+from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
+from dockyard.torch import checkpoint as ckpt
+from dockyard.torch.config import TorchPolicyConfig
+from dockyard.torch.export import bucketed, iter_hf_tensors
+from dockyard.torch.logprobs import token_logprobs, topk_logits, unpack
+from dockyard.torch.model import (
+    compute_dtype,
+    init_distributed,
+    load_hf_model,
+    shard_model,
+    use_fsdp,
+)
+from dockyard.torch.optim import build_optimizer
+from dockyard.torch.packing import (
+    dynamic_batches,
+    ffd_pack,
+    fixed_batches,
+    pack_rows,
+    sequence_lengths,
+)
+
+_TOKEN_FIELDS = ("loss_mask", "advantages", "gen_logprobs", "prev_logprobs", "ref_logprobs")
+
+
+class TorchPolicyWorker(PolicyWorker):
+    """See the module docstring. ``config``: a :class:`TorchPolicyConfig` or a dict of one."""
+
+    def __init__(
+        self,
+        config: TorchPolicyConfig | Mapping[str, Any],
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        cfg = config if isinstance(config, TorchPolicyConfig) else TorchPolicyConfig(**config)
+        self.cfg = cfg
+        self.dist = init_distributed(rank, world_size)
+        self.device = self.dist.device
+        self.dtype = compute_dtype(cfg, self.device)
+        self.fsdp = use_fsdp(cfg, self.dist)
+        torch.manual_seed(cfg.seed)
+        self.model = load_hf_model(cfg, self.device)
+        if self.fsdp:
+            shard_model(self.model, self.dist, cfg)
+        self.reference = None
+        if cfg.reference_policy and not cfg.lora.enabled:
+            self.reference = load_hf_model(cfg, self.device, trainable=False)
+            if self.fsdp:
+                shard_model(self.reference, self.dist, cfg)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer, self.scheduler = build_optimizer(params, cfg.optimizer, cfg.scheduler)
+        self._step = 0
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @property
+    def rank(self) -> int:
+        return self.dist.rank
+
+    def _autocast(self):
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _shard(self, n: int) -> list[int]:
+        return list(range(self.dist.rank, n, self.dist.world_size))
+
+    def _plan(self, lengths: np.ndarray, indices: list[int], train: bool) -> list[list[int]]:
+        """Micro-batches (lists of global sequence indices) for this rank's ``indices``."""
+        cfg = self.cfg
+        local = lengths[indices]
+        if cfg.sequence_packing.enabled:
+            sp = cfg.sequence_packing
+            plan = ffd_pack(local, sp.train_mb_tokens if train else sp.logprob_mb_tokens)
+        elif cfg.dynamic_batching.enabled:
+            db = cfg.dynamic_batching
+            plan = dynamic_batches(local, db.train_mb_tokens if train else db.logprob_mb_tokens)
+        else:
+            size = cfg.train_micro_batch_size if train else cfg.logprob_batch_size
+            plan = fixed_batches(len(indices), size)
+        return [[indices[j] for j in mb] for mb in plan]
+
+    def _num_microbatches(self, plan: list[list[int]]) -> int:
+        n = torch.tensor([len(plan)], dtype=torch.int64, device=self.device)
+        if dist.is_initialized():
+            dist.all_reduce(n, op=dist.ReduceOp.MAX)
+        return int(n.item())
+
+    def _forward(
+        self, model: torch.nn.Module, ids: np.ndarray, lengths: np.ndarray, idx: list[int]
+    ) -> tuple[torch.Tensor, int, Any]:
+        """Logits of micro-batch ``idx``: ``([b|1, T_mb|N, V], T_mb, packed row or None)``."""
+        width = int(lengths[idx].max())
+        with self._autocast():
+            if self.cfg.sequence_packing.enabled:
+                row = pack_rows(ids, lengths, idx)
+                input_ids = torch.as_tensor(row.input_ids, device=self.device)[None]
+                position_ids = torch.as_tensor(row.position_ids, device=self.device)[None]
+                out = model(input_ids=input_ids, position_ids=position_ids, use_cache=False)
+                return out.logits, width, (row, input_ids)
+            input_ids = torch.as_tensor(ids[idx, :width], device=self.device)
+            cols = torch.arange(width, device=self.device)
+            lens = torch.as_tensor(lengths[idx], device=self.device)
+            mask = (cols[None, :] < lens[:, None]).long()
+            out = model(input_ids=input_ids, attention_mask=mask, use_cache=False)
+            return out.logits, width, (None, input_ids)
+
+    def _mb_logprobs(self, model, ids, lengths, idx) -> torch.Tensor:
+        """``[b, T_mb]`` logprobs of micro-batch ``idx``, 0 at t = 0 and on padding."""
+        logits, width, (row, input_ids) = self._forward(model, ids, lengths, idx)
+        tau = self.cfg.generation_temperature
+        if row is not None:
+            return unpack(token_logprobs(logits, input_ids, tau)[0], row, width)
+        lp = token_logprobs(logits, input_ids, tau)
+        cols = torch.arange(width, device=self.device)
+        lens = torch.as_tensor(lengths[idx], device=self.device)
+        return lp * (cols[None, :] < lens[:, None])
+
+    def _dummy_backward(self) -> None:
+        """A zero-weighted forward/backward that keeps FSDP collectives in step."""
+        ids = torch.zeros((1, 2), dtype=torch.int64, device=self.device)
+        with self._autocast():
+            logits = self.model(input_ids=ids, use_cache=False).logits
+        (logits.float().sum() * 0.0).backward()
+
+    def _gather_rows(self, out: np.ndarray) -> np.ndarray:
+        """Fill rows owned by other ranks (each rank computed ``rank::world_size``)."""
+        if not dist.is_initialized() or self.dist.world_size == 1:
+            return out
+        t = torch.as_tensor(out, device=self.device)
+        dist.all_reduce(t)  # rows are disjoint and zero elsewhere
+        return t.cpu().numpy()
+
+    def _logprobs(self, model: torch.nn.Module, batch: Batch) -> np.ndarray:
+        ids = np.asarray(batch.input_ids, dtype=np.int64)
+        lengths = sequence_lengths(batch.attention_mask)
+        B, T = ids.shape
+        out = np.zeros((B, T), dtype=np.float32)
+        plan = self._plan(lengths, self._shard(B), train=False)
+        n_mb = self._num_microbatches(plan)
+        model.eval()
+        with torch.no_grad():
+            for i in range(n_mb):
+                if i >= len(plan):
+                    model(input_ids=torch.zeros((1, 2), dtype=torch.int64, device=self.device))
+                    continue
+                lp = self._mb_logprobs(model, ids, lengths, plan[i])
+                out[plan[i], : lp.shape[1]] = lp.float().cpu().numpy()
+        return self._gather_rows(out)
+
+    # -------------------------------------------------------------- interface
+    def get_logprobs(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32`` logprobs of ``batch.input_ids`` (module docstring of logprobs)."""
+        return self._logprobs(self.model, batch)
+
+    def get_reference_logprobs(self, batch: Batch) -> np.ndarray:
+        """Logprobs under the frozen reference: the LoRA base (adapters off) or a copy."""
+        if self.cfg.lora.enabled:
+            with self.model.disable_adapter():
+                return self._logprobs(self.model, batch)
+        if self.reference is None:
+            raise RuntimeError(
+                "no reference policy: this worker was built with reference_policy=false"
+            )
+        return self._logprobs(self.reference, batch)
+
+    def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(values [B, T, k], indices [B, T, k])``, aligned like logprobs, 0 on padding."""
+        ids = np.asarray(batch.input_ids, dtype=np.int64)
+        lengths = sequence_lengths(batch.attention_mask)
+        B, T = ids.shape
+        values = np.zeros((B, T, k), dtype=np.float32)
+        indices = np.zeros((B, T, k), dtype=np.int64)
+        plan = self._plan(lengths, self._shard(B), train=False)
+        n_mb = self._num_microbatches(plan)
+        self.model.eval()
+        with torch.no_grad():
+            for i in range(n_mb):
+                if i >= len(plan):
+                    self.model(input_ids=torch.zeros((1, 2), dtype=torch.int64, device=self.device))
+                    continue
+                idx = plan[i]
+                logits, width, (row, _) = self._forward(self.model, ids, lengths, idx)
+                v, j = topk_logits(logits, k)
+                if row is not None:
+                    v, j = unpack(v[0], row, width), unpack(j[0], row, width)
+                keep = (np.arange(width)[None, :] < lengths[idx][:, None])[..., None]
+                values[idx, :width] = v.float().cpu().numpy() * keep
+                indices[idx, :width] = j.cpu().numpy() * keep
+        return self._gather_rows(values), self._gather_rows(indices)
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
+        """One optimizer step over ``batch``; returns metrics averaged over loss tokens."""
+        t0 = time.perf_counter()
+        ids = np.asarray(batch.input_ids, dtype=np.int64)
+        lengths = sequence_lengths(batch.attention_mask)
+        mine = self._shard(ids.shape[0])
+        loss_mask = np.asarray(batch.loss_mask, dtype=bool)
+        counts = torch.tensor(
+            [loss_mask[mine].sum(), (loss_mask[mine].sum(axis=1) > 0).sum(), lengths[mine].sum()],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        if dist.is_initialized():
+            dist.all_reduce(counts)
+        n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
+        plan = self._plan(lengths, mine, train=True)
+        n_mb = self._num_microbatches(plan)
+        scale = float(self.dist.world_size) if self.fsdp else 1.0
+        fields = _batch_fields(batch)
+        sums: dict[str, float] = {}
+        self.model.train()
+        for i in range(n_mb):
+            if i >= len(plan):
+                self._dummy_backward()
+                continue
+            idx = plan[i]
+            lp = self._mb_logprobs(self.model, ids, lengths, idx)
+            width = lp.shape[1]
+            mb = {
+                k: self._tensor(v[idx][:, :width] if v.ndim == 2 else v[idx])
+                for k, v in fields.items()
+            }
+            mb["num_loss_tokens"] = torch.tensor(n_tok, device=self.device)
+            mb["num_sequences"] = torch.tensor(n_seq, device=self.device)
+            loss, metrics = loss_fn(lp, mb)
+            (loss * scale).backward()
+            w = float(loss_mask[idx].sum())
+            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+            for key, val in metrics.items():
+                if key != "loss" and _is_scalar(val):
+                    sums[key] = sums.get(key, 0.0) + float(val) * w
+        grad_norm = self._clip_and_step()
+        metrics_out = self._reduce_metrics(sums, n_tok)
+        metrics_out.update(
+            grad_norm=grad_norm,
+            lr=float(self.scheduler.get_last_lr()[0]),
+            num_loss_tokens=n_tok,
+            num_sequences=n_seq,
+            tokens_per_s=n_all / max(time.perf_counter() - t0, 1e-9),
+            step_time_s=time.perf_counter() - t0,
+        )
+        return metrics_out
+
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        t = torch.as_tensor(a, device=self.device)
+        return t.float() if t.dtype == torch.float64 else t
+
+    def _clip_and_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._step += 1
+        return float(norm)
+
+    def _reduce_metrics(self, sums: dict[str, float], n_tok: float) -> dict[str, float]:
+        if dist.is_initialized() and self.dist.world_size > 1:
+            gathered: list[dict[str, float]] = [{} for _ in range(self.dist.world_size)]
+            dist.all_gather_object(gathered, sums)
+        else:
+            gathered = [sums]
+        total: dict[str, float] = {}
+        for part in gathered:
+            for k, v in part.items():
+                total[k] = total.get(k, 0.0) + v
+        return {k: v if k == "loss" else v / max(n_tok, 1.0) for k, v in total.items()}
+
+    # ------------------------------------------------------- weights and state
+    def export_weights(
+        self, bucket_bytes: int, mode: str | None = None
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Buckets of full tensors by HF name (collective: iterate on every rank).
+
+        ``mode`` (LoRA only): ``"merged"`` or ``"adapters"``; default ``lora.export``.
+        """
+        mode = mode or self.cfg.lora.export
+        return bucketed(iter_hf_tensors(self.model, mode), bucket_bytes)
+
+    def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
+        ckpt.save_checkpoint(
+            path, self.model, self.optimizer, self.scheduler, self._step, extra_state
+        )
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        self._step, extra = ckpt.load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        return extra
+
+    def export_hf(self, path: str, bucket_bytes: int = 1 << 30) -> str:
+        """Write a plain HF safetensors folder (merged LoRA) that transformers and vLLM load."""
+        hf = self.model.get_base_model() if self.cfg.lora.enabled else self.model
+        buckets = bucketed(iter_hf_tensors(self.model, "merged"), bucket_bytes)
+        return str(
+            ckpt.write_hf_folder(
+                path, buckets, hf.config, self.cfg.model_name, self.cfg.tokenizer_name
+            )
+        )
+
+
+def _batch_fields(batch: Batch) -> dict[str, np.ndarray]:
+    """The arrays the loss sees (``[B, T]`` per token or ``[B]`` per sequence)."""
+    out: dict[str, np.ndarray] = {}
+    for name in _TOKEN_FIELDS:
+        value = getattr(batch, name)
+        if value is not None:
+            out[name] = np.asarray(value)
+    out.update({k: np.asarray(v) for k, v in batch.extras.items()})
+    return out
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, float | int) or (isinstance(v, torch.Tensor) and v.numel() == 1)

