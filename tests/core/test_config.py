@@ -369,3 +369,10 @@ def test_core_imports_no_heavy_frameworks():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "examples" / "configs").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_example_config_validates(path):
+    load_config(path)

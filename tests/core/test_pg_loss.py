@@ -330,3 +330,17 @@ def test_policy_loss_fits_lossfn_protocol(rng):
         PolicyLoss(options={"is_correction": True})(d["logprobs"], batch)
     with pytest.raises(KeyError, match="did you mean"):
         PolicyLoss(name="clipped_p")
+
+
+def test_half_precision_logprobs_computed_in_float32(rng):
+    """bf16 logprobs over many tokens: the token count and sums stay exact (fp32 inside)."""
+    torch = pytest.importorskip("torch")
+    B, T = 8, 512
+    lp = torch.full((B, T), -1.0, dtype=torch.bfloat16, requires_grad=True)
+    adv = torch.ones(B)
+    loss, m = clipped_pg_loss(lp, adv, torch.ones(B, T, dtype=torch.bool))
+    assert loss.dtype == torch.float32
+    assert float(m["num_tokens"]) == B * T
+    assert loss.item() == -1.0
+    loss.backward()
+    assert lp.grad.dtype == torch.bfloat16

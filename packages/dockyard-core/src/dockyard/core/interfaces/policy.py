@@ -21,6 +21,13 @@ class LossFn(Protocol):
     micro-batch's fields as backend arrays, plus ``num_loss_tokens`` (the *global* count, across
     micro-batches and ranks, that token-level losses divide by). Returns the scalar loss and
     metrics.
+
+    Keys the policy losses of ``dockyard.core.rl`` read (``PolicyLoss``, ``MaskedNLLLoss``):
+    ``advantages [b, T] or [b]``, ``loss_mask [b, T] bool``, optional ``prev_logprobs``,
+    ``gen_logprobs``, ``ref_logprobs`` (each ``[b, T]``), ``num_loss_tokens`` and
+    ``num_sequences`` (global counts, 0-d). Metrics are 0-d arrays, means over this
+    micro-batch's loss tokens (``num_tokens`` gives the weight for averaging across
+    micro-batches).
     """
 
     def __call__(self, logprobs: Any, batch: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]: ...

@@ -41,6 +41,10 @@ class _Numpy:
     def stop_gradient(self, x: Array) -> Array:
         return x
 
+    def promote_half(self, x: Array) -> Array:
+        """float16 / bfloat16 -> float32 (sums of many tokens lose exactness in 16 bits)."""
+        return x.astype(self.m.float32) if str(x.dtype) in ("float16", "bfloat16") else x
+
     # -- element-wise ----------------------------------------------------------------------
     def exp(self, x: Array) -> Array:
         return self.m.exp(x)
@@ -138,6 +142,9 @@ class _Torch(_Numpy):
 
     def stop_gradient(self, x: Array) -> Array:
         return x.detach()
+
+    def promote_half(self, x: Array) -> Array:
+        return x.float() if x.dtype in (self.m.float16, self.m.bfloat16) else x
 
     def where(self, cond: Array, a: Any, b: Any) -> Array:
         return self.m.where(cond, a, b)

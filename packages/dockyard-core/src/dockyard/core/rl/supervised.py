@@ -30,6 +30,7 @@ def masked_nll(
     Returns ``(loss, {"nll": loss, "num_tokens": N})``.
     """
     xp = namespace(logprobs, mask)
+    logprobs = xp.promote_half(logprobs)
     m = logprobs * 0.0 + 1.0 if mask is None else xp.to_float(mask, logprobs)
     nll = xp.where(m > 0, -logprobs, 0.0)
     loss = aggregate(xp, nll, m, agg, num_loss_tokens)
@@ -78,10 +79,10 @@ def topk_forward_kl(
         ``(loss, {"distill_kl": loss, "loss": loss})``.
     """
     xp = namespace(student_logits, teacher_topk_logits, mask)
-    zs = student_logits / temperature
+    zs = xp.promote_half(student_logits) / temperature
     log_q = zs - xp.logsumexp(zs, axis=-1, keepdims=True)
     log_q_k = xp.take_along_axis(log_q, teacher_topk_indices, axis=-1)
-    zt = xp.stop_gradient(teacher_topk_logits) / temperature
+    zt = xp.promote_half(xp.stop_gradient(teacher_topk_logits)) / temperature
     log_p = zt - xp.logsumexp(zt, axis=-1, keepdims=True)
     kl = xp.sum(xp.exp(log_p) * (log_p - log_q_k), axis=-1)  # [B, T]
     m = kl * 0.0 + 1.0 if mask is None else xp.to_float(mask, kl)

@@ -39,6 +39,7 @@ def prepare(
     xp: Namespace, logprobs: Array, advantages: Array, mask: Any, prev_logprobs: Any
 ) -> PGInputs:
     """Broadcast ``advantages`` ``[B]`` to ``[B, 1]``; π_prev defaults to stop_grad(π) (on-policy)."""
+    logprobs = xp.promote_half(logprobs)  # bf16 / fp16 logprobs: compute the loss in float32
     if mask is None:
         mask = logprobs == logprobs  # all True, same array type
     m = xp.to_float(mask, logprobs)
