@@ -238,6 +238,14 @@ def check_combination(ctx: Context) -> None:
                     f"recipe.ray.{role}.cpu",
                     f"{group.cpu} is less than the config's cluster.cpus_per_node ({cpus})",
                 )
+    sandbox = ctx.recipe.sandbox
+    if sandbox.enabled and not sandbox.token_secret:
+        raise SpecError(
+            "recipe.sandbox.token_secret",
+            "required: dockyard-sandbox refuses to listen on a pod address without a token. Create a "
+            "Secret with key 'token' (kubectl create secret generic NAME --from-literal=token=...) "
+            "in the sandbox's and the Ray pods' namespaces, and name it here",
+        )
     ck, vol = ctx.recipe.checkpoint, ctx.infra.storage.checkpoint
     ray_pods = 1 + ctx.shape.trainer_nodes + ctx.shape.inference_nodes
     if ck.enabled and vol.access_mode != "ReadWriteMany" and ray_pods > 1:

@@ -19,14 +19,19 @@ class PodTemplate:
     max_pods: int
 
 
+def as_int(value: Any, default: int) -> int:
+    """``value`` if it is an int (not bool), else ``default``: objects may be schema-invalid here."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def _ray_cluster(spec: dict[str, Any], prefix: str) -> Iterator[PodTemplate]:
     head = spec.get("headGroupSpec", {})
     if "template" in head:
         yield PodTemplate(f"{prefix}.headGroupSpec.template", head["template"], 1)
     for i, group in enumerate(spec.get("workerGroupSpecs", []) or []):
         if "template" in group:
-            count = max(int(group.get("maxReplicas", 0) or 0), int(group.get("replicas", 0) or 0))
-            count *= int(group.get("numOfHosts", 1) or 1)
+            count = max(as_int(group.get("maxReplicas"), 0), as_int(group.get("replicas"), 0))
+            count *= as_int(group.get("numOfHosts"), 1)
             yield PodTemplate(f"{prefix}.workerGroupSpecs[{i}].template", group["template"], count)
 
 
@@ -36,7 +41,7 @@ def pod_templates(
     """Every pod template of ``obj``. ``hpa_max`` maps Deployment name -> HPA maxReplicas."""
     kind, spec = obj.get("kind"), obj.get("spec") or {}
     if kind in ("Deployment", "StatefulSet", "ReplicaSet") and "template" in spec:
-        count = int(spec.get("replicas", 1) or 1)
+        count = as_int(spec.get("replicas"), 1)
         name = obj.get("metadata", {}).get("name")
         if hpa_max and name in hpa_max:
             count = max(count, hpa_max[name])
@@ -52,7 +57,11 @@ def pod_templates(
 def container_totals(template: dict[str, Any], field: str) -> dict[str, Decimal]:
     """Sum over the template's containers of ``resources[field]`` (``"requests"`` or ``"limits"``)."""
     totals: dict[str, Decimal] = {}
-    for container in template.get("spec", {}).get("containers", []):
-        for name, value in (container.get("resources", {}).get(field) or {}).items():
-            totals[name] = totals.get(name, Decimal(0)) + parse_quantity(value)
+    for container in (template.get("spec") or {}).get("containers") or []:
+        for name, value in ((container.get("resources") or {}).get(field) or {}).items():
+            try:
+                totals[name] = totals.get(name, Decimal(0)) + parse_quantity(value)
+            except ValueError:
+                continue  # reported by the semantic checks
+
     return totals

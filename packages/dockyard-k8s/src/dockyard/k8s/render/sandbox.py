@@ -36,6 +36,8 @@ CONTAINER = "sandbox"
 WORKSPACE = "/workspace"
 CACHE = "/var/cache/dockyard"
 TMP_SIZE = Decimal(256 * 2**20)
+DRAIN_S = 60
+"""Seconds the service finishes running tasks on SIGTERM; the pod's grace period adds 15."""
 
 
 def sandbox_resources(ctx: Context) -> dict[str, dict[str, str]]:
@@ -123,7 +125,7 @@ def deployment(ctx: Context) -> dict[str, Any]:
     s = ctx.recipe.sandbox
     pod_sec, container_sec, annotations = _security(ctx)
     args = ["serve", "--host", "0.0.0.0", "--port", str(s.port), "--workers", str(s.workers)]
-    args += ["--cache-dir", CACHE]
+    args += ["--work-dir", WORKSPACE, "--cache-dir", CACHE, "--drain-timeout", str(DRAIN_S)]
     volumes: list[dict[str, Any]] = [
         {"name": "workspace", "emptyDir": {"sizeLimit": s.workspace_size}},
         {"name": "cache", "emptyDir": {"sizeLimit": s.cache_size}},
@@ -171,7 +173,7 @@ def deployment(ctx: Context) -> dict[str, Any]:
         "serviceAccountName": ctx.object_name("sandbox"),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 30,
+        "terminationGracePeriodSeconds": DRAIN_S + 15,
         "securityContext": pod_sec,
         "containers": [container],
         "volumes": volumes,

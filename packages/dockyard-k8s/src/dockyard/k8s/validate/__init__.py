@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from dockyard.k8s.validate import k8s_schema, semantic
-from dockyard.k8s.validate.crd import CrdValidator, merged_schemas
+from dockyard.k8s.validate.crd import crd_validator
 from dockyard.k8s.validate.semantic import Finding
 
 
@@ -63,8 +63,9 @@ def validate_objects(
 ) -> Report:
     """Validate ``objects`` (``sources[i]`` names where object i came from, for messages)."""
     sources = sources or ["<rendered>"] * len(objects)
-    schemas, crd_desc = merged_schemas(Path(crd_dir) if crd_dir is not None else None)
-    crds = CrdValidator(schemas, kubernetes_version)
+    crds, crd_desc = crd_validator(
+        Path(crd_dir) if crd_dir is not None else None, kubernetes_version
+    )
     k8s_desc = f"Kubernetes {k8s_schema.resolve_version(kubernetes_version)} (strict)"
     report = Report()
     seen: set[tuple[str, Finding]] = set()

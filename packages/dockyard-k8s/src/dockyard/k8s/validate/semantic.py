@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dockyard.k8s.pods import pod_templates
+from dockyard.k8s.pods import as_int, pod_templates
 from dockyard.k8s.quantity import parse_quantity
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -251,7 +251,7 @@ def check_workloads(objects: list[dict[str, Any]]) -> Iterator[Finding]:
                 yield Finding(
                     r, "spec.scaleTargetRef.name", f"no Deployment {target.get('name')!r} in {ns!r}"
                 )
-            if int(spec.get("minReplicas", 1)) > int(spec.get("maxReplicas", 0)):
+            if as_int(spec.get("minReplicas"), 1) > as_int(spec.get("maxReplicas"), 2**31):
                 yield Finding(r, "spec.minReplicas", "exceeds spec.maxReplicas")
         if kind in ("RayJob", "RayCluster"):
             cluster = spec.get("rayClusterSpec", {}) if kind == "RayJob" else spec
@@ -263,11 +263,8 @@ def check_workloads(objects: list[dict[str, Any]]) -> Iterator[Finding]:
                 if g.get("groupName") in seen:
                     yield Finding(r, f"{gp}.groupName", f"duplicate group {g.get('groupName')!r}")
                 seen.add(g.get("groupName"))
-                lo, n, hi = (
-                    g.get("minReplicas", 0),
-                    g.get("replicas", 0),
-                    g.get("maxReplicas", 2**31 - 1),
-                )
+                lo, n = as_int(g.get("minReplicas"), 0), as_int(g.get("replicas"), 0)
+                hi = as_int(g.get("maxReplicas"), 2**31 - 1)
                 if not lo <= n <= hi:
                     yield Finding(
                         r,
