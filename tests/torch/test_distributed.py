@@ -52,7 +52,9 @@ def two_rank_run(tmp_path_factory, base_config):
     return out, json.loads((out / "results.json").read_text())
 
 
-def _assert_weights_close(worker, expected: dict[str, np.ndarray], atol=2e-6):
+def _assert_weights_close(worker, expected: dict[str, np.ndarray], atol=1e-5):
+    """atol: 1% of one Adam step (lr 1e-3); elements whose gradient is near Adam's ε may
+    differ by more than float32 rounding between two summation orders."""
     got = {}
     for bucket in worker.export_weights(bucket_bytes=1 << 30):
         got.update(bucket)

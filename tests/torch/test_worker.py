@@ -73,13 +73,20 @@ def test_logprobs_match_transformers_padded_and_packed(base_config, batch):
     ids=["mb1", "mb3", "packed", "dynamic"],
 )
 def test_update_does_not_depend_on_micro_batching(base_config, batch, variant, one_batch_run):
-    loss_ref, weights_ref = one_batch_run
+    ref, weights_ref = one_batch_run
     worker = TorchPolicyWorker({**base_config, "reference_policy": False, **variant})
     metrics = worker.train_step(batch, PolicyLoss(options={"kl_beta": 0.0}))
-    assert metrics["loss"] == pytest.approx(loss_ref, abs=1e-6)
-    got = _weights(worker)
-    for name, value in weights_ref.items():
-        np.testing.assert_allclose(got[name], value, rtol=0, atol=2e-6, err_msg=name)
+    # Adam is invariant to a constant gradient scale: the grad norm pins the normalisation
+    assert metrics["loss"] == pytest.approx(ref["loss"], abs=1e-6)
+    assert metrics["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-5)
+    _assert_close_update(_weights(worker), weights_ref)
+
+
+def _assert_close_update(got, expected, lr=1e-3):
+    """Equal up to 1% of one Adam step (lr): elements whose gradient is near Adam's ε can
+    differ by more than float32 rounding between two summation orders."""
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, rtol=0, atol=0.01 * lr, err_msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +101,7 @@ def one_batch_run(base_config, batch):
     assert max(np.abs(after[k] - before[k]).max() for k in before) > 1e-4
     assert metrics["num_loss_tokens"] == batch.num_loss_tokens()
     assert worker.step == 1
-    return metrics["loss"], after
+    return metrics, after
 
 
 def test_reference_stays_frozen_while_policy_trains(base_config, batch):
@@ -120,9 +127,7 @@ def test_activation_checkpointing_gives_the_same_update(base_config, batch, one_
         }
     )
     worker.train_step(batch, PolicyLoss(options={"kl_beta": 0.0}))
-    got = _weights(worker)
-    for name, value in weights_ref.items():
-        np.testing.assert_allclose(got[name], value, rtol=0, atol=2e-6, err_msg=name)
+    _assert_close_update(_weights(worker), weights_ref)
 
 
 def test_checkpoint_round_trip_restores_rng_and_step(base_config, batch, tmp_path):

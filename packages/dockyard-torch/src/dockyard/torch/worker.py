@@ -224,7 +224,13 @@ class TorchPolicyWorker(PolicyWorker):
         return self._gather_rows(values), self._gather_rows(indices)
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
-        """One optimizer step over ``batch``; returns metrics averaged over loss tokens."""
+        """One optimizer step over ``batch``.
+
+        Metrics: ``loss`` (the whole batch's), the loss's own metrics as loss-token-weighted
+        means over micro-batches and ranks, ``grad_norm`` (before clipping), ``lr`` (the one this
+        step used), ``num_loss_tokens``, ``num_sequences``, ``tokens_per_s``,
+        ``step_time_s``.
+        """
         t0 = time.perf_counter()
         ids = np.asarray(batch.input_ids, dtype=np.int64)
         lengths = sequence_lengths(batch.attention_mask)
@@ -262,13 +268,14 @@ class TorchPolicyWorker(PolicyWorker):
             w = float(loss_mask[idx].sum())
             sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
             for key, val in metrics.items():
-                if key != "loss" and _is_scalar(val):
+                if key != "loss" and not key.startswith("num_") and _is_scalar(val):
                     sums[key] = sums.get(key, 0.0) + float(val) * w
+        lr = float(self.optimizer.param_groups[0]["lr"])
         grad_norm = self._clip_and_step()
         metrics_out = self._reduce_metrics(sums, n_tok)
         metrics_out.update(
             grad_norm=grad_norm,
-            lr=float(self.scheduler.get_last_lr()[0]),
+            lr=lr,
             num_loss_tokens=n_tok,
             num_sequences=n_seq,
             tokens_per_s=n_all / max(time.perf_counter() - t0, 1e-9),
