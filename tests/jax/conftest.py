@@ -73,3 +73,33 @@ def hf_model_factory(tmp_path: Path):
         return path, build_hf_model(path, family, **overrides)
 
     return make
+
+
+def grpo_batch(vocab: int, B: int = 6, T: int = 24, seed: int = 0, prompt_len: int = 5):
+    """A right-padded GRPO :class:`Batch`: random lengths, loss on the response tokens,
+    per-sequence advantages broadcast over tokens, generation logprobs filled in later."""
+    from dockyard.core.experience import Batch
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(prompt_len + 2, T + 1, B)
+    lengths[0] = T
+    ids, mask = random_batch(vocab, list(lengths), T, seed)
+    loss_mask = mask.copy()
+    loss_mask[:, :prompt_len] = False
+    adv = rng.normal(size=(B, 1)).astype(np.float32) * loss_mask
+    zeros = np.zeros((B, T), np.float32)
+    return Batch(ids, mask, loss_mask, adv.astype(np.float32), zeros)
+
+
+@pytest.fixture
+def make_grpo_batch():
+    """:func:`grpo_batch`."""
+    return grpo_batch
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(tmp_path_factory) -> Path:
+    """A random tiny Qwen2 HF folder shared by a test module."""
+    path = tmp_path_factory.mktemp("qwen2") / "model"
+    build_hf_model(path, "qwen2")
+    return path

@@ -1,1 +1,26 @@
-"""dockyard.jax."""
+"""dockyard.jax: the JAX policy worker — Flax NNX Qwen2/Qwen3/Llama with Hugging Face weight
+parity, ``jax.sharding`` over an ``(fsdp, tensor)`` mesh, optax AdamW, orbax checkpoints.
+
+    from dockyard.jax import JaxPolicyWorker
+    worker = JaxPolicyWorker({"model_name": "/path/to/hf_model"})
+
+Submodules are imported on first use (``import dockyard.jax`` alone does not import jax).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["JaxPolicyConfig", "JaxPolicyWorker"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JaxPolicyWorker":
+        from dockyard.jax.worker import JaxPolicyWorker
+
+        return JaxPolicyWorker
+    if name == "JaxPolicyConfig":
+        from dockyard.jax.config import JaxPolicyConfig
+
+        return JaxPolicyConfig
+    raise AttributeError(f"module 'dockyard.jax' has no attribute {name!r}")

@@ -84,8 +84,15 @@ def _yarn(cfg: ModelConfig, dim: int) -> tuple[np.ndarray, float]:
     return inv_freq.astype(np.float32), float(attention_factor)
 
 
-def rope_frequencies(cfg: ModelConfig, positions: jnp.ndarray) -> tuple[jnp.ndarray, float]:
-    """``(inv_freq [d/2] float32, attention_scaling)`` for the batch's ``positions [B, T]``."""
+def rope_frequencies(
+    cfg: ModelConfig, positions: jnp.ndarray, valid: jnp.ndarray | None = None
+) -> tuple[jnp.ndarray, float]:
+    """``(inv_freq [d/2] float32, attention_scaling)`` for the batch's ``positions [B, T]``.
+
+    ``valid [B, T]`` (bool): only these positions count towards the dynamic-NTK length L, so
+    right-padding a batch does not change its frequencies (HF counts padding too; the two agree
+    whenever the longest sequence fills the batch, as in the trainers' trimmed micro-batches).
+    """
     r, dim = cfg.rope, cfg.head_dim
     if r.rope_type == "default":
         return jnp.asarray(_default_inv_freq(r.theta, dim)), 1.0
@@ -98,16 +105,19 @@ def rope_frequencies(cfg: ModelConfig, positions: jnp.ndarray) -> tuple[jnp.ndar
         return jnp.asarray(inv), scale
     if r.rope_type == "dynamic":
         max_pos = float(cfg.max_position_embeddings)
-        seq_len = jnp.maximum(jnp.max(positions).astype(jnp.float32) + 1.0, max_pos)
+        pos = positions if valid is None else jnp.where(valid, positions, 0)
+        seq_len = jnp.maximum(jnp.max(pos).astype(jnp.float32) + 1.0, max_pos)
         base = r.theta * ((r.factor * seq_len / max_pos) - (r.factor - 1)) ** (dim / (dim - 2))
         exps = jnp.arange(0, dim, 2, dtype=jnp.float32) / dim
         return (1.0 / (base**exps)).astype(jnp.float32), 1.0
     raise ValueError(f"rope_type={r.rope_type!r} is not supported")
 
 
-def rope_cos_sin(cfg: ModelConfig, positions: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+def rope_cos_sin(
+    cfg: ModelConfig, positions: jnp.ndarray, valid: jnp.ndarray | None = None
+) -> tuple[jnp.ndarray, jnp.ndarray]:
     """``cos, sin: [B, T, head_dim] float32`` for ``positions: [B, T]`` int."""
-    inv_freq, scaling = rope_frequencies(cfg, positions)
+    inv_freq, scaling = rope_frequencies(cfg, positions, valid)
     freqs = positions[..., None].astype(jnp.float32) * inv_freq
     emb = jnp.concatenate([freqs, freqs], axis=-1)
     return jnp.cos(emb) * scaling, jnp.sin(emb) * scaling

@@ -167,7 +167,7 @@ class CausalLM(nnx.Module):
             start = jnp.arange(T)[None, :] - position_ids  # index where each token's segment begins
             mask = mask & (jnp.arange(T)[None, None, :] >= start[:, :, None])
         mask = mask[:, None]  # [B, 1, T, T]
-        cos, sin = rope_cos_sin(self.cfg, position_ids)
+        cos, sin = rope_cos_sin(self.cfg, position_ids, attention_mask.astype(bool))
         h = self.model.embed_tokens(input_ids, self.dtype)
         for layer in self.model.layers:
             h = layer(h, cos, sin, mask)

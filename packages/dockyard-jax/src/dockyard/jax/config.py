@@ -1,0 +1,108 @@
+"""Configuration of the JAX policy worker (pydantic; keys follow the torch worker's and NeMo-RL's).
+
+``JaxPolicyConfig(**d)`` from a dict (what a Ray actor receives) or
+:meth:`JaxPolicyConfig.from_master` from a validated ``MasterConfig``. Unknown keys are errors
+naming the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OptimizerConfig(_Strict):
+    """AdamW (Loshchilov & Hutter 2019): θ ← θ − η_t (m̂/(√v̂ + ε) + λθ), as ``torch.optim.AdamW``."""
+
+    lr: float = Field(1e-5, gt=0, description="peak learning rate η")
+    weight_decay: float = Field(0.0, ge=0, description="decoupled weight decay λ (all params)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam (β1, β2)")
+    eps: float = Field(1e-8, gt=0, description="Adam ε")
+
+
+class SchedulerConfig(_Strict):
+    """Learning-rate schedule η_t = η · f(t), t = optimizer steps taken before this one.
+
+    Warm-up: f = (t+1)/W for t < W. Then ``constant``: f = 1; ``cosine``:
+    f = r + (1 − r)·½(1 + cos(π·p)); ``linear``: f = r + (1 − r)(1 − p), with
+    p = min((t − W)/(S − W), 1) and r = ``min_lr_ratio`` — the torch worker's ``lr_factor``.
+    """
+
+    type: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = Field(0, ge=0, description="W: linear warm-up steps")
+    total_steps: int = Field(1000, ge=1, description="S: the step where decay ends")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="r: final lr / peak lr")
+
+
+class MeshConfig(_Strict):
+    """The device mesh ``(fsdp, tensor)``: parameters are sharded FSDP-style over ``fsdp`` (the
+    batch is split over it too) and Megatron-style over ``tensor``."""
+
+    fsdp_size: int = Field(-1, ge=-1, description="-1: all devices left after tensor_parallel_size")
+    tensor_parallel_size: int = Field(1, ge=1)
+
+
+class JaxPolicyConfig(_Strict):
+    """The JAX policy worker's configuration."""
+
+    model_name: str = Field(description="local folder of a Hugging Face Qwen2/Qwen3/Llama model")
+    precision: Literal["float32", "bfloat16", "auto"] = Field(
+        "auto",
+        description="compute dtype (parameters and optimizer state stay float32); "
+        "auto: bfloat16 on GPU/TPU, float32 on CPU",
+    )
+    train_micro_batch_size: int = Field(4, ge=1, description="sequences per training micro-batch")
+    logprob_batch_size: int = Field(8, ge=1, description="sequences per inference micro-batch")
+    max_grad_norm: float | None = Field(1.0, description="clip the global grad norm (None: off)")
+    generation_temperature: float = Field(
+        1.0, gt=0, description="τ: logprobs use log softmax(z/τ), as the engine samples"
+    )
+    reference_policy: bool = Field(True, description="keep the initial weights as the reference")
+    pad_to_multiple: int = Field(
+        32, ge=1, description="pad micro-batch lengths up to a multiple of this (fewer compiles)"
+    )
+    seed: int = 0
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    mesh: MeshConfig = Field(default_factory=MeshConfig)
+
+    @classmethod
+    def from_master(cls, master: Any) -> JaxPolicyConfig:
+        """From a ``dockyard.core.config.MasterConfig`` with ``policy.jax_cfg.enabled``.
+
+        ``scheduler.total_steps`` is ``grpo.max_num_steps``; ``precision: float16`` is refused."""
+        p = master.policy
+        if p.precision == "float16":
+            raise ValueError("policy.precision=float16 is not supported by the JAX worker: "
+                             "use bfloat16 or float32")  # fmt: skip
+        if p.lora.enabled:
+            raise ValueError("policy.lora.enabled is not supported by the JAX worker")
+        return cls(
+            model_name=p.model_name,
+            precision=p.precision,
+            train_micro_batch_size=p.train_micro_batch_size,
+            logprob_batch_size=p.logprob_batch_size or p.train_micro_batch_size,
+            max_grad_norm=p.max_grad_norm,
+            generation_temperature=p.generation.temperature or 1.0,
+            optimizer=OptimizerConfig(
+                lr=p.optimizer.lr,
+                weight_decay=p.optimizer.weight_decay,
+                betas=p.optimizer.betas,
+                eps=p.optimizer.eps,
+            ),
+            scheduler=SchedulerConfig(
+                type=p.scheduler.name,
+                warmup_steps=p.scheduler.warmup_steps,
+                total_steps=max(int(master.grpo.max_num_steps), 1),
+                min_lr_ratio=p.scheduler.min_lr_ratio,
+            ),
+            mesh=MeshConfig(
+                fsdp_size=p.jax_cfg.fsdp_size,
+                tensor_parallel_size=p.jax_cfg.tensor_parallel_size,
+            ),
+        )

@@ -1,0 +1,148 @@
+"""The jitted pieces of the worker: logprobs, gradient of a core loss, optimizer update.
+
+Alignment of logprobs (the ``PolicyWorker`` contract, identical to the torch worker): for tokens
+``y [b, T]`` and logits ``z [b, T, V]`` (``z[:, t]`` predicts ``y[:, t+1]``),
+
+    logprobs[b, t] = z'[b, t−1, y_bt] − logsumexp_v z'[b, t−1, v],   z' = z / τ,
+
+for t ≥ 1, and 0 at t = 0 and on padding. Top-k logits use the same shift and are unscaled.
+
+A train step accumulates ``∇ L_μ`` over micro-batches μ, where the core loss ``L_μ`` is
+normalised by the *global* counts (``num_loss_tokens``, ``num_sequences``), so Σ_μ ∇L_μ is the
+gradient of the whole batch's loss whatever the micro-batch size; then clip and AdamW.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import optax
+from flax import nnx
+
+import jax
+import jax.numpy as jnp
+from dockyard.jax.models.hf import apply
+from dockyard.jax.optim import clip_by_global_norm
+
+_CACHE: dict[Any, Any] = {}
+
+
+def _memo(key: Any, build: Callable[[], Any]) -> Any:
+    """Jitted functions are shared by every worker with the same model, loss and layout, so a
+    second worker (a reference copy, a test, a restart) does not compile again."""
+    if key not in _CACHE:
+        if len(_CACHE) >= 64:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = build()
+    return _CACHE[key]
+
+
+def loss_key(loss_fn: Any) -> Any:
+    """Equal losses share one compiled step: the object itself when hashable, a dataclass by
+    its repr (its fields, e.g. ``PolicyLoss(options={...})``), anything else by identity (the
+    cache then holds the object, so the id is never reused)."""
+    try:
+        hash(loss_fn)
+        return loss_fn
+    except TypeError:
+        if dataclasses.is_dataclass(loss_fn):
+            return (type(loss_fn), repr(loss_fn))
+        return (id(loss_fn), loss_fn.__call__)
+
+
+def _tree_key(tree: Any) -> Any:
+    leaves, treedef = jax.tree.flatten(tree)
+    return (treedef, tuple(leaves))
+
+
+def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float) -> jax.Array:
+    """``[b, T, V]`` logits, ``[b, T]`` ids → ``[b, T] float32`` (0 at t = 0)."""
+    z = logits[:, :-1].astype(jnp.float32)
+    if temperature != 1.0:
+        z = z / temperature
+    picked = jnp.take_along_axis(z, input_ids[:, 1:, None], axis=-1)[..., 0]
+    lp = picked - jax.nn.logsumexp(z, axis=-1)
+    return jnp.pad(lp, ((0, 0), (1, 0)))
+
+
+def make_logprob_fn(graphdef: nnx.GraphDef, temperature: float) -> Callable[..., jax.Array]:
+    """``fn(params, ids [b, T], mask [b, T]) -> [b, T]`` logprobs, 0 where ``mask`` is False."""
+
+    def fn(params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
+        logits = apply(graphdef, params, ids, mask)
+        return jnp.where(mask, token_logprobs(logits, ids, temperature), 0.0)
+
+    return _memo(("logprobs", graphdef, temperature), lambda: jax.jit(fn))
+
+
+def make_topk_fn(graphdef: nnx.GraphDef, k: int) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """``fn(params, ids, mask) -> (values [b, T, k] float32, indices [b, T, k] int32)``."""
+
+    def fn(params: Any, ids: jax.Array, mask: jax.Array):
+        logits = apply(graphdef, params, ids, mask)[:, :-1]
+        values, indices = jax.lax.top_k(logits, k)
+        values = jnp.pad(values, ((0, 0), (1, 0), (0, 0)))
+        indices = jnp.pad(indices, ((0, 0), (1, 0), (0, 0)))
+        keep = mask[..., None]
+        return jnp.where(keep, values, 0.0), jnp.where(keep, indices, 0)
+
+    return _memo(("topk", graphdef, k), lambda: jax.jit(fn))
+
+
+def make_grad_fn(
+    graphdef: nnx.GraphDef,
+    loss_fn: Callable[[Any, Mapping[str, Any]], tuple[Any, dict[str, Any]]],
+    temperature: float,
+    grad_shardings: Any = None,
+) -> Callable[..., tuple[Any, jax.Array, dict[str, jax.Array]]]:
+    """``fn(params, ids, mask, fields) -> (grads, loss, scalar metrics)`` for one micro-batch.
+
+    ``fields``: the loss's batch (``loss_mask``, ``advantages``, ..., ``num_loss_tokens``).
+    ``grad_shardings``: constrain gradients to the parameters' shardings (reduce-scatter).
+    """
+
+    def loss_of(params: Any, ids: jax.Array, mask: jax.Array, fields: dict[str, Any]):
+        logits = apply(graphdef, params, ids, mask)
+        lp = jnp.where(mask, token_logprobs(logits, ids, temperature), 0.0)
+        loss, metrics = loss_fn(lp, fields)
+        scalars = {
+            k: jnp.asarray(v, jnp.float32)
+            for k, v in metrics.items()
+            if isinstance(v, int | float | jax.Array) and jnp.ndim(v) == 0
+        }
+        return jnp.asarray(loss, jnp.float32), scalars
+
+    def fn(params: Any, ids: jax.Array, mask: jax.Array, fields: dict[str, Any]):
+        (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(
+            params, ids, mask, fields
+        )
+        if grad_shardings is not None:
+            grads = jax.lax.with_sharding_constraint(grads, grad_shardings)
+        return grads, loss, metrics
+
+    key = ("grad", graphdef, loss_key(loss_fn), temperature, _tree_key(grad_shardings))
+    return _memo(key, lambda: jax.jit(fn))
+
+
+@jax.jit
+def tree_add(a: Any, b: Any) -> Any:
+    return jax.tree.map(jnp.add, a, b)
+
+
+def make_update_fn(
+    tx: optax.GradientTransformation, max_grad_norm: float | None, out_shardings: Any = None
+) -> Callable[..., tuple[Any, Any, jax.Array]]:
+    """``fn(params, opt_state, grads) -> (params, opt_state, grad_norm before clipping)``.
+
+    ``out_shardings``: ``(params, opt_state, norm)`` shardings, so that every step sees the
+    same input layout (one compilation for the whole run)."""
+
+    def fn(params: Any, opt_state: Any, grads: Any):
+        grads, norm = clip_by_global_norm(grads, max_grad_norm)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, norm
+
+    key = ("update", id(tx), tx, max_grad_norm, _tree_key(out_shardings))
+    return _memo(key, lambda: jax.jit(fn, out_shardings=out_shardings))

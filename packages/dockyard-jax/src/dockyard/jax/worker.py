@@ -1,0 +1,243 @@
+"""The JAX policy worker: a Flax NNX model loaded from HF safetensors, trained with optax.
+
+One process drives every device of its mesh (``jax.sharding``; see :mod:`dockyard.jax.sharding`):
+parameters and optimizer state are sharded over ``(fsdp, tensor)``, each micro-batch's
+sequences over ``fsdp``. A train step is
+
+    N_tok = Σ_b,t loss_mask,   N_seq = #{b : Σ_t loss_mask_bt > 0}
+    g = Σ_μ ∇ L_μ,   L_μ = loss_fn(logprobs_μ, {fields of μ, num_loss_tokens=N_tok,
+                                                 num_sequences=N_seq})
+    clip ‖g‖ to max_grad_norm;  AdamW with η_t = η·f(t)
+
+exactly as the torch worker computes it (``dockyard.torch.worker``), so the two backends are
+interchangeable behind :class:`~dockyard.core.interfaces.PolicyWorker` (a parity test holds
+them to fp32 tolerance). Micro-batches are trimmed to their longest sequence and padded up to a
+multiple of ``pad_to_multiple`` so that jit compiles a handful of shapes, not one per step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from dockyard.core.experience import Batch
+from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
+from dockyard.jax import checkpoint as ckpt
+from dockyard.jax import sharding as shd
+from dockyard.jax.config import JaxPolicyConfig
+from dockyard.jax.models.config import ModelConfig
+from dockyard.jax.models.hf import abstract_model, iter_hf_weights, load_hf_params, save_hf
+from dockyard.jax.optim import build_optimizer, lr_factor
+from dockyard.jax.step import (
+    make_grad_fn,
+    make_logprob_fn,
+    make_topk_fn,
+    make_update_fn,
+    tree_add,
+)
+
+_TOKEN_FIELDS = ("loss_mask", "advantages", "gen_logprobs", "prev_logprobs", "ref_logprobs")
+
+
+def bucketed(
+    tensors: Iterator[tuple[str, np.ndarray]], bucket_bytes: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """Group ``(name, array)`` into dicts of at most ``bucket_bytes`` (a larger tensor alone)."""
+    bucket: dict[str, np.ndarray] = {}
+    size = 0
+    for name, array in tensors:
+        if bucket and size + array.nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = {}, 0
+        bucket[name] = array
+        size += array.nbytes
+    if bucket:
+        yield bucket
+
+
+class JaxPolicyWorker(PolicyWorker):
+    """See the module docstring. ``config``: a :class:`JaxPolicyConfig` or a dict of one;
+    ``mesh``: a ``("fsdp", "tensor")`` mesh (default: built from ``config.mesh``)."""
+
+    def __init__(
+        self, config: JaxPolicyConfig | Mapping[str, Any], mesh: jax.sharding.Mesh | None = None
+    ) -> None:
+        cfg = config if isinstance(config, JaxPolicyConfig) else JaxPolicyConfig(**config)
+        self.cfg = cfg
+        self.mesh = mesh or shd.make_mesh(cfg.mesh.fsdp_size, cfg.mesh.tensor_parallel_size)
+        self.model_cfg = ModelConfig.from_pretrained(cfg.model_name)
+        on_cpu = self.mesh.devices.flat[0].platform == "cpu"
+        precision = cfg.precision if cfg.precision != "auto" else ("float32" if on_cpu else
+                                                                   "bfloat16")  # fmt: skip
+        self.compute_dtype = jnp.dtype(precision)
+        self.graphdef, _ = abstract_model(self.model_cfg, self.compute_dtype)
+        self.params = load_hf_params(
+            self.model_cfg, cfg.model_name, sharding=shd.param_sharding(self.mesh)
+        )
+        self.shardings = shd.tree_shardings(self.params, self.mesh)
+        # Arrays are immutable and never donated: the initial weights *are* the reference.
+        self.ref_params = self.params if cfg.reference_policy else None
+        self.tx = build_optimizer(cfg.optimizer, cfg.scheduler)
+        # Optimizer moments are sharded like their parameters; scalars (counts) replicated.
+        opt_state = jax.jit(self.tx.init)(self.params)
+        self.opt_shardings = jax.tree.map(
+            lambda x: x.sharding if x.ndim else shd.replicated(self.mesh), opt_state
+        )
+        self.opt_state = jax.device_put(opt_state, self.opt_shardings)
+        self._step = 0
+        tau = cfg.generation_temperature
+        self._logprob_fn = make_logprob_fn(self.graphdef, tau)
+        self._update_fn = make_update_fn(
+            self.tx, cfg.max_grad_norm, (self.shardings, self.opt_shardings,
+                                         shd.replicated(self.mesh))
+        )  # fmt: skip
+        self._topk_fns: dict[int, Any] = {}
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def step(self) -> int:
+        return self._step
+
+    def _width(self, lengths: np.ndarray) -> int:
+        m = self.cfg.pad_to_multiple
+        return max(-(-int(lengths.max()) // m) * m, 2)
+
+    def _put(self, array: np.ndarray) -> jax.Array:
+        """A micro-batch array, its sequences split over the ``fsdp`` axis."""
+        return jax.device_put(array, shd.batch_sharding(self.mesh, array.shape[0], array.ndim))
+
+    def _micro(self, batch: Batch, idx: np.ndarray, width: int):
+        """``(ids [b, width] int32, mask [b, width] bool)`` of rows ``idx`` (zero padded)."""
+        ids = _fit(np.asarray(batch.input_ids)[idx], width).astype(np.int32)
+        mask = _fit(np.asarray(batch.attention_mask, dtype=bool)[idx], width)
+        return self._put(ids), self._put(mask)
+
+    def _chunks(self, n: int, size: int) -> list[np.ndarray]:
+        return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
+
+    def _logprobs(self, params: Any, batch: Batch) -> np.ndarray:
+        B, T = batch.shape
+        lengths = np.asarray(batch.attention_mask, dtype=bool).sum(axis=1)
+        out = np.zeros((B, T), np.float32)
+        for idx in self._chunks(B, self.cfg.logprob_batch_size):
+            width = self._width(lengths[idx])
+            ids, mask = self._micro(batch, idx, width)
+            lp = np.asarray(self._logprob_fn(params, ids, mask))
+            out[idx] = _fit(lp, T)
+        return out
+
+    # -------------------------------------------------------------- interface
+    def get_logprobs(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32`` logprobs of ``batch.input_ids`` (alignment: :mod:`.step`)."""
+        return self._logprobs(self.params, batch)
+
+    def get_reference_logprobs(self, batch: Batch) -> np.ndarray:
+        """Logprobs under the initial weights (the frozen reference)."""
+        if self.ref_params is None:
+            raise RuntimeError("no reference policy: this worker was built with "
+                               "reference_policy=false")  # fmt: skip
+        return self._logprobs(self.ref_params, batch)
+
+    def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(values [B, T, k] float32, indices [B, T, k] int64)``, aligned like logprobs."""
+        B, T = batch.shape
+        lengths = np.asarray(batch.attention_mask, dtype=bool).sum(axis=1)
+        fn = self._topk_fns.setdefault(k, make_topk_fn(self.graphdef, k))
+        values = np.zeros((B, T, k), np.float32)
+        indices = np.zeros((B, T, k), np.int64)
+        for idx in self._chunks(B, self.cfg.logprob_batch_size):
+            ids, mask = self._micro(batch, idx, self._width(lengths[idx]))
+            v, j = fn(self.params, ids, mask)
+            values[idx] = _fit(np.asarray(v), T)
+            indices[idx] = _fit(np.asarray(j), T)
+        return values, indices
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
+        """One optimizer step over ``batch``; metrics as the torch worker reports them."""
+        t0 = time.perf_counter()
+        B, _ = batch.shape
+        lengths = np.asarray(batch.attention_mask, dtype=bool).sum(axis=1)
+        loss_mask = np.asarray(batch.loss_mask, dtype=bool)
+        n_tok = float(loss_mask.sum())
+        n_seq = float((loss_mask.sum(axis=1) > 0).sum())
+        fields = _batch_fields(batch)
+        grad_fn = make_grad_fn(
+            self.graphdef, loss_fn, self.cfg.generation_temperature, self.shardings
+        )
+        counts = {"num_loss_tokens": jnp.float32(n_tok), "num_sequences": jnp.float32(n_seq)}
+        grads = None
+        sums: dict[str, float] = {}
+        for idx in self._chunks(B, self.cfg.train_micro_batch_size):
+            width = self._width(lengths[idx])
+            ids, mask = self._micro(batch, idx, width)
+            mb = {k: self._put(_fit(v[idx], width) if v.ndim == 2 else v[idx])
+                  for k, v in fields.items()}  # fmt: skip
+            g, loss, metrics = grad_fn(self.params, ids, mask, {**mb, **counts})
+            grads = g if grads is None else tree_add(grads, g)
+            w = float(loss_mask[idx].sum())
+            sums["loss"] = sums.get("loss", 0.0) + float(loss)
+            for key, val in metrics.items():
+                if key != "loss":
+                    sums[key] = sums.get(key, 0.0) + float(val) * w
+        lr = self.cfg.optimizer.lr * float(lr_factor(self._step, self.cfg.scheduler))
+        self.params, self.opt_state, norm = self._update_fn(self.params, self.opt_state, grads)
+        self._step += 1
+        out = {k: v if k == "loss" else v / max(n_tok, 1.0) for k, v in sums.items()}
+        elapsed = time.perf_counter() - t0
+        out.update(
+            grad_norm=float(norm),
+            lr=lr,
+            num_loss_tokens=n_tok,
+            num_sequences=n_seq,
+            tokens_per_s=float(lengths.sum()) / max(elapsed, 1e-9),
+            step_time_s=elapsed,
+        )
+        return out
+
+    # ------------------------------------------------------- weights and state
+    def iter_weights(self, dtype: Any = None) -> Iterator[tuple[str, np.ndarray]]:
+        """``(HF name, full array)`` one tensor at a time (gathered from its shards)."""
+        return iter_hf_weights(self.model_cfg, self.params, dtype)
+
+    def export_weights(self, bucket_bytes: int) -> Iterator[dict[str, np.ndarray]]:
+        """Buckets of full tensors by HF name (float32), at most ``bucket_bytes`` each."""
+        return bucketed(self.iter_weights(), bucket_bytes)
+
+    def export_hf(self, path: str, dtype: Any = None) -> str:
+        """Write a plain HF folder (``config.json`` + ``model.safetensors``)."""
+        save_hf(self.model_cfg, self.params, path, dtype)
+        return path
+
+    def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
+        ckpt.save_checkpoint(path, self.params, self.opt_state, self._step, extra_state,
+                             self.cfg.model_name)  # fmt: skip
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        self.params, self.opt_state, self._step, extra = ckpt.load_checkpoint(
+            path, self.params, self.opt_state
+        )
+        return extra
+
+
+def _fit(a: np.ndarray, width: int) -> np.ndarray:
+    """Trim or zero-pad axis 1 of ``a`` to ``width``."""
+    if a.shape[1] >= width:
+        return a[:, :width]
+    pad = [(0, 0), (0, width - a.shape[1])] + [(0, 0)] * (a.ndim - 2)
+    return np.pad(a, pad)
+
+
+def _batch_fields(batch: Batch) -> dict[str, np.ndarray]:
+    """The arrays the loss sees (``[B, T]`` per token or ``[B]`` per sequence), float32."""
+    out: dict[str, np.ndarray] = {}
+    for name in _TOKEN_FIELDS:
+        value = getattr(batch, name)
+        if value is not None:
+            out[name] = np.asarray(value)
+    out.update({k: np.asarray(v) for k, v in batch.extras.items()})
+    return {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in out.items()}
