@@ -21,6 +21,7 @@ print("PROBE " + json.dumps({
     "labels": nodes[0].get("Labels", {}),
     "ray_address": os.environ.get("RAY_ADDRESS"),
     "job": os.environ.get("SLURM_JOB_ID"),
+    "auth": os.environ.get("RAY_AUTH_MODE"),
 }))
 """
 
@@ -38,6 +39,8 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
         "RAY_START_ARGS": "--include-dashboard=false --num-cpus=1",
         "RAY_PORT": "6391",
         "RAY_WAIT_S": "240",
+        # a loaded 2-core CI machine can take over a minute to start Ray's agent (default 60 s)
+        "RAY_agent_register_timeout_ms": "240000",
     }
     state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=300)
     assert "ray.sub: Ray cluster up (1 node(s))" in log, f"{state}\n{log}"
@@ -48,6 +51,7 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
     assert probe_out["labels"].get("dockyard.io/fleet-role") == "trainer", probe_out
     assert probe_out["ray_address"].endswith(":6391")
     assert probe_out["job"]
+    assert probe_out["auth"] == "token"  # the per-job token reached the command and it connected
     assert "command exited with status 3" in log
     assert "JobState=FAILED" in state, f"{state}\n{log}"
     assert "ExitCode=3:0" in state, f"{state}\n{log}"

@@ -198,6 +198,7 @@ def ray_cluster_spec(ctx: Context) -> dict[str, Any]:
     head["template"]["metadata"]["labels"][FLEET_ROLE_LABEL] = "head"
     return {
         "rayVersion": ray.ray_version,
+        "authOptions": {"mode": ray.auth},
         "enableInTreeAutoscaling": False,
         "headGroupSpec": head,
         "workerGroupSpecs": [
