@@ -72,6 +72,23 @@ def tiny_model_dir(
     The vocabulary of the model is ``vocab_size`` (the tokenizer's may be smaller; the extra
     rows are never produced by the tokenizer but may be sampled).
     """
+    try:  # the torch backend's shared builder: one tiny-model recipe for the whole project
+        from dockyard.torch.testing import build_tiny_model
+    except ImportError:
+        build_tiny_model = None
+    if build_tiny_model is not None:
+        return Path(
+            build_tiny_model(
+                folder,
+                hidden_size=hidden_size,
+                num_layers=num_layers,
+                num_heads=num_heads,
+                num_kv_heads=num_kv_heads,
+                intermediate_size=intermediate_size,
+                vocab_size=vocab_size,
+                seed=seed,
+            )
+        )
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

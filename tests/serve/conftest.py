@@ -1,0 +1,64 @@
+"""Shared fixtures for tests/serve: a tiny model folder and its perturbed "next" weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2 (hidden 64, 2 layers, head_dim 32) with its tokenizer."""
+    pytest.importorskip("transformers")
+    from dockyard.serve.testing import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "v0")
+
+
+def torch_logprobs(
+    model_dir: str | Path, prompt: list[int], tokens: list[int], temperature: float = 1.0
+):
+    """``[len(tokens)] float32``: log softmax(logits / T) of ``tokens`` after ``prompt`` under the
+    weights in ``model_dir`` (the torch policy worker when installed, else plain transformers)."""
+    import numpy as np
+
+    seq = np.asarray(prompt + tokens, dtype=np.int64)[None]
+    try:
+        from dockyard.core.experience import Batch
+        from dockyard.torch.worker import TorchPolicyWorker
+    except ImportError:
+        TorchPolicyWorker = None
+    if TorchPolicyWorker is not None:
+        w = TorchPolicyWorker(
+            {
+                "model_name": str(model_dir),
+                "precision": "float32",
+                "generation_temperature": temperature,
+            }
+        )
+        T = seq.shape[1]
+        z = np.zeros((1, T), np.float32)
+        batch = Batch(
+            input_ids=seq,
+            attention_mask=np.ones((1, T), bool),
+            loss_mask=np.ones((1, T), bool),
+            advantages=z,
+            gen_logprobs=z,
+        )
+        return w.get_logprobs(batch)[0, len(prompt) :]
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = m(torch.from_numpy(seq)).logits[0].float() / temperature
+    lp = torch.log_softmax(logits, -1)
+    idx = torch.arange(len(prompt) - 1, seq.shape[1] - 1)
+    return lp[idx, torch.from_numpy(seq[0, len(prompt) :])].numpy()
+
+
+@pytest.fixture(scope="session")
+def torch_lp():
+    """:func:`torch_logprobs` as a fixture (test modules cannot import conftest)."""
+    return torch_logprobs
