@@ -108,6 +108,7 @@ class Collector:
         self.orders: deque[Order] = deque()
         self.in_flight: dict[str, tuple[Order, dict[str, Any], int]] = {}
         self.exhausted = False
+        self.paused = False
         self._load = [0] * len(self.engines)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -142,6 +143,10 @@ class Collector:
         )
         self.dead.discard(index)
         self._wake.set()
+
+    def report_exhausted(self) -> bool:
+        """True when the data ran out and nothing is left to generate."""
+        return self.exhausted and not self.in_flight and not any(o.task for o in self.orders)
 
     def dead_engines(self) -> list[int]:
         return sorted(self.dead)
@@ -178,7 +183,7 @@ class Collector:
         return min(live, key=lambda i: self._load[i]) if live else None
 
     def _next_order(self) -> tuple[Order, str, dict[str, Any]] | None:
-        if not self.orders or self.orders[0].min_version > self.version:
+        if self.paused or not self.orders or self.orders[0].min_version > self.version:
             return None
         if len(self.in_flight) >= self.max_in_flight:
             return None
@@ -252,3 +257,97 @@ class Collector:
             self.buffer.put(group)
         del self.in_flight[uid]
         self._wake.set()
+
+
+class CollectorHost(Collector):
+    """The collector as a Ray actor: builds its environment, tokenizer and loader from the
+    config (``MasterConfig.model_dump()``) inside the actor process."""
+
+    def __init__(
+        self,
+        cfg_dict: dict[str, Any],
+        engines: list[Any],
+        buffer: Any,
+        sandbox_urls: list[str],
+        tasks: list[dict[str, Any]],
+    ) -> None:
+        from dockyard.core.config import MasterConfig
+        from dockyard.core.drivers.registry import build_environment
+
+        cfg = MasterConfig.model_validate(cfg_dict)
+        name = cfg.env_for_data()
+        assert name is not None
+        env = build_environment(name, cfg.env[name], sandbox_urls)
+        tokenizer = load_tokenizer(cfg)
+        g = cfg.policy.generation
+        params = SamplingParams(
+            n=cfg.grpo.num_generations_per_prompt,
+            max_tokens=g.max_new_tokens,
+            temperature=g.temperature,
+            top_p=g.top_p,
+            top_k=g.top_k,
+            stop=list(g.stop_strings),
+            stop_token_ids=list(g.stop_token_ids),
+        )
+        loader = TaskLoader(tasks, cfg.grpo.seed, cfg.data.shuffle, cfg.grpo.max_num_epochs)
+        P = cfg.grpo.num_prompts_per_step
+        super().__init__(
+            [RemoteEngine(e) for e in engines],
+            env,
+            tokenizer,
+            loader,
+            buffer,
+            params,
+            seed=cfg.grpo.seed,
+            max_turns=cfg.grpo.max_rollout_turns,
+            max_groups_in_flight=max(P * (cfg.grpo.async_grpo.age_bound() + 1), 4),
+            reward_weights=cfg.env[name].reward_weights,
+        )
+
+    async def validate(
+        self, tasks: list[dict[str, Any]], n: int, temperature: float
+    ) -> dict[str, float]:
+        """Pass rate (and mean reward) of ``n`` samples per task on the engines' current weights."""
+        params = replace(self.params, n=n, temperature=temperature, seed=None)
+        sem = asyncio.Semaphore(self.max_in_flight)
+
+        async def one(i: int, task: dict[str, Any]) -> Any:
+            async with sem:
+                live = [k for k in range(len(self.engines)) if k not in self.dead] or [0]
+                eng = self.engines[live[i % len(live)]]
+                p = replace(params, seed=group_seed(self.seed + 1, f"val:{i}"))
+                return await rollout_group(
+                    eng, self.env, self.tokenizer, task, f"val:{i}", p, self.max_turns
+                )
+
+        from dockyard.core.drivers.batching import passed
+
+        groups = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
+        trajs = [t for g in groups for t in g.trajectories if not t.infra_error]
+        if not trajs:
+            return {"val/pass_rate": float("nan"), "val/infra_errors": float(len(tasks) * n)}
+        return {
+            "val/pass_rate": sum(passed(t) for t in trajs) / len(trajs),
+            "val/reward": sum(t.reward for t in trajs) / len(trajs),
+            "val/samples": float(len(trajs)),
+        }
+
+    async def drain(self) -> None:
+        """Stop starting groups and wait until none is in flight (updates without in-flight)."""
+        self.paused = True
+        while self.in_flight:
+            await asyncio.sleep(0.01)
+
+    def set_version(self, version: int) -> None:
+        self.paused = False
+        super().set_version(version)
+
+
+def load_tokenizer(cfg: Any) -> Any:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            'the collector needs transformers: pip install "dockyard-rl[torch]"'
+        ) from e
+    return AutoTokenizer.from_pretrained(cfg.policy.tokenizer.name or cfg.policy.model_name)

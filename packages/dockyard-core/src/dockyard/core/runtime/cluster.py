@@ -76,7 +76,16 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
     }
     if store_gb:
         kwargs["object_store_memory"] = int(store_gb * (1 << 30))
-    ray.init(**kwargs)
+    # On an overloaded machine Ray's raylet can give up waiting (15 s, hard-coded) for its
+    # metrics agent (ray-project/ray#65983): retry a few times before failing.
+    for attempt in range(3):
+        try:
+            ray.init(**kwargs)
+            break
+        except Exception as e:
+            if "timed out during startup" not in str(e) or attempt == 2:
+                raise
+            ray.shutdown()
     return ray.cluster_resources()
 
 

