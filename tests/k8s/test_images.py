@@ -28,7 +28,8 @@ def test_sandbox_image_matches_the_rendered_pod() -> None:
     sec = SandboxSecurity()
     assert f"USER {sec.run_as_user}:{sec.run_as_group}" in lines
     run = " ".join(line for line in lines if line.startswith("RUN "))
-    assert "bubblewrap" in run and "util-linux" in run  # bwrap, prlimit, setpriv
+    assert "bubblewrap" in run
+    assert "util-linux" in run
     assert f"--uid {sec.run_as_user}" in run
     for path in (sandbox.WORKSPACE, sandbox.CACHE):
         assert path in run, f"{path} is not created in the image"
@@ -44,5 +45,7 @@ def test_runtime_image_has_the_ray_the_manifests_declare() -> None:
     assert f"ARG RAY_VERSION={default_ray}" in lines
     run = " ".join(line for line in lines if line.startswith("RUN "))
     assert '"ray[default]==${RAY_VERSION}"' in run  # the job server KubeRay submits RayJobs through
-    assert "dockyard-core[ray]" in run and "dockyard-torch" in run and "dockyard-serve[vllm]" in run
+    assert "dockyard-core[ray]" in run
+    assert "dockyard-torch" in run
+    assert "dockyard-serve[vllm]" in run
     assert "USER 1000" in lines
