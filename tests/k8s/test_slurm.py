@@ -36,11 +36,12 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
     job_env = {
         "COMMAND": f"dockyard --version && python {probe} && exit 3",
         "FLEET_ROLES": "trainer",
-        "RAY_START_ARGS": "--include-dashboard=false --num-cpus=1",
+        "RAY_START_ARGS": "--include-dashboard=false --num-cpus=1 --disable-usage-stats",
         "RAY_PORT": "6391",
         "RAY_WAIT_S": "240",
-        # a loaded 2-core CI machine can take over a minute to start Ray's agent (default 60 s)
+        # a loaded 2-core machine can take over a minute to start Ray's agents
         "RAY_agent_register_timeout_ms": "240000",
+        "RAY_raylet_start_wait_time_s": "240",
     }
     state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=300)
     assert "ray.sub: Ray cluster up (1 node(s))" in log, f"{state}\n{log}"
