@@ -278,22 +278,33 @@ class VLLMEngine(GenerationEngine):
         relay_rx = ShmReceiver(path, timeout_s=self.update_timeout_s)
         errors: list[BaseException] = []
 
+        def checked() -> Any:
+            for b in receiver.receive():
+                if b.version != version:
+                    raise WeightSyncError(
+                        f"weight update carries version {b.version}, the engine expected {version}"
+                    )
+                yield b.tensors
+
         def pump() -> None:
             try:
-                ShmSender(path, timeout_s=self.update_timeout_s).send(
-                    (b.tensors for b in receiver.receive()), version
-                )
+                # A failure here closes the relay socket: the worker stops waiting at once.
+                ShmSender(path, timeout_s=self.update_timeout_s).send(checked(), version)
             except BaseException as e:
                 errors.append(e)
 
         thread = threading.Thread(target=pump, name="dockyard-weight-relay", daemon=True)
         thread.start()
+        rpc_error: BaseException | None = None
+        stats: Any = None
         try:
             stats = await self._require().collective_rpc(
                 "dockyard_receive",
                 timeout=self.update_timeout_s,
                 args=({**relay_rx.spec(), "ephemeral": True}, version),
             )
+        except Exception as e:
+            rpc_error = e
         finally:
             await asyncio.to_thread(thread.join, self.update_timeout_s)
             with contextlib.suppress(FileNotFoundError):
@@ -302,6 +313,8 @@ class VLLMEngine(GenerationEngine):
             raise WeightSyncError(
                 f"relaying the update to the vLLM worker failed: {errors[0]}"
             ) from errors[0]
+        if rpc_error is not None:
+            raise rpc_error
         return stats[0] if isinstance(stats, list) else stats
 
     async def param_digest(self, names: list[str]) -> dict[str, float]:
