@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import optax
 
 import jax
 import jax.numpy as jnp
@@ -84,11 +85,14 @@ class JaxPolicyWorker(PolicyWorker):
         self.ref_params = self.params if cfg.reference_policy else None
         self.tx = build_optimizer(cfg.optimizer, cfg.scheduler)
         # Optimizer moments are sharded like their parameters; scalars (counts) replicated.
-        opt_state = jax.jit(self.tx.init)(self.params)
-        self.opt_shardings = jax.tree.map(
-            lambda x: x.sharding if x.ndim else shd.replicated(self.mesh), opt_state
+        self.opt_shardings = optax.tree_map_params(
+            self.tx,
+            lambda _, sharding: sharding,
+            jax.eval_shape(self.tx.init, self.params),
+            self.shardings,
+            transform_non_params=lambda _: shd.replicated(self.mesh),
         )
-        self.opt_state = jax.device_put(opt_state, self.opt_shardings)
+        self.opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(self.params)
         self._step = 0
         tau = cfg.generation_temperature
         self._logprob_fn = make_logprob_fn(self.graphdef, tau)
