@@ -73,6 +73,13 @@ def test_math_env_overlong_shaping():
     assert _score(env, task, "w " * 200 + "\\boxed{7}").rewards[OVERLONG] == -1.0
 
 
+def _hang(gold: str, pred: str) -> bool:
+    """A checker that never finishes when gold == pred."""
+    while gold == pred:
+        time.sleep(0.05)
+    return True
+
+
 def test_verifier_timeout_main_thread_and_worker_thread():
     v = MathVerifier(timeout_s=1)
     assert v.check("2", "2").correct
@@ -85,24 +92,33 @@ def test_verifier_timeout_main_thread_and_worker_thread():
     assert not verdict.correct
 
     out = {}
+    slow = MathVerifier(timeout_s=1, check_fn=_hang)
 
     def worker():  # off the main thread SIGALRM is unavailable: the process-pool path runs
         out["ok"] = v.check("\\frac{1}{2}", "0.5")
         out["bad"] = v.check("1", "2")
         t0 = time.monotonic()
-        out["huge"] = v.check(huge, "9^{9^{9^{9^{9}}}} + 1")  # hangs without a budget: killed
+        out["huge"] = v.check(huge, "9^{9^{9^{9^{9}}}} + 1")
         out["huge_s"] = time.monotonic() - t0
-        out["after"] = v.check("3", "3")  # a fresh pool replaced the killed one
+        t0 = time.monotonic()
+        out["hang"] = slow.check("1", "1")  # a checker that never returns: its process is killed
+        out["hang_s"] = time.monotonic() - t0
+        out["after"] = slow.check("1", "2")  # ...and a fresh pool replaced it
 
     th = threading.Thread(target=worker)
     th.start()
     th.join(180)
     assert out["ok"].correct
     assert not out["bad"].correct
-    assert out["huge"].timed_out
-    assert out["huge_s"] < 10
-    assert out["after"].correct
+    assert not out["huge"].correct
+    assert out["huge_s"] < 15
+    assert out["hang"].timed_out
+    assert out["hang_s"] < 10
+    assert out["after"].correct  # _hang returns True at once for a mismatched pair
+    main_thread = slow.check("1", "1")  # main thread: SIGALRM path for custom checkers
+    assert main_thread.timed_out
     v.close()
+    slow.close()
 
 
 def test_arithmetic_generator_is_seeded_and_correct():

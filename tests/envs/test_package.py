@@ -30,10 +30,10 @@ def test_importing_every_env_pulls_no_heavy_framework():
 
 
 def test_registry():
-    assert env_names() == ["code", "math", "mcq", "swe", "terminal"]
+    assert env_names() == ["code", "expression", "math", "mcq", "swe", "terminal"]
     env = make_env("math", verify_timeout_s=2)
     assert env.name == "math"
-    with pytest.raises(KeyError, match="known: code, math"):
+    with pytest.raises(KeyError, match="known: code, expression, math"):
         make_env("chess")
     with pytest.raises(ValueError, match="already registered"):
         register_env("math", "x:y")

@@ -17,6 +17,7 @@ _REGISTRY: dict[str, str] = {
     "code": "dockyard.envs.code.env:CodeEnvironment",
     "swe": "dockyard.envs.swe.env:SweEnvironment",
     "terminal": "dockyard.envs.terminal.env:TerminalEnvironment",
+    "expression": "dockyard.envs.expression:ExpressionEnvironment",
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -55,13 +56,40 @@ def _check_in_worker(gold: str, pred: str) -> bool:
     return _check(gold, pred, None)
 
 
-class MathVerifier:
-    """``MathVerifier(timeout_s=5).check(gold, pred) -> Verdict``; thread- and actor-safe."""
+def _with_alarm(fn: Callable[[str, str], bool], gold: str, pred: str, timeout_s: float) -> bool:
+    """Run ``fn`` on the main thread under a SIGALRM budget (math-verify's TimeoutException)."""
+    import signal
 
-    def __init__(self, timeout_s: float = 5.0) -> None:
+    from math_verify.errors import TimeoutException
+
+    def handler(signum: int, frame: object) -> None:
+        raise TimeoutException("check timed out")
+
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        return fn(gold, pred)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+class MathVerifier:
+    """``MathVerifier(timeout_s=5).check(gold, pred) -> Verdict``; thread- and actor-safe.
+
+    Args:
+        timeout_s: the budget of one check.
+        check_fn: a custom checker ``(gold, pred) -> bool`` given the same protection (a
+            module-level function: off the main thread it runs in the worker process).
+    """
+
+    def __init__(
+        self, timeout_s: float = 5.0, check_fn: Callable[[str, str], bool] | None = None
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"math verifier timeout_s must be > 0, got {timeout_s}")
         self.timeout_s = timeout_s
+        self.check_fn = check_fn
         self._pool: cf.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -72,6 +100,8 @@ class MathVerifier:
             from math_verify.errors import TimeoutException
 
             try:
+                if self.check_fn is not None:
+                    return Verdict(bool(_with_alarm(self.check_fn, gold, pred, self.timeout_s)))
                 return Verdict(_check(gold, pred, max(1, round(self.timeout_s))))
             except TimeoutException:
                 return Verdict(False, timed_out=True)
@@ -89,7 +119,7 @@ class MathVerifier:
                 pool.submit(_check_in_worker, "1", "1").result(timeout=120)
                 self._pool = pool
             pool = self._pool
-        fut = pool.submit(_check_in_worker, gold, pred)
+        fut = pool.submit(self.check_fn or _check_in_worker, gold, pred)
         try:
             return Verdict(bool(fut.result(timeout=self.timeout_s)))
         except cf.TimeoutError:
