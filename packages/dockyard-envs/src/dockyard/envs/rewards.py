@@ -37,38 +37,24 @@ INVALID_ACTION = "reward/invalid_action"
 OVERLONG = "reward/overlong"
 
 
-def _overlong_reference(length: float, max_len: float, cache_len: float) -> float:
-    if length <= max_len - cache_len:
-        return 0.0
-    if length <= max_len:
-        return ((max_len - cache_len) - length) / cache_len
-    return -1.0
-
-
 def overlong_penalty(length: int, max_len: int, cache_len: int) -> float:
     """DAPO's R_length(L) (see the module docstring); 0 ≥ result ≥ -1.
 
-    Uses core's implementation (``dockyard.core.rl``) when it provides one, so the formula
-    lives once; the local reference is used otherwise.
+    The formula lives once, in core (``dockyard.core.rl.overlong_penalty``); this is the
+    per-sample scalar form environments use.
     """
     if cache_len <= 0 or max_len <= 0 or cache_len > max_len:
         raise ValueError(
             f"overlong: need 0 < cache_tokens <= max_response_tokens, got {cache_len=} {max_len=}"
         )
-    fn = _core_overlong()
-    if fn is not None:
-        import numpy as np
+    import numpy as np
 
-        return float(np.asarray(fn(np.asarray([length]), max_len, cache_len)).reshape(-1)[0])
-    return _overlong_reference(length, max_len, cache_len)
+    from dockyard.core.rl.shaping import overlong_penalty as core_overlong_penalty
 
-
-def _core_overlong() -> Callable | None:
-    try:  # the call site to switch once core's pure function lands under this name
-        from dockyard.core.rl.shaping import overlong_reward  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return overlong_reward
+    shaped = core_overlong_penalty(
+        np.asarray([length]), max_response_length=max_len, buffer_length=cache_len
+    )
+    return float(np.asarray(shaped).reshape(-1)[0])
 
 
 def approx_token_count(text: str) -> int:
