@@ -42,6 +42,9 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
         # a loaded 2-core machine can take over a minute to start Ray's agents
         "RAY_agent_register_timeout_ms": "240000",
         "RAY_raylet_start_wait_time_s": "240",
+        # the raylet waits a fixed ~60 s for the metrics agent's port file and aborts after;
+        # a probe job needs no metrics
+        "RAY_enable_metrics_collection": "0",
     }
     state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=300)
     assert "ray.sub: Ray cluster up (1 node(s))" in log, f"{state}\n{log}"
