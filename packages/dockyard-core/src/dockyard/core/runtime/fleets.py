@@ -48,7 +48,9 @@ class FleetSpec:
     env: dict[str, str] = field(default_factory=dict)
 
     def bundles(self) -> list[dict[str, float]]:
-        b: dict[str, float] = {"CPU": self.cpus, f"fleet:{self.role}": 1.0}
+        b: dict[str, float] = {f"fleet:{self.role}": 1.0}
+        if self.cpus:
+            b["CPU"] = self.cpus
         if self.gpus:
             b["GPU"] = self.gpus
         return [dict(b) for _ in range(self.size)]

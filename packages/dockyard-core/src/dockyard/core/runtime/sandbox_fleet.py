@@ -75,7 +75,8 @@ class SandboxFleet:
         num_services: services to start (0 when ``urls`` are given).
         workers: executor workers per started service.
         urls: external service URLs (health-checked, not managed).
-        cpus: CPUs reserved per started service.
+        cpus: CPUs reserved per started service (0: share the node; the service's own
+            workers bound its load).
     """
 
     def __init__(
@@ -84,7 +85,7 @@ class SandboxFleet:
         *,
         workers: int = 2,
         urls: list[str] | None = None,
-        cpus: float = 0.5,
+        cpus: float = 0.0,
     ) -> None:
         self.external = list(urls or [])
         self.fleet: Fleet | None = None

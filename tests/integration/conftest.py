@@ -1,0 +1,47 @@
+"""Shared set-up for whole-stack tests: a warm-started tiny model and quickstart configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quickstart's tiny model after a short SFT warm start (shared by the session)."""
+    from dockyard.core.drivers.quickstart import build_model, warm_start
+
+    out = tmp_path_factory.mktemp("sft")
+    return warm_start(build_model(out, 0), out / "model", seed=0, steps=60, progress=False)
+
+
+@pytest.fixture
+def quickstart_cfg(sft_model: Path, tmp_path: Path):
+    """``make(**overrides)`` -> a validated quickstart ``MasterConfig`` writing under tmp_path."""
+    from dockyard.core.config import apply_overrides, config_from_dict, merge
+    from dockyard.core.drivers.quickstart import QUICKSTART_CONFIG
+
+    def make(*overrides: str):
+        d = merge(
+            QUICKSTART_CONFIG,
+            {
+                "policy": {"model_name": str(sft_model)},
+                "grpo": {"max_num_steps": 3, "val_at_start": False, "max_val_samples": 8},
+                "logger": {"log_dir": str(tmp_path / "logs")},
+                "checkpointing": {"checkpoint_dir": str(tmp_path / "ckpt"), "save_period": 2},
+            },
+        )
+        return config_from_dict(apply_overrides(d, list(overrides)))
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One local Ray per test module (the stacks inside are built and torn down per test)."""
+    from dockyard.core.runtime.cluster import init_ray, shutdown_ray
+
+    init_ray(None)
+    yield
+    shutdown_ray()
