@@ -30,9 +30,9 @@ def http_update(engine, weights: dict[str, np.ndarray], version: int) -> None:
 
     def trainer() -> None:
         try:
-            HttpSender(rx.url, timeout_s=30, bucket_bytes=50_000, checksum=True).send(
-                [weights], version
-            )
+            sender = HttpSender(rx.url, timeout_s=30, bucket_bytes=50_000, checksum=True)
+            sender.send([weights], version)
+            sender.close()
         except BaseException as e:
             errs.append(e)
 

@@ -183,6 +183,7 @@ def test_dead_receiver_fails_the_sender(kind: str, tmp_path: Path) -> None:
         with pytest.raises(WeightSyncError, match="receiver") as info:
             sender.send(buckets(), 1)
     finally:
+        sender.close()
         proc.kill()
         proc.communicate()
     assert kind in str(info.value)

@@ -83,20 +83,27 @@ class HttpSender(WeightSender):
         self.bucket_bytes = bucket_bytes
         self.checksum = checksum
         self.chunk_bytes = chunk_bytes
+        self._client: Any = None
 
     def send(self, buckets: Iterable[dict[str, np.ndarray]], version: int) -> None:
         import httpx
 
         peer = f"receiver at {self.url}"
-        with httpx.Client(timeout=httpx.Timeout(self.timeout_s)) as client:
-            for index, last, tensors in wire.with_last(wire.rebucket(buckets, self.bucket_bytes)):
-                header = wire.layout(tensors, version, index, last)
-                if self.checksum:
-                    crc = 0
-                    for piece in _stream(tensors, header, self.chunk_bytes):
-                        crc = zlib.crc32(piece, crc)
-                    header.checksum = crc
-                self._put(client, header, tensors, peer)
+        if self._client is None:  # one client (connection pool, TLS context) for all updates
+            self._client = httpx.Client(timeout=httpx.Timeout(self.timeout_s))
+        for index, last, tensors in wire.with_last(wire.rebucket(buckets, self.bucket_bytes)):
+            header = wire.layout(tensors, version, index, last)
+            if self.checksum:
+                crc = 0
+                for piece in _stream(tensors, header, self.chunk_bytes):
+                    crc = zlib.crc32(piece, crc)
+                header.checksum = crc
+            self._put(self._client, header, tensors, peer)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def _put(
         self, client: Any, header: wire.Header, tensors: dict[str, np.ndarray], peer: str

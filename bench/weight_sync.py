@@ -1,0 +1,234 @@
+"""Weight-sync transports against a plain in-memory copy, and vLLM generation via the adapter.
+
+    .venv/bin/python bench/weight_sync.py                       # 10, 100, 300 MB; 3 runs each
+    .venv/bin/python bench/weight_sync.py --sizes-mb 10,100,1000 --repeats 5
+    .venv/bin/python bench/weight_sync.py --generation           # + adapter vs raw vLLM
+
+Part 1. For each payload size S (float32 tensors of 4 MiB, like a model's layers) the trainer
+(this process) sends one update to an engine-side receiver in another process, `repeats` times;
+a sync is timed from `send()` until it returns, i.e. until the receiver holds every byte
+(shm: every bucket acknowledged; http: the last upload answered; collective: the closing
+all-reduce). Baseline: `np.copyto` of the same bytes into a preallocated buffer, the physical
+limit of moving S bytes once on this machine. Reported: median seconds, GB/s, and the ratio of
+each transport's GB/s to the baseline's.
+
+Part 2 (`--generation`). One vLLM engine; identical requests (P prompts x n samples, T tokens,
+fixed seeds) go through `VLLMEngine.generate` and straight through `AsyncLLM.generate`,
+alternating, `repeats` times; reported: median tokens/s and the adapter's overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+TENSOR_BYTES = 4 << 20
+
+
+def payload(nbytes: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = {}
+    i = 0
+    left = nbytes
+    while left > 0:
+        n = min(TENSOR_BYTES, left) // 4
+        out[f"model.layers.{i}.weight"] = rng.standard_normal(n, dtype=np.float32)
+        left -= n * 4
+        i += 1
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def receiver_main(kind: str, kwargs: dict, updates: int) -> None:
+    """The engine side: receive `updates` updates, touching nothing (zero-copy where possible)."""
+    from dockyard.serve.transports import make_receiver
+
+    rx = make_receiver(kind, **kwargs)
+    if hasattr(rx, "open"):
+        rx.open()
+    print("ready", flush=True)
+    for _ in range(updates):
+        n = 0
+        for b in rx.receive():
+            n += sum(a.nbytes for a in b.tensors.values())
+    rx.close()
+
+
+def bench_transport(
+    kind: str, tensors: dict[str, np.ndarray], repeats: int, bucket_bytes: int
+) -> list[float]:
+    from dockyard.serve.transports import make_sender
+
+    tmp = tempfile.mkdtemp()
+    if kind == "shm":
+        sock = os.path.join(tmp, "rx.sock")
+        skw, rkw = {"socket_path": sock}, {"socket_path": sock}
+    elif kind == "http":
+        port = free_port()
+        skw, rkw = {"url": f"http://127.0.0.1:{port}"}, {"host": "127.0.0.1", "port": port}
+    else:
+        port = free_port()
+        skw = {"host": "127.0.0.1", "port": port, "world_size": 2}
+        rkw = {**skw, "rank": 1}
+    rkw["timeout_s"] = skw["timeout_s"] = 300
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--_receiver", kind, json.dumps(rkw), str(repeats + 1)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        sender = make_sender(kind, bucket_bytes=bucket_bytes, **skw)
+        sender.send([tensors], 0)  # warm-up (connections, rendezvous, page faults)
+        times = []
+        for v in range(1, repeats + 1):
+            t0 = time.perf_counter()
+            sender.send([tensors], v)
+            times.append(time.perf_counter() - t0)
+        sender.close()
+        proc.wait(timeout=300)
+        return times
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def bench_copy(tensors: dict[str, np.ndarray], repeats: int) -> list[float]:
+    dst = {k: np.empty_like(v) for k, v in tensors.items()}
+    for k, v in tensors.items():  # warm-up: fault the destination pages in
+        np.copyto(dst[k], v)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for k, v in tensors.items():
+            np.copyto(dst[k], v)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def weight_sync_table(sizes_mb: list[int], repeats: int, bucket_mb: int, kinds: list[str]) -> None:
+    print(
+        f"# weight sync: median of {repeats} syncs, bucket {bucket_mb} MB, sender and receiver in separate processes"
+    )
+    print(f"{'payload':>9} {'transport':>11} {'median s':>10} {'GB/s':>8} {'vs copy':>8}")
+    for mb in sizes_mb:
+        tensors = payload(mb * 1_000_000)
+        nbytes = sum(a.nbytes for a in tensors.values())
+        base = statistics.median(bench_copy(tensors, repeats))
+        rows = [("memcpy", base)]
+        for kind in kinds:
+            rows.append(
+                (kind, statistics.median(bench_transport(kind, tensors, repeats, bucket_mb << 20)))
+            )
+        for name, t in rows:
+            gbs = nbytes / t / 1e9
+            print(f"{mb:>6} MB {name:>11} {t:>10.4f} {gbs:>8.2f} {base / t:>7.1%}", flush=True)
+
+
+def generation_table(repeats: int, prompts: int, n: int, tokens: int) -> None:
+    import asyncio
+    import uuid
+
+    from dockyard.core.interfaces import SamplingParams
+    from dockyard.serve.engines.vllm_engine import VLLMEngine
+    from dockyard.serve.testing import tiny_model_dir
+
+    async def main() -> None:
+        path = tiny_model_dir(
+            tempfile.mkdtemp(),
+            hidden_size=256,
+            num_layers=4,
+            num_heads=8,
+            num_kv_heads=2,
+            intermediate_size=512,
+        )
+        eng = await VLLMEngine(
+            str(path), dtype="float32", max_model_len=1024, enforce_eager=True
+        ).start()
+        rng = np.random.default_rng(0)
+        ps = [rng.integers(3, 900, size=16).tolist() for _ in range(prompts)]
+        sp = SamplingParams(n=n, max_tokens=tokens, temperature=1.0, seed=1)
+
+        async def via_adapter() -> int:
+            res = await asyncio.gather(*(eng.generate(p, sp) for p in ps))
+            return sum(len(r.token_ids) for rs in res for r in rs)
+
+        async def raw() -> int:
+            from vllm.sampling_params import RequestOutputKind
+
+            async def one(p: list[int], i: int) -> int:
+                vsp = eng._vllm_params(sp, tokens, sp.seed + i)
+                vsp.output_kind = RequestOutputKind.FINAL_ONLY
+                out = None
+                async for out in eng.llm.generate(
+                    {"prompt_token_ids": p}, vsp, request_id=uuid.uuid4().hex
+                ):
+                    pass
+                return len(out.outputs[0].token_ids)
+
+            counts = await asyncio.gather(*(one(p, i) for p in ps for i in range(n)))
+            return sum(counts)
+
+        await via_adapter()  # warm-up
+        await raw()
+        rates: dict[str, list[float]] = {"raw AsyncLLM": [], "VLLMEngine": []}
+        for _ in range(repeats):
+            for name, fn in (("raw AsyncLLM", raw), ("VLLMEngine", via_adapter)):
+                t0 = time.perf_counter()
+                ntok = await fn()
+                rates[name].append(ntok / (time.perf_counter() - t0))
+        eng.shutdown()
+        base = statistics.median(rates["raw AsyncLLM"])
+        print(
+            f"\n# generation: {prompts} prompts x {n} samples x <= {tokens} tokens, model {path.name} "
+            f"(hidden 256, 4 layers), median of {repeats}"
+        )
+        print(f"{'path':>14} {'tokens/s':>10} {'vs raw':>8}")
+        for name, r in rates.items():
+            m = statistics.median(r)
+            print(f"{name:>14} {m:>10.0f} {m / base:>7.1%}")
+
+    asyncio.run(main())
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--_receiver":
+        receiver_main(sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]))
+        return
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--sizes-mb", default="10,100,300", help="payload sizes in MB (1 MB = 1e6 bytes)"
+    )
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--bucket-mb", type=int, default=256)
+    ap.add_argument("--transports", default="shm,http,collective")
+    ap.add_argument("--generation", action="store_true", help="also compare adapter vs raw vLLM")
+    ap.add_argument("--prompts", type=int, default=32)
+    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=128)
+    a = ap.parse_args()
+    weight_sync_table(
+        [int(s) for s in a.sizes_mb.split(",")], a.repeats, a.bucket_mb, a.transports.split(",")
+    )
+    if a.generation:
+        generation_table(a.repeats, a.prompts, a.samples, a.tokens)
+
+
+if __name__ == "__main__":
+    main()
