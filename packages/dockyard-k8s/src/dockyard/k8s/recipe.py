@@ -73,6 +73,11 @@ class RaySettings(BaseModel):
     head: RayHead = Field(default_factory=RayHead)
     trainer: RayGroup = Field(default_factory=RayGroup)
     inference: RayGroup = Field(default_factory=RayGroup)
+    auth: Literal["token", "disabled"] = Field(
+        "token",
+        description="Ray token authentication (KubeRay authOptions.mode; the operator creates the "
+        "token Secret). Needs a KubeRay operator whose CRD has authOptions.",
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra environment on every Ray pod."
     )
