@@ -19,6 +19,7 @@ nodes = [n for n in ray.nodes() if n["Alive"]]
 print("PROBE " + json.dumps({
     "nodes": len(nodes),
     "labels": nodes[0].get("Labels", {}),
+    "resources": nodes[0].get("Resources", {}),
     "ray_address": os.environ.get("RAY_ADDRESS"),
     "job": os.environ.get("SLURM_JOB_ID"),
     "auth": os.environ.get("RAY_AUTH_MODE"),
@@ -53,6 +54,9 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
     probe_out = json.loads(line.removeprefix("PROBE "))
     assert probe_out["nodes"] == 1
     assert probe_out["labels"].get("dockyard.io/fleet-role") == "trainer", probe_out
+    # the custom resource dockyard.core.runtime pins the trainer fleet to, and no other fleet's
+    fleet = {k: v for k, v in probe_out["resources"].items() if k.startswith("fleet:")}
+    assert fleet == {"fleet:trainer": 1000.0}, probe_out
     assert probe_out["ray_address"].endswith(":6391")
     assert probe_out["job"]
     assert probe_out["auth"] == "token"  # the per-job token reached the command and it connected

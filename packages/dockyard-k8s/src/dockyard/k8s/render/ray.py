@@ -1,9 +1,11 @@
 """The trainer and inference fleets on KubeRay: ConfigMap, checkpoint PVC, RayJob (or RayCluster).
 
 One Ray cluster per recipe: a CPU head (runs the driver, which orchestrates and never holds
-weights) and one worker group per fleet role. Every Ray pod carries its role three ways:
-the pod label ``dockyard.io/fleet-role``, the Ray node label of the same name (KubeRay's group
-``labels``), and the ``DOCKYARD_FLEET_ROLE`` environment variable the dockyard runtime reads.
+weights) and one worker group per fleet role. Every Ray worker pod carries its role four ways:
+the Ray custom resource ``fleet:<role>`` (what dockyard's runtime pins placement groups to), the
+``DOCKYARD_FLEET_ROLE`` environment variable, the pod label ``dockyard.io/fleet-role`` and the
+Ray node label of the same name (KubeRay's group ``labels``). The head has no role: it runs the
+driver and advertises no fleet resource.
 
 Each pod mounts the resolved dockyard config (one self-contained YAML in a ConfigMap, at
 ``/etc/dockyard/config.yaml``), the checkpoint volume, and a memory-backed ``/dev/shm``.
@@ -154,6 +156,14 @@ def _pod_template(
     }
 
 
+def fleet_resources_param(role: str) -> str:
+    """``rayStartParams.resources`` for a role: the custom resource ``fleet:<role>`` (1000) that
+    dockyard's runtime pins each fleet's placement groups to (``dockyard.core.runtime.cluster``).
+    KubeRay pastes the value into the ``ray start`` shell command, hence the quoting (KubeRay's
+    documented form)."""
+    return '"{\\"fleet:' + role + '\\": 1000}"'
+
+
 def _worker_group(
     ctx: Context, role: str, group: RayGroup, nodes: int, gpus: int
 ) -> dict[str, Any]:
@@ -162,7 +172,7 @@ def _worker_group(
         "replicas": nodes,
         "minReplicas": nodes,
         "maxReplicas": nodes,
-        "rayStartParams": dict(group.ray_start_params),
+        "rayStartParams": {"resources": fleet_resources_param(role), **group.ray_start_params},
         "labels": {FLEET_ROLE_LABEL: role},
         "template": _pod_template(
             ctx,
