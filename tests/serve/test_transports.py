@@ -251,3 +251,23 @@ def test_wire_rebucket_and_views() -> None:
 def test_unknown_transport_is_named() -> None:
     with pytest.raises(ValueError, match=r"'carrier-pigeon'.*collective"):
         make_receiver("carrier-pigeon")
+
+
+def test_bfloat16_travels_by_name() -> None:
+    """bf16 arrays (ml_dtypes, the JAX worker's export) pack, unpack and reach torch unchanged."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    torch = pytest.importorskip("torch")
+    from dockyard.serve.transports import wire
+    from dockyard.serve.transports.torch_dtypes import from_numpy, to_numpy
+
+    a = np.linspace(-3, 3, 12, dtype=np.float32).astype(ml_dtypes.bfloat16).reshape(3, 4)
+    h = wire.layout({"w": a}, 1, 0, True)
+    buf = np.zeros(h.nbytes, np.uint8)
+    wire.pack_into(buf, {"w": a}, h)
+    out = wire.unpack(buf, wire.Header.from_json(json.loads(json.dumps(h.to_json()))))["w"]
+    assert out.dtype == a.dtype
+    np.testing.assert_array_equal(out.astype(np.float32), a.astype(np.float32))
+    t = from_numpy(out)
+    assert t.dtype == torch.bfloat16
+    assert torch.equal(t.float(), torch.from_numpy(a.astype(np.float32)))
+    np.testing.assert_array_equal(to_numpy(t).astype(np.float32), a.astype(np.float32))
