@@ -18,7 +18,7 @@ ENVIRONMENTS: dict[str, str] = {
     "math": "dockyard.envs.math.env:MathEnvironment",
     "mcq": "dockyard.envs.math.env:MultipleChoiceEnvironment",
     "code": "dockyard.envs.code.env:CodeEnvironment",
-    "swe": "dockyard.envs.swe.env:SWEEnvironment",
+    "swe": "dockyard.envs.swe.env:SweEnvironment",
     "terminal": "dockyard.envs.terminal.env:TerminalEnvironment",
 }
 
@@ -46,9 +46,9 @@ def _humaneval(split: str, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def _swe(split: str) -> list[dict[str, Any]]:
-    from dockyard.envs.swe import data
+    from dockyard.envs.swe.data import load_shipped_tasks
 
-    return data.load_tasks(split) if hasattr(data, "load_tasks") else data.load_swe_tasks()
+    return load_shipped_tasks()
 
 
 def _terminal(split: str) -> list[dict[str, Any]]:

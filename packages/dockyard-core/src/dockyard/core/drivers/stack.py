@@ -99,6 +99,7 @@ def engine_config(cfg: Any, model_path: str, version: int) -> dict[str, Any]:
             tensor_parallel_size=v.tensor_parallel_size,
             enforce_eager=v.enforce_eager,
             seed=cfg.grpo.seed,
+            dtype=cfg.policy.precision,  # the trainer's dtype: logprobs then agree closely
         )
     else:
         kw["initial_version"] = version
