@@ -136,11 +136,8 @@ class Collector:
         self._wake.set()
 
     def replace_engine(self, index: int, handle: Any) -> None:
-        self.engines[index] = (
-            RemoteEngine(handle)
-            if not hasattr(handle, "generate") or hasattr(handle.generate, "remote")
-            else handle
-        )
+        """Use ``handle`` (a restarted engine actor, weights loaded) for engine ``index``."""
+        self.engines[index] = RemoteEngine(handle)
         self.dead.discard(index)
         self._wake.set()
 

@@ -58,6 +58,9 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
     address = getattr(cluster, "address", None)
     namespace = getattr(cluster, "namespace", "dockyard")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray starts worker processes at niceness 15; here the workers *are* the workload (trainer,
+    # engines), and on a shared machine a niced engine starves.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     if address:
         ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver)
         return ray.cluster_resources()

