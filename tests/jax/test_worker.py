@@ -175,3 +175,30 @@ def test_topk_logits_match_transformers(tiny_qwen2, make_grpo_batch) -> None:
     np.testing.assert_array_equal(indices[:, 1:][keep], ti.numpy()[keep])
     assert np.all(values[:, 0] == 0)
     assert np.all(values[~batch.attention_mask] == 0)
+
+
+def test_config_from_master_config() -> None:
+    from dockyard.core.config.schema import MasterConfig
+
+    master = MasterConfig.model_validate({
+        "policy": {"model_name": "/m", "precision": "float32", "train_micro_batch_size": 2,
+                   "train_global_batch_size": 8, "max_grad_norm": 0.5,
+                   "optimizer": {"lr": 3e-6, "weight_decay": 0.0},
+                   "scheduler": {"name": "cosine", "warmup_steps": 2, "min_lr_ratio": 0.1},
+                   "dtensor_cfg": {"enabled": False},
+                   "jax_cfg": {"enabled": True, "tensor_parallel_size": 2},
+                   "generation": {"temperature": 0.8}},
+        "grpo": {"max_num_steps": 50},
+    })  # fmt: skip
+    from dockyard.jax.config import JaxPolicyConfig
+
+    cfg = JaxPolicyConfig.from_master(master)
+    assert cfg.model_name == "/m"
+    assert cfg.train_micro_batch_size == 2
+    assert cfg.logprob_batch_size == 2
+    assert cfg.generation_temperature == 0.8
+    assert cfg.optimizer.lr == 3e-6
+    assert (cfg.scheduler.type, cfg.scheduler.total_steps) == ("cosine", 50)
+    assert cfg.mesh.tensor_parallel_size == 2
+    with pytest.raises(ValueError, match="extra_key"):
+        JaxPolicyConfig(model_name="/m", extra_key=1)
