@@ -202,3 +202,11 @@ def test_config_from_master_config() -> None:
     assert cfg.mesh.tensor_parallel_size == 2
     with pytest.raises(ValueError, match="extra_key"):
         JaxPolicyConfig(model_name="/m", extra_key=1)
+
+
+def test_rank_world_size_convention(tiny_qwen2) -> None:
+    """The Ray fleet passes rank/world_size as to the torch worker; one process is supported."""
+    w = JaxPolicyWorker({"model_name": str(tiny_qwen2)}, rank=0, world_size=1)
+    assert w.step == 0
+    with pytest.raises(ValueError, match="world_size=2"):
+        JaxPolicyWorker({"model_name": str(tiny_qwen2)}, rank=1, world_size=2)

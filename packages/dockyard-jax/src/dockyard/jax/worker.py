@@ -63,11 +63,24 @@ def bucketed(
 
 class JaxPolicyWorker(PolicyWorker):
     """See the module docstring. ``config``: a :class:`JaxPolicyConfig` or a dict of one;
-    ``mesh``: a ``("fsdp", "tensor")`` mesh (default: built from ``config.mesh``)."""
+    ``mesh``: a ``("fsdp", "tensor")`` mesh (default: built from ``config.mesh``);
+    ``rank`` / ``world_size``: accepted for the torch worker's calling convention (Ray fleets);
+    only a single process (rank 0 of 1) is supported."""
 
     def __init__(
-        self, config: JaxPolicyConfig | Mapping[str, Any], mesh: jax.sharding.Mesh | None = None
+        self,
+        config: JaxPolicyConfig | Mapping[str, Any],
+        mesh: jax.sharding.Mesh | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
     ) -> None:
+        if (world_size or 1) > 1 or (rank or 0) > 0:
+            raise ValueError(
+                f"JaxPolicyWorker(rank={rank}, world_size={world_size}): one JAX process drives "
+                "all its devices through the mesh; start a single worker (world_size=1) and set "
+                "policy.jax_cfg.fsdp_size / tensor_parallel_size (multi-host jax.distributed is "
+                "not supported yet)"
+            )
         cfg = config if isinstance(config, JaxPolicyConfig) else JaxPolicyConfig(**config)
         self.cfg = cfg
         self.mesh = mesh or shd.make_mesh(cfg.mesh.fsdp_size, cfg.mesh.tensor_parallel_size)
