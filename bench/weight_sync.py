@@ -58,8 +58,10 @@ def receiver_main(kind: str, kwargs: dict, updates: int) -> None:
     from dockyard.serve.transports import make_receiver
 
     rx = make_receiver(kind, **kwargs)
-    if hasattr(rx, "open"):
-        rx.open()
+    if kind != "collective":  # bind the listener now; the collective rendezvous needs the sender
+        rx.open()  # type: ignore[attr-defined]
+    else:
+        import torch.distributed  # noqa: F401 - import before "ready" so it is not timed
     print("ready", flush=True)
     for _ in range(updates):
         n = 0
@@ -91,7 +93,9 @@ def bench_transport(
         text=True,
     )
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the {kind} receiver did not start")
         sender = make_sender(kind, bucket_bytes=bucket_bytes, **skw)
         sender.send([tensors], 0)  # warm-up (connections, rendezvous, page faults)
         times = []
@@ -173,12 +177,12 @@ def generation_table(repeats: int, prompts: int, n: int, tokens: int) -> None:
             async def one(p: list[int], i: int) -> int:
                 vsp = eng._vllm_params(sp, tokens, sp.seed + i)
                 vsp.output_kind = RequestOutputKind.FINAL_ONLY
-                out = None
-                async for out in eng.llm.generate(
+                n_out = 0
+                async for final in eng.llm.generate(
                     {"prompt_token_ids": p}, vsp, request_id=uuid.uuid4().hex
                 ):
-                    pass
-                return len(out.outputs[0].token_ids)
+                    n_out = len(final.outputs[0].token_ids)  # FINAL_ONLY: one output
+                return n_out
 
             counts = await asyncio.gather(*(one(p, i) for p in ps for i in range(n)))
             return sum(counts)
