@@ -93,7 +93,7 @@ def plain_step(model, optimizer, batch: Batch, loss_fn) -> float:
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss.detach())
 
 
 def timed(fn, repeats: int) -> float:

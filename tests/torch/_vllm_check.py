@@ -14,7 +14,14 @@ def main() -> None:
     from vllm.inputs import TokensPrompt
 
     folder, prompts = sys.argv[1], json.loads(sys.argv[2])
-    llm = LLM(model=folder, dtype="float32", gpu_memory_utilization=0.1, max_model_len=256, seed=0)
+    llm = LLM(
+        model=folder,
+        dtype="float32",
+        gpu_memory_utilization=0.1,
+        max_model_len=256,
+        enforce_eager=True,
+        seed=0,
+    )
     params = SamplingParams(max_tokens=4, temperature=1.0, prompt_logprobs=0)
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
     result = []
