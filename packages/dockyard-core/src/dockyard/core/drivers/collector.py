@@ -46,7 +46,7 @@ def group_seed(seed: int, uid: str) -> int:
 def is_engine_death(e: BaseException) -> bool:
     """Whether ``e`` says the engine actor is gone (rather than a bad request)."""
     try:
-        import ray
+        import ray.exceptions
 
         return isinstance(e, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError)
     except ImportError:  # pragma: no cover

@@ -117,7 +117,7 @@ def train(
     own_stack = stack is None
     stack = stack or Stack(cfg, cfg.logger.log_dir)
     tasks, val_tasks = load_tasks(cfg, "train"), load_tasks(cfg, "val")[: g.max_val_samples]
-    collector = (
+    collector: Any = (
         ray.remote(CollectorHost)
         .options(num_cpus=0, max_concurrency=1000)
         .remote(

@@ -142,7 +142,7 @@ def _tensorboard_writer(folder: Path, initial_step: int) -> Any:
 
 def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
     try:
-        import wandb
+        import wandb  # pyright: ignore[reportMissingImports]
     except ImportError as e:
         raise ImportError("logger.wandb_enabled needs Weights & Biases: pip install wandb") from e
     return wandb.init(

@@ -77,4 +77,4 @@ def mismatch_metrics(batch: Batch) -> dict[str, float]:
 
 
 def train_metrics(m: dict[str, Any]) -> dict[str, float]:
-    return {f"train/{k}": float(v) for k, v in m.items() if np.isscalar(v)}
+    return {f"train/{k}": float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}

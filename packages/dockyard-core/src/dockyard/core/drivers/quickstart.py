@@ -29,7 +29,7 @@ QUICKSTART_CONFIG: dict[str, Any] = {
             "backend": "vllm",
             "temperature": 1.0,
             "max_new_tokens": 24,
-            "vllm_cfg": {"gpu_memory_utilization": 0.05, "enforce_eager": True},
+            "vllm_cfg": {"gpu_memory_utilization": 0.1, "enforce_eager": True},
         },
     },
     "loss_fn": {"type": "clipped_pg", "reference_policy_kl_penalty": 0.0},

@@ -77,7 +77,7 @@ def sft(
         pos += batch_size
         t0 = time.perf_counter()
         m = worker.train_step(collate([encoded[i] for i in idx]), loss_fn)
-        m = {k: float(v) for k, v in m.items() if np.isscalar(v)}
+        m = {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
         m["time/step_s"] = time.perf_counter() - t0
         history.append(m)
         if log is not None:

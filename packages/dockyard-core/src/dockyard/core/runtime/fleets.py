@@ -134,10 +134,8 @@ class Fleet:
 
     def restart(self, index: int) -> Any:
         """Kill (if needed) and start member ``index`` again in its bundle; returns the handle."""
-        try:
+        with contextlib.suppress(Exception):  # already gone
             self.ray.kill(self.actors[index], no_restart=True)
-        except Exception:  # already gone
-            pass
         # the bundle's resources come back asynchronously after the kill
         deadline = time.monotonic() + 30.0
         while True:
