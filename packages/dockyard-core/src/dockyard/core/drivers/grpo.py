@@ -154,9 +154,7 @@ def train(
     ray.get(collector.start.remote())
     val_start = None
     if val_tasks and g.val_at_start and start == 0:
-        val_start = ray.get(
-            collector.validate.remote(val_tasks, val_samples, cfg.policy.generation.temperature)
-        )["val/pass_rate"]
+        val_start = _validate(collector, val_tasks, val_samples, cfg)["val/pass_rate"]
     log = MetricsLogger(cfg.logger, g.max_num_steps, start, cfg.model_dump(mode="json"), progress)
     if val_start is not None:
         log.write(f"validation before training: pass rate {100 * val_start:.1f}%")
@@ -205,25 +203,17 @@ def train(
                 ray.get(collector.set_version.remote(step + 1))
 
             # 6. log
-            rep = ray.get(collector.report.remote())
-            metrics.update(dict(rep.items()))
+            rep: dict[str, float] = ray.get(collector.report.remote())
+            metrics.update(rep)
             gen_s = rep.get("collector/gen_s", 0.0)
             metrics["tokens_per_s/gen"] = (
                 rep.get("collector/gen_tokens", 0.0) / gen_s if gen_s else 0.0
             )
             metrics["tokens_per_s/train"] = float(tm.get("tokens_per_s", 0.0))
-            metrics["buffer/evicted_stale"] = float(
-                ray.get(stack.buffer.get_stats.remote()).get("evicted_stale", 0)
-            )
+            metrics["buffer/evicted_stale"] = float(_stats(stack).get("evicted_stale", 0))
             if val_tasks and g.val_period and (step + 1) % g.val_period == 0:
                 with timer("validation"):
-                    metrics.update(
-                        ray.get(
-                            collector.validate.remote(
-                                val_tasks, val_samples, cfg.policy.generation.temperature
-                            )
-                        )
-                    )
+                    metrics.update(_validate(collector, val_tasks, val_samples, cfg))
             metrics.update(timer.t)
             metrics["time/step_s"] = time.perf_counter() - t_step
             history.append(metrics)
@@ -233,9 +223,7 @@ def train(
         val_end = None
         if val_tasks:
             ray.get(collector.stop.remote())
-            val_end = ray.get(
-                collector.validate.remote(val_tasks, val_samples, cfg.policy.generation.temperature)
-            )["val/pass_rate"]
+            val_end = _validate(collector, val_tasks, val_samples, cfg)["val/pass_rate"]
         plot = None
         if cfg.logger.jsonl_enabled:
             plot = str(plot_rewards(log.jsonl_path, Path(cfg.logger.log_dir) / "reward_curve.png"))
@@ -249,6 +237,23 @@ def train(
             pass
         if own_stack:
             stack.shutdown()
+
+
+def _stats(stack: Any) -> dict[str, int]:
+    import ray
+
+    out: dict[str, int] = ray.get(stack.buffer.get_stats.remote())
+    return out
+
+
+def _validate(collector: Any, tasks: list[dict[str, Any]], n: int, cfg: Any) -> dict[str, float]:
+    """Held-out pass rate of ``n`` samples per task at the training temperature."""
+    import ray
+
+    out: dict[str, float] = ray.get(
+        collector.validate.remote(tasks, n, cfg.policy.generation.temperature)
+    )
+    return out
 
 
 def _sample(stack: Any, collector: Any, cfg: Any, step: int) -> tuple[list[Any], int]:

@@ -81,12 +81,12 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
         kwargs["object_store_memory"] = int(store_gb * (1 << 30))
     # On an overloaded machine Ray's raylet can give up waiting (15 s, hard-coded) for its
     # metrics agent (ray-project/ray#65983): retry a few times before failing.
-    for attempt in range(3):
+    for attempt in range(5):
         try:
             ray.init(**kwargs)
             break
         except Exception as e:
-            if "timed out during startup" not in str(e) or attempt == 2:
+            if "timed out during startup" not in str(e) or attempt == 4:
                 raise
             ray.shutdown()
     return ray.cluster_resources()
