@@ -121,7 +121,7 @@ def train(
         ray.remote(CollectorHost)
         .options(num_cpus=0, max_concurrency=1000)
         .remote(
-            cfg.model_dump(mode="json"),
+            cfg.model_dump(mode="json", exclude_unset=True),
             stack.engines.actors,
             stack.buffer,
             stack.sandbox_urls,
