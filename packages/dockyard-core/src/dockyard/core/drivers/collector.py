@@ -44,7 +44,10 @@ def group_seed(seed: int, uid: str) -> int:
 
 
 def is_engine_death(e: BaseException) -> bool:
-    """Whether ``e`` says the engine actor is gone (rather than a bad request)."""
+    """Whether ``e`` says the engine actor is gone (rather than a bad request); an engine whose
+    core died inside a live actor (vLLM's ``EngineDeadError``) counts as gone too."""
+    if "EngineDead" in type(e).__name__ or "EngineDeadError" in str(e)[:2000]:
+        return True
     try:
         import ray.exceptions
 
