@@ -115,7 +115,6 @@ def bwrap_argv(spec: JailSpec) -> list[str]:
         "--hostname",
         "sandbox",
         "--clearenv",
-        *bwrap_toolchain_args(),
         "--proc",
         "/proc",
         "--dev",
@@ -132,6 +131,9 @@ def bwrap_argv(spec: JailSpec) -> list[str]:
         str(lim.disk_mb << 20),
         "--tmpfs",
         "/tmp",
+        # After the tmpfs mounts: the service's interpreter may live under /tmp (a CI clone),
+        # and a later mount would hide it.
+        *bwrap_toolchain_args(),
         "--bind",
         str(spec.workspace),
         WORKSPACE,
