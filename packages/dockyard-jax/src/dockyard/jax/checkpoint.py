@@ -20,10 +20,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
-
-import jax
 
 
 def _jsonable(x: Any) -> Any:

@@ -15,10 +15,10 @@ import functools
 import math
 from typing import Any
 
-import optax
-
 import jax
 import jax.numpy as jnp
+import optax
+
 from dockyard.jax.config import OptimizerConfig, SchedulerConfig
 
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 FSDP, TENSOR = "fsdp", "tensor"

@@ -18,11 +18,11 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import optax
 from flax import nnx
 
-import jax
-import jax.numpy as jnp
 from dockyard.jax.models.hf import apply
 from dockyard.jax.optim import clip_by_global_norm
 

@@ -21,11 +21,11 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
-import jax
-import jax.numpy as jnp
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
 from dockyard.jax import checkpoint as ckpt

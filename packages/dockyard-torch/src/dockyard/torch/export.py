@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-
 import torch
 
 _PEFT_PREFIX = "base_model.model."

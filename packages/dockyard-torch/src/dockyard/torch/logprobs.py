@@ -13,6 +13,7 @@ distribution of token t) and are *unscaled*: the distillation loss applies its o
 from __future__ import annotations
 
 import torch
+
 from dockyard.torch.packing import PackedRow
 
 

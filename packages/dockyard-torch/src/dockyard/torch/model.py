@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
 from dockyard.torch.config import TorchPolicyConfig
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+
 from dockyard.torch.config import OptimizerConfig, SchedulerConfig
 
 

@@ -317,10 +317,9 @@ def build_tiny_model(
     tok_dir = build_tokenizer(vocab_size=vocab_size)
 
     def build(folder: Path) -> None:
+        import torch
         from tokenizers import Tokenizer
         from transformers import AutoModelForCausalLM, GenerationConfig
-
-        import torch
 
         tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
         ids = {"eos": tok.token_to_id(EOS_TOKEN), "pad": tok.token_to_id(PAD_TOKEN)}

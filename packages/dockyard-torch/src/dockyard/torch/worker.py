@@ -26,9 +26,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
-
 import torch
 import torch.distributed as dist
+
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
 from dockyard.torch import checkpoint as ckpt

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-import jax
-import jax.numpy as jnp
 from dockyard.jax.models.config import ModelConfig
 from dockyard.jax.models.name_map import check_names, iter_hf_tensors, name_map
 from dockyard.jax.models.transformer import CausalLM

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 
-import jax.numpy as jnp
 from dockyard.jax.models.config import ModelConfig
 
 

@@ -16,10 +16,10 @@ Qwen3) and optional q/k/v biases (Qwen2; Llama's ``attention_bias``).
 
 from __future__ import annotations
 
-from flax import nnx
-
 import jax
 import jax.numpy as jnp
+from flax import nnx
+
 from dockyard.jax.models.config import ModelConfig
 from dockyard.jax.models.rope import apply_rope, rope_cos_sin
 
