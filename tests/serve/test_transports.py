@@ -271,3 +271,22 @@ def test_bfloat16_travels_by_name() -> None:
     assert t.dtype == torch.bfloat16
     assert torch.equal(t.float(), torch.from_numpy(a.astype(np.float32)))
     np.testing.assert_array_equal(to_numpy(t).astype(np.float32), a.astype(np.float32))
+
+
+def test_stale_segments_of_dead_senders_are_removed(tmp_path: Path) -> None:
+    from dockyard.serve.transports.shm import remove_stale_segments
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(proc.stdout)
+    (tmp_path / f"dockyard-{dead}-abc").write_bytes(b"x")
+    (tmp_path / f"dockyard-{os.getpid()}-def").write_bytes(b"x")  # alive: kept
+    (tmp_path / "other-file").write_bytes(b"x")
+    assert remove_stale_segments(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [f"dockyard-{os.getpid()}-def", "other-file"]
+    )

@@ -91,9 +91,9 @@ def shm_update(
 
     def trainer() -> None:
         try:
-            ShmSender(sock, timeout_s=60, bucket_bytes=bucket_bytes, checksum=True).send(
-                [weights], version
-            )
+            sender = ShmSender(sock, timeout_s=60, bucket_bytes=bucket_bytes, checksum=True)
+            sender.send([weights], version)
+            sender.close()
         except BaseException as e:
             errs.append(e)
 

@@ -302,7 +302,11 @@ class VLLMEngine(GenerationEngine):
         def pump() -> None:
             try:
                 # A failure here closes the relay socket: the worker stops waiting at once.
-                ShmSender(path, timeout_s=self.update_timeout_s).send(checked(), version)
+                sender = ShmSender(path, timeout_s=self.update_timeout_s)
+                try:
+                    sender.send(checked(), version)
+                finally:
+                    sender.close()
             except BaseException as e:
                 errors.append(e)
 

@@ -57,6 +57,25 @@ def _peer_pid(conn: socket.socket) -> int | None:
         return None
 
 
+def remove_stale_segments(shm_dir: str = "/dev/shm") -> int:
+    """Unlink ``dockyard-<pid>-*`` segments whose sender process is gone (a sender killed
+    before :meth:`ShmSender.close`); returns how many. Senders call it when they start."""
+    removed = 0
+    for name in os.listdir(shm_dir):
+        parts = name.split("-")
+        if len(parts) != 3 or parts[0] != "dockyard" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(shm_dir, name))
+                removed += 1
+        except PermissionError:
+            pass  # alive, another user's
+    return removed
+
+
 class ShmSender(WeightSender):
     """Trainer side: writes each bucket into a fresh ``/dev/shm`` segment.
 
@@ -87,6 +106,8 @@ class ShmSender(WeightSender):
         self.shm_dir = shm_dir
         self.peer = f"receiver at {socket_path}"
         self._ring: list[tuple[str, int, mmap.mmap] | None] = [None] * self.max_inflight
+        with contextlib.suppress(OSError):
+            remove_stale_segments(shm_dir)
 
     def _connect(self) -> socket.socket:
         deadline = time.monotonic() + self.timeout_s
