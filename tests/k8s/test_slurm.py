@@ -27,6 +27,7 @@ print("PROBE " + json.dumps({
 """
 
 
+@pytest.mark.e2e
 def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
     slurm, slurm_job, tmp_path
 ) -> None:
