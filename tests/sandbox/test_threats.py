@@ -39,7 +39,8 @@ def no_leftovers(deadline_s: float = 5.0) -> list[tuple[int, int, str]]:
 
 
 def test_row01_fork_bomb(sandbox: SandboxClient) -> None:
-    bomb = sandbox.submit(cmd_task("b() { b | b & }; b", timeout_s=30, pids=32))
+    # `sleep` keeps the task alive: when its shell exits, the pid namespace kills the bomb anyway.
+    bomb = sandbox.submit(cmd_task("b() { b | b & }; b; sleep 20", timeout_s=30, pids=32))
     other = sandbox.submit(cmd_task("echo fine"))
     r = sandbox.result(bomb, timeout_s=120)
     assert r.verdict == Verdict.resource_limit, r

@@ -175,13 +175,16 @@ def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
     )
     # RLIMIT_AS is a backstop only: the memory cgroup is the real cap (AS counts mappings, not RAM).
     as_bytes = max(lim.memory_mb << 20, 1 << 30) * 4
+    # With a pids cgroup, it is the cap (its events give the `resource_limit` verdict); RLIMIT_NPROC
+    # stays a backstop a little above it, or forks would fail on the rlimit first, silently.
+    nproc = lim.pids + 16 if cg is not None and "pids" in cg.dirs else lim.pids
     return [
         "/bin/sh",
         "-c",
         join + 'exec "$@"',
         "sh",
         "prlimit",
-        f"--nproc={lim.pids}",
+        f"--nproc={nproc}",
         f"--as={as_bytes}",
         f"--fsize={lim.disk_mb << 20}",
         f"--nofile={lim.open_files}",
