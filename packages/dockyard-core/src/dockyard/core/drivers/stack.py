@@ -76,15 +76,14 @@ def torch_worker_config(cfg: Any) -> dict[str, Any]:
 
 
 def jax_worker_config(cfg: Any) -> dict[str, Any]:
-    p = cfg.policy
-    return {
-        "model_name": p.model_name,
-        "precision": p.precision,
-        "train_micro_batch_size": p.train_micro_batch_size,
-        "generation_temperature": p.generation.temperature or 1.0,
-        "seed": cfg.grpo.seed,
-        "optimizer": {"lr": p.optimizer.lr, "weight_decay": p.optimizer.weight_decay},
-    }
+    """``JaxPolicyConfig`` fields from the ``MasterConfig`` (``JaxPolicyConfig.from_master``)."""
+    try:
+        from dockyard.jax.config import JaxPolicyConfig
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            'policy.jax_cfg.enabled needs dockyard-jax: pip install "dockyard-jax"'
+        ) from e
+    return JaxPolicyConfig.from_master(cfg).to_dict()
 
 
 def engine_config(cfg: Any, model_path: str, version: int) -> dict[str, Any]:
