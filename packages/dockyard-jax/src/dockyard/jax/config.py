@@ -73,15 +73,30 @@ class JaxPolicyConfig(_Strict):
 
     @classmethod
     def from_master(cls, master: Any) -> JaxPolicyConfig:
-        """From a ``dockyard.core.config.MasterConfig`` with ``policy.jax_cfg.enabled``.
+        """From a validated ``dockyard.core.config.MasterConfig`` (``policy.jax_cfg.enabled``).
 
-        ``scheduler.total_steps`` is ``grpo.max_num_steps``; ``precision: float16`` is refused."""
+        Every ``policy`` key the JAX worker can honour is mapped (the table in
+        ``docs/packages/jax.md``); ``reference_policy`` is on when
+        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and
+        ``scheduler.total_steps`` is ``grpo.max_num_steps``. Keys it cannot honour are errors
+        naming the key and the fix: ``precision: float16``, ``lora.enabled``, an optimizer
+        other than ``adamw``. (A mesh larger than the devices JAX sees is refused when the
+        worker builds it.)"""
         p = master.policy
         if p.precision == "float16":
             raise ValueError("policy.precision=float16 is not supported by the JAX worker: "
                              "use bfloat16 or float32")  # fmt: skip
         if p.lora.enabled:
-            raise ValueError("policy.lora.enabled is not supported by the JAX worker")
+            raise ValueError("policy.lora.enabled is not supported by the JAX worker: set "
+                             "policy.lora.enabled=false or train with policy.dtensor_cfg")  # fmt: skip
+        if p.optimizer.name != "adamw":
+            raise ValueError(
+                f"policy.optimizer.name={p.optimizer.name} is not supported by the JAX worker: "
+                "use adamw (decoupled weight decay, as torch.optim.AdamW)"
+            )
+        loss_fn = getattr(master, "loss_fn", None)
+        beta = float(getattr(loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0)
+        grpo = master.grpo
         return cls(
             model_name=p.model_name,
             precision=p.precision,
@@ -89,6 +104,8 @@ class JaxPolicyConfig(_Strict):
             logprob_batch_size=p.logprob_batch_size or p.train_micro_batch_size,
             max_grad_norm=p.max_grad_norm,
             generation_temperature=p.generation.temperature or 1.0,
+            reference_policy=beta > 0.0,
+            seed=int(grpo.seed),
             optimizer=OptimizerConfig(
                 lr=p.optimizer.lr,
                 weight_decay=p.optimizer.weight_decay,
@@ -98,7 +115,7 @@ class JaxPolicyConfig(_Strict):
             scheduler=SchedulerConfig(
                 type=p.scheduler.name,
                 warmup_steps=p.scheduler.warmup_steps,
-                total_steps=max(int(master.grpo.max_num_steps), 1),
+                total_steps=max(int(grpo.max_num_steps), 1),
                 min_lr_ratio=p.scheduler.min_lr_ratio,
             ),
             mesh=MeshConfig(
@@ -106,3 +123,7 @@ class JaxPolicyConfig(_Strict):
                 tensor_parallel_size=p.jax_cfg.tensor_parallel_size,
             ),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (what a Ray actor receives); ``JaxPolicyConfig(**d)`` rebuilds it."""
+        return self.model_dump(mode="json")
