@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from dockyard.sandbox import __version__
 from dockyard.sandbox.cgroups import probe
 from dockyard.sandbox.executor import Context
+from dockyard.sandbox.isolation import Isolation, Mode, check_reachable
 from dockyard.sandbox.metrics import Metrics
 from dockyard.sandbox.models import (
     ExecRequest,
@@ -54,18 +55,21 @@ class ServiceConfig:
     max_sessions: int = 256
     cache_max_bytes: int = 20 << 30
     uid_base: int = 200_000
+    isolation: Isolation = field(default_factory=lambda: Isolation(Mode.bwrap))
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def create_app(cfg: ServiceConfig) -> FastAPI:
     work = cfg.work_dir or Path(tempfile.mkdtemp(prefix="dockyard-sandbox-"))
     work.mkdir(parents=True, exist_ok=True)
+    if cfg.isolation.mode == Mode.none:
+        check_reachable(work)
     cache_dir = cfg.cache_dir or work / "cache"
     pr = probe()
     workspaces = Workspaces(work / "ws")
-    for w in (pr.warning, workspaces.warning):
-        if w:
-            log.warning(w)
+    warnings = [w for w in (cfg.isolation.warning, pr.warning, workspaces.warning) if w]
+    for w in warnings:
+        log.warning(w)
     ctx = Context(
         probe=pr,
         cache=RepoCache(cache_dir, cfg.cache_max_bytes),
@@ -73,6 +77,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         uids=UidPool(cfg.uid_base, 4096),
         trusted_root=work / "trusted",
         allow_network=cfg.allow_network,
+        isolation=str(cfg.isolation.mode),
     )
     metrics = Metrics()
     state: dict[str, Any] = {}
@@ -257,9 +262,10 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             running=t.running,
             queued=t.queued,
             isolation={
+                "mode": str(cfg.isolation.mode),
                 "cgroups": ctx.probe.describe(),
                 "workspace_tmpfs": ctx.workspaces.tmpfs,
-                "warnings": [w for w in (ctx.probe.warning, ctx.workspaces.warning) if w],
+                "warnings": warnings,
             },
         )
 

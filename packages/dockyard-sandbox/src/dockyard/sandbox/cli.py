@@ -12,7 +12,6 @@ import argparse
 import ipaddress
 import logging
 import os
-import shutil
 import socket
 import sys
 from pathlib import Path
@@ -55,6 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--drain-timeout", type=float, default=60.0, help="Seconds to finish tasks on shutdown."
     )
+    s.add_argument(
+        "--isolation",
+        choices=["auto", "bwrap", "unshare", "none"],
+        default="auto",
+        help="auto: bubblewrap, else util-linux unshare with a loud warning; none is refused "
+        "without --i-understand-this-is-unsafe (see docs/sandbox.md, Isolation modes).",
+    )
+    s.add_argument(
+        "--i-understand-this-is-unsafe",
+        dest="unsafe_ok",
+        action="store_true",
+        help="Required with --isolation none (tasks run with no namespaces).",
+    )
     s.add_argument("--ready-file", type=Path, help="Write the bound port here once serving.")
     s.add_argument("--log-level", default="warning")
     return p
@@ -74,12 +86,16 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if shutil.which("bwrap") is None:
-        print(
-            "dockyard-sandbox: bubblewrap is not installed: apt-get install -y bubblewrap",
-            file=sys.stderr,
-        )
+    from dockyard.sandbox.isolation import IsolationError, resolve
+
+    try:
+        isolation = resolve(args.isolation, args.unsafe_ok)
+    except IsolationError as e:
+        print(f"dockyard-sandbox: {e}", file=sys.stderr)
         return 2
+    if isolation.warning:
+        banner = "!" * 100
+        print(f"{banner}\n{isolation.warning}\n{banner}", file=sys.stderr, flush=True)
     import uvicorn  # imported here: `--help` stays fast
 
     from dockyard.sandbox.app import ServiceConfig, create_app
@@ -96,8 +112,13 @@ def serve(args: argparse.Namespace) -> int:
         allow_network=args.allow_network,
         drain_timeout_s=args.drain_timeout,
         cache_max_bytes=int(args.cache_max_gb * (1 << 30)),
+        isolation=isolation,
     )
-    app = create_app(cfg)
+    try:
+        app = create_app(cfg)
+    except IsolationError as e:
+        print(f"dockyard-sandbox: {e}", file=sys.stderr)
+        return 2
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -61,6 +61,7 @@ class Context:
     uids: UidPool
     trusted_root: Path
     allow_network: bool = False
+    isolation: str = "bwrap"  # bwrap | unshare | none (resolved by isolation.resolve)
 
     def __post_init__(self) -> None:
         self.trusted_root.mkdir(parents=True, exist_ok=True)
@@ -148,6 +149,7 @@ def _jail(
         ro_binds=ro_binds or [],
         report=report,
         name=f"t-{uuid.uuid4().hex[:12]}",
+        isolation=run.ctx.isolation,
     )
     return jail_run(spec, run.ctx.probe, run.cancel)
 
@@ -286,6 +288,8 @@ def _test_argv(
             "-c",
             f"{TASK_MOUNT}/{cfg}",
             "--rootdir",
+            WORKSPACE,
+            "--confcutdir",
             WORKSPACE,
             "-q",
             "--color=no",

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dockyard.sandbox import isolation
 from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
 from dockyard.sandbox.models import Limits
@@ -54,6 +55,7 @@ class JailSpec:
     env: dict[str, str] = field(default_factory=dict)
     report: bool = False  # pass a pipe at fd 3 for the trusted report
     name: str = "task"
+    isolation: str = "bwrap"  # bwrap | unshare | none (see isolation.py)
 
 
 @dataclass
@@ -89,10 +91,9 @@ class Cancel:
         return self._ev.is_set()
 
 
-def bwrap_argv(spec: JailSpec) -> list[str]:
-    lim = spec.limits
-    as_root = os.geteuid() == 0
-    env = {
+def task_env(spec: JailSpec) -> dict[str, str]:
+    """The task's whole environment (nothing of the service's is inherited)."""
+    return {
         "PATH": sandbox_path_env(),
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
@@ -102,6 +103,27 @@ def bwrap_argv(spec: JailSpec) -> list[str]:
         "DOCKYARD_SITE": site_dirs(),
         **spec.env,
     }
+
+
+def drop_privileges(uid: int) -> list[str]:
+    """``setpriv`` prefix: real uid/gid ``uid``, no groups, no capabilities, no_new_privs."""
+    if os.geteuid() != 0:
+        return []
+    return [
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+def bwrap_argv(spec: JailSpec) -> list[str]:
+    lim = spec.limits
+    as_root = os.geteuid() == 0
     args = [
         BWRAP,
         "--unshare-pid",
@@ -140,32 +162,24 @@ def bwrap_argv(spec: JailSpec) -> list[str]:
     ]
     for host, inside in spec.ro_binds:
         args += ["--ro-bind", host, inside]
-    for k, v in env.items():
+    for k, v in task_env(spec).items():
         args += ["--setenv", k, v]
     args += ["--chdir", spec.cwd]
     if as_root:
-        args += [
-            "--cap-add",
-            "CAP_SETUID",
-            "--cap-add",
-            "CAP_SETGID",
-            "--cap-add",
-            "CAP_SETPCAP",
-            "--",
-        ]
-        args += [
-            "setpriv",
-            f"--reuid={spec.uid}",
-            f"--regid={spec.uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-        ]
-    else:
-        args += ["--"]
-    return [*args, *spec.argv]
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    return [*args, "--", *drop_privileges(spec.uid), *spec.argv]
+
+
+def isolated_argv(spec: JailSpec) -> list[str]:
+    """The innermost part of the launch chain for ``spec.isolation``."""
+    if spec.isolation == "bwrap":
+        return bwrap_argv(spec)
+    inner = [*drop_privileges(spec.uid), *spec.argv]
+    if spec.isolation == "unshare":
+        return isolation.unshare_argv(spec, task_env(spec), inner)
+    if spec.isolation == "none":
+        return isolation.none_argv(spec, task_env(spec), inner)
+    raise ValueError(f"JailSpec.isolation={spec.isolation!r}: expected bwrap, unshare or none")
 
 
 def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
@@ -191,7 +205,7 @@ def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
         "--core=0",
         f"--cpu={lim.cpu_s}",
         "--",
-        *bwrap_argv(spec),
+        *isolated_argv(spec),
     ]
 
 

@@ -171,6 +171,7 @@ class SessionManager:
             network=s.spec.network,
             cwd=cwd,
             name=f"s-{uuid.uuid4().hex[:12]}",
+            isolation=self.ctx.isolation,
         )
         return jail_run(spec, self.ctx.probe)
 

@@ -36,6 +36,11 @@ def python_prefixes() -> tuple[str, ...]:
     return tuple(d for d in keep if not any(d == s or d.startswith(s + "/") for s in _SYSTEM_DIRS))
 
 
+def system_dirs() -> tuple[str, ...]:
+    """Host system directories every sandbox sees read-only (when they exist)."""
+    return _SYSTEM_DIRS
+
+
 def python_executable() -> str:
     """Path of the interpreter inside the sandbox (the same path as outside)."""
     return sys.executable
