@@ -8,25 +8,70 @@ Node roles for multi-node runs: start each node's raylet with ``DOCKYARD_FLEET_R
 ``trainer``, ``inference`` or ``sandbox`` (comma-separate several) and the node advertises the
 custom resource ``fleet:<role>``; placement groups then pin each fleet to its nodes. A node
 without the variable serves every fleet. :func:`node_resources` computes what a node offers.
+
+Workers run this process's interpreter. Ray (>= 2.45) has a hook for drivers started by
+``uv run``: it re-launches every worker as ``uv run --python X python`` inside a zipped copy of
+the current directory. Without the lock file and ``.venv`` there (both git-ignored), that ``uv
+run`` builds an empty virtualenv and every worker dies with ``ModuleNotFoundError: No module named
+'ray'`` ("worker startup repeatedly failed"): this is how ``./dev test`` (``uv run pytest``)
+failed every Ray actor. :func:`init_ray` turns the hook off unless the user set
+``RAY_ENABLE_UV_RUN_RUNTIME_ENV`` themselves.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 ROLE_ENV = "DOCKYARD_FLEET_ROLE"
 ROLES = ("trainer", "inference", "sandbox")
 INSTALL_HINT = 'the Ray runtime needs Ray: pip install "dockyard-core[ray]"'
+UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 
 
 def require_ray() -> Any:
-    """Import Ray or fail with the install command."""
+    """Import Ray or fail with the install command; Ray's ``uv run`` hook is off (see above)."""
+    os.environ.setdefault(UV_HOOK_ENV, "0")  # read once, when Ray is first imported
     try:
         import ray
     except ImportError as e:  # pragma: no cover - exercised in the slim-install job
         raise ImportError(INSTALL_HINT) from e
+    disable_uv_run_hook()
     return ray
+
+
+def disable_uv_run_hook() -> bool:
+    """Keep Ray workers on this interpreter under ``uv run`` (see the module docstring).
+
+    Sets ``RAY_ENABLE_UV_RUN_RUNTIME_ENV=0`` unless already set, and also updates Ray's constant
+    when Ray was imported before (Ray reads the variable once, at import; ``ray.init`` reads the
+    constant). Returns whether the hook is off. Call before ``ray.init``.
+    """
+    os.environ.setdefault(UV_HOOK_ENV, "0")
+    enabled = _uv_hook_enabled()
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and hasattr(constants, UV_HOOK_ENV):
+        setattr(constants, UV_HOOK_ENV, enabled)
+    return not enabled
+
+
+def _uv_hook_enabled() -> bool:
+    return os.environ.get(UV_HOOK_ENV, "1").lower() in ("1", "true")  # Ray's env_bool
+
+
+def check_worker_interpreter(ray: Any) -> None:
+    """Fail clearly when Ray's job would start workers through ``uv run`` that nobody asked for."""
+    if _uv_hook_enabled():
+        return
+    py_exe = dict(ray.get_runtime_context().runtime_env or {}).get("py_executable") or ""
+    if "uv run" in py_exe:
+        ray.shutdown()
+        raise RuntimeError(
+            f"Ray would start its workers with {py_exe!r} despite {UV_HOOK_ENV}=0 (a Ray change?);"
+            f" run the driver without `uv run` (e.g. {sys.executable} -m ...) or set "
+            f"{UV_HOOK_ENV}=0 before Ray is imported"
+        )
 
 
 def fleet_roles(value: str | None = None) -> tuple[str, ...]:
@@ -50,7 +95,8 @@ def node_resources(roles: tuple[str, ...] | None = None) -> dict[str, float]:
 def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, Any]:
     """Start (or join) Ray per a ``ClusterConfig``; returns ``ray.cluster_resources()``.
 
-    Re-entrant: an already initialised Ray is kept as is.
+    Re-entrant: an already initialised Ray is kept as is. Workers use this interpreter, also
+    under ``uv run`` (:func:`disable_uv_run_hook`; checked after start).
     """
     ray = require_ray()
     if ray.is_initialized():
@@ -63,6 +109,7 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
     os.environ.setdefault("RAY_worker_niceness", "0")
     if address:
         ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver)
+        check_worker_interpreter(ray)
         return ray.cluster_resources()
     cpus = getattr(cluster, "cpus_per_node", None) or os.cpu_count() or 1
     gpus = getattr(cluster, "gpus_per_node", 0) or 0
@@ -89,6 +136,7 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
             if "timed out during startup" not in str(e) or attempt == 4:
                 raise
             ray.shutdown()
+    check_worker_interpreter(ray)
     return ray.cluster_resources()
 
 
