@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from dockyard.core.runtime.cluster import init_ray, shutdown_ray
 from dockyard.envs.code import CodeEnvironment, load_humaneval
 from dockyard.envs.math import ArithmeticGenerator, MathEnvironment
 
@@ -12,26 +15,13 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    kw = {
-        "num_cpus": 2,
-        "include_dashboard": False,
-        "log_to_driver": False,
-        "configure_logging": False,
-    }
-    try:
-        ray.init(**kw)
-    except Exception as e:  # Ray gives a raylet 30 s to register: retry once on a loaded host
-        if "timed out during startup" not in str(e):
-            raise
-        ray.shutdown()
-        ray.init(**kw)
+    """A local Ray started the way the runtime starts it (``init_ray``: retries a slow start and
+    keeps workers on this interpreter also under ``uv run``, as in ``./dev test``)."""
+    init_ray(SimpleNamespace(cpus_per_node=2))
     yield
-    ray.shutdown()
+    shutdown_ray()
 
 
-# Green alone (`pytest tests/envs/test_ray_actors.py`), but it timed out late in one full-suite run
-# (Ray started in a long-lived pytest process after other Ray tests): opt-in until understood.
-@pytest.mark.e2e
 def test_env_actors_score_in_parallel(ray_cluster, sandbox_url):
     MathActor = ray.remote(num_cpus=0)(MathEnvironment)
     CodeActor = ray.remote(num_cpus=0)(CodeEnvironment)

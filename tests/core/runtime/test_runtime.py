@@ -30,7 +30,6 @@ class Echo:
 
 
 @pytest.mark.slow
-@pytest.mark.e2e
 def test_fleet_detects_a_killed_actor_and_restarts_it() -> None:
     ray = pytest.importorskip("ray")
     from dockyard.core.runtime.cluster import init_ray
