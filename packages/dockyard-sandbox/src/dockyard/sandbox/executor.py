@@ -275,12 +275,21 @@ def _test_argv(
     """(argv, test ids, uses report)."""
     assert run.trusted is not None
     assert run.base is not None
-    py = [python_executable(), "-I", "-S", f"{RUNNER_MOUNT}/runner.py"]
+    py = [python_executable(), "-I", "-S", "-B", f"{RUNNER_MOUNT}/runner.py"]
     if tests is not None:
         ids = [*tests.fail_to_pass, *tests.pass_to_pass]
         ids = list(dict.fromkeys(ids))
         if tests.runner == "plain":
             return [*py, "plain", "{REPORT_FD}", *ids], ids, True
+        if tests.runner == "split":
+            held_out = set(run.ro_files)
+            files = sorted({i.partition("::")[0] for i in ids} - held_out)
+            if files:
+                raise Infra(
+                    f"tests.runner 'split' runs test files as trusted code: {files} must be held "
+                    "out (give them in test_files or test_patch), or use runner 'plain'"
+                )
+            return [*py, "split", "{REPORT_FD}", *ids], ids, True
         cfg = integrity.trusted_pytest_config(run.base, run.trusted)
         args = [
             "-p",

@@ -209,6 +209,13 @@ def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
     ]
 
 
+def _pidfd_open(pid: int) -> int:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # Linux < 5.3: fall back to polling every 50 ms
+        return -1
+
+
 def _kill_tree(proc: subprocess.Popen[bytes], cg: TaskCgroups | None) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -267,7 +274,12 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
     if r_fd >= 0:
         os.set_blocking(r_fd, False)
         sel.register(r_fd, selectors.EVENT_READ)
+    # A pidfd wakes the loop the moment the launcher exits (no 50 ms polling tail per task).
+    pidfd = _pidfd_open(proc.pid)
+    if pidfd >= 0:
+        sel.register(pidfd, selectors.EVENT_READ)
     deadline = start + spec.timeout_s
+    next_pids_check = start
     exit_seen_at: float | None = None
     try:
         while True:
@@ -277,20 +289,26 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                 if pid:
                     status, rusage, exit_seen_at = st, ru, now
                     proc.returncode = os.waitstatus_to_exitcode(st)
-            if status is not None and (not sel.get_map() or now - exit_seen_at > 1.0):  # type: ignore[operator]
+                    if pidfd >= 0:
+                        sel.unregister(pidfd)
+            streams_open = len(sel.get_map()) - (pidfd >= 0 and status is None)
+            if status is not None and (not streams_open or now - exit_seen_at > 1.0):  # type: ignore[operator]
                 break
             if status is None:
                 if now >= deadline:
                     timed_out = True
                 elif cancel is not None and cancel.is_set():
                     cancelled = True
-                elif cg is not None and cg.pids_limit_hit():
-                    pids_hit = True
+                elif cg is not None and now >= next_pids_check:
+                    next_pids_check = now + 0.05  # not on every output wake-up
+                    pids_hit = cg.pids_limit_hit()
                 if timed_out or cancelled or pids_hit:
                     _kill_tree(proc, cg)
                     deadline = now + 3600  # waiting for the kill to land
             for key, _ in sel.select(timeout=0.05):
                 fd = int(key.fd)
+                if fd == pidfd:
+                    continue  # exited: reaped at the top of the loop
                 try:
                     data = os.read(fd, 1 << 16)
                 except BlockingIOError:
@@ -307,6 +325,8 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                     streams[fd].feed(data)
     finally:
         sel.close()
+        if pidfd >= 0:
+            os.close(pidfd)
         _kill_tree(proc, cg)  # daemons that escaped the session die with the task
         if status is None:
             _, st, ru = os.wait4(proc.pid, 0)

@@ -108,7 +108,7 @@ def start_service(
     queue_size: int = 256,
     work_dir: str | os.PathLike[str] | None = None,
     extra_args: list[str] | None = None,
-    start_timeout_s: float = 60.0,
+    start_timeout_s: float = 180.0,  # importing fastapi alone can take a minute on a loaded CI box
     generate_token: bool = False,
 ) -> ServiceHandle:
     """Start ``dockyard-sandbox serve`` in a subprocess and wait until it answers /healthz."""

@@ -117,10 +117,13 @@ class TestsSpec(_Model):
     __test__ = False
     fail_to_pass: list[str] = Field(default_factory=list)
     pass_to_pass: list[str] = Field(default_factory=list)
-    runner: Literal["pytest", "plain"] = Field(
+    runner: Literal["pytest", "plain", "split"] = Field(
         "pytest",
-        description="'pytest', or 'plain': a minimal runner for fixture-free `test_*` functions "
-        "(file.py::name ids), ~10x cheaper to start.",
+        description="'pytest'; 'plain': a minimal runner for fixture-free `test_*` functions "
+        "(file.py::name ids), ~10x cheaper to start; 'split': like plain, but the held-out test "
+        "code runs in a trusted process and calls the code under test in another one (values "
+        "cross as plain data), so the code under test cannot forge the report. Needs every "
+        "test file to be held out (test_files / test_patch).",
     )
 
     @model_validator(mode="after")

@@ -19,6 +19,7 @@ import hashlib
 import io
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import threading
@@ -26,6 +27,11 @@ from pathlib import Path
 
 from dockyard.sandbox.models import RepoSpec
 from dockyard.sandbox.paths import UnsafePath, check_rel
+
+# Trees up to this many entries / bytes are copied from an in-memory snapshot (see copy_to).
+SNAPSHOT_MAX_ENTRIES = 2000
+SNAPSHOT_MAX_BYTES = 16 << 20
+SNAPSHOT_CACHE = 32  # cache entries whose snapshot is kept
 
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "dockyard",
@@ -104,6 +110,7 @@ class RepoCache:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        self._snaps: dict[tuple[str, int, int], list | None] = {}  # see _snapshot
 
     @staticmethod
     def key(spec: RepoSpec) -> str:
@@ -207,15 +214,18 @@ class RepoCache:
             if total <= self.max_bytes:
                 break
             if e.name != keep:
+                with self._lock:
+                    self._snaps.clear()
                 shutil.rmtree(e, ignore_errors=True)
                 total -= size
 
     def copy_to(self, tree: Path, dest: Path, uid: int) -> None:
         """A private, writable copy of ``tree`` in ``dest`` owned by ``uid``. Small trees are
-        copied in-process; large ones with ``cp --reflink=auto`` (a reflink where the file
+        written from an in-memory snapshot taken once per cache entry (no walk, no stat per
+        task); large ones are copied with ``cp --reflink=auto`` (a reflink where the file
         system has it). Hard links are not used: they would let a task edit the cache."""
-        n = sum(len(f) + len(d) for _, d, f in os.walk(tree))
-        if n > 2000:
+        snap = self._snapshot(tree)
+        if snap is None:
             r = subprocess.run(
                 ["cp", "-a", "--reflink=auto", f"{tree}/.", str(dest)],
                 capture_output=True,
@@ -229,25 +239,62 @@ class RepoCache:
             if r.returncode != 0:
                 raise RepoError(f"chown of the workspace failed: {r.stderr.decode()[:300]}")
             return
+        base = str(dest) + "/"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        for rel, kind, mode, payload, mtime_ns in snap:
+            dst = base + rel
+            if kind == "d":
+                os.mkdir(dst, 0o755)
+                os.chown(dst, uid, uid)
+            elif kind == "l":
+                os.symlink(payload, dst)  # type: ignore[arg-type]
+                os.chown(dst, uid, uid, follow_symlinks=False)
+            else:
+                fd = os.open(dst, flags, mode)
+                try:
+                    if payload:
+                        os.write(fd, payload)  # type: ignore[arg-type]
+                    os.fchown(fd, uid, uid)
+                    os.utime(fd, ns=(mtime_ns, mtime_ns))
+                finally:
+                    os.close(fd)
+
+    def _snapshot(self, tree: Path) -> list[tuple[str, str, int, bytes | str, int]] | None:
+        """(rel, kind d|f|l, mode, content or link target, mtime_ns) for every entry of a
+        small tree (parents first), cached per cache entry; None for a large tree."""
+        st = os.stat(tree)
+        key = (str(tree), st.st_ino, st.st_ctime_ns)
+        with self._lock:
+            hit = self._snaps.get(key, False)
+        if hit is not False:
+            return hit  # type: ignore[return-value]
+        out: list[tuple[str, str, int, bytes | str, int]] | None = []
+        size = 0
         for dirpath, dirnames, filenames in os.walk(tree):
-            rel = os.path.relpath(dirpath, tree)
-            out = dest if rel == "." else dest / rel
-            for d in dirnames:
-                src = os.path.join(dirpath, d)
-                dst = out / d
-                if os.path.islink(src):
-                    os.symlink(os.readlink(src), dst)
-                else:
-                    os.mkdir(dst, 0o755)
-                os.chown(dst, uid, uid, follow_symlinks=False)
-            for f in filenames:
-                src = os.path.join(dirpath, f)
-                dst = out / f
-                if os.path.islink(src):
-                    os.symlink(os.readlink(src), dst)
-                else:
-                    shutil.copy2(src, dst, follow_symlinks=False)
-                os.chown(dst, uid, uid, follow_symlinks=False)
+            rel_dir = os.path.relpath(dirpath, tree)
+            for name in [*dirnames, *filenames]:
+                src = os.path.join(dirpath, name)
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                lst = os.lstat(src)
+                if stat.S_ISLNK(lst.st_mode):
+                    out.append((rel, "l", 0, os.readlink(src), 0))
+                elif stat.S_ISDIR(lst.st_mode):
+                    out.append((rel, "d", 0o755, b"", 0))
+                elif stat.S_ISREG(lst.st_mode):
+                    size += lst.st_size
+                    with open(src, "rb") as f:
+                        data = f.read() if size <= SNAPSHOT_MAX_BYTES else b""
+                    out.append((rel, "f", stat.S_IMODE(lst.st_mode), data, lst.st_mtime_ns))
+                if len(out) > SNAPSHOT_MAX_ENTRIES or size > SNAPSHOT_MAX_BYTES:
+                    out = None
+                    break
+            if out is None:
+                break
+        with self._lock:
+            while len(self._snaps) >= SNAPSHOT_CACHE:
+                self._snaps.pop(next(iter(self._snaps)))
+            self._snaps[key] = out
+        return out
 
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses}

@@ -48,6 +48,11 @@ def python_executable() -> str:
 
 def bwrap_toolchain_args() -> list[str]:
     """bwrap arguments mounting the system dirs and the interpreter read-only."""
+    return list(_bwrap_toolchain_args())
+
+
+@functools.cache
+def _bwrap_toolchain_args() -> tuple[str, ...]:
     args: list[str] = []
     for d in _SYSTEM_DIRS:
         if os.path.islink(d):
@@ -65,7 +70,7 @@ def bwrap_toolchain_args() -> list[str]:
                 args += ["--perms", "0755", "--dir", parent]
         args += ["--ro-bind", d, d]
     args += ["--perms", "0755", "--dir", "/opt", "--ro-bind", str(INSIDE_DIR), RUNNER_MOUNT]
-    return args
+    return tuple(args)
 
 
 @functools.cache

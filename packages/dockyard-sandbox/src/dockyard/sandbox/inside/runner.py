@@ -3,6 +3,7 @@
     python -I /opt/dockyard/runner.py pytest <report_fd> <pytest args...>
     python -I /opt/dockyard/runner.py plain  <report_fd> <file.py::test_name ...>
     python -I /opt/dockyard/runner.py calls  <report_fd> <calls.json>
+    python -I /opt/dockyard/runner.py split  <report_fd> <file.py::test_name ...>  (split.py)
 
 Each mode writes JSON lines to ``report_fd`` (a pipe whose reader is the service, outside the
 sandbox): per-test phase outcomes, per-call serialised return values, and an ``end`` record.
@@ -10,14 +11,9 @@ The service never reads the task's stdout to decide anything. A test that never 
 code called ``os._exit``, was killed, or the report was cut) is *missing*, which counts as failed.
 """
 
-from __future__ import annotations
-
-import importlib
-import importlib.util
-import json
 import os
 import sys
-import traceback
+from _json import encode_basestring_ascii as _q  # C: no `json` (and its `re`) at start-up
 
 WORKSPACE = os.environ.get("DOCKYARD_WORKSPACE", "/workspace")
 # Started with -I -S: no site processing, so no *.pth file of anyone runs. The toolchain's
@@ -27,8 +23,34 @@ _out = None
 
 
 def emit(rec: dict) -> None:
+    import json
+
     data = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
     os.write(_out, data)  # type: ignore[arg-type]  # one write per record: atomic below PIPE_BUF
+
+
+def emit_test(nodeid: str, when: str, outcome: str) -> None:
+    """``emit({"k": "test", ...})`` without importing json (the plain runner's hot path)."""
+    rec = f'{{"k":"test","id":{_q(nodeid)},"when":"{when}","outcome":"{outcome}"}}\n'
+    os.write(_out, rec.encode())  # type: ignore[arg-type]
+
+
+def _print_exc() -> None:
+    import traceback  # only when something failed: start-up stays small
+
+    traceback.print_exc()
+
+
+def _load(path: str, name: str) -> object:
+    """Execute the file ``path`` as a fresh module ``name`` (what spec_from_file_location +
+    exec_module do, without importing importlib.util)."""
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec", dont_inherit=True)
+    mod = type(sys)(name)
+    mod.__file__ = path
+    sys.modules[name] = mod
+    exec(code, mod.__dict__)
+    return mod
 
 
 def _plain(v, depth=0):
@@ -87,43 +109,39 @@ def run_plain(ids: list[str]) -> int:
         path, _, name = nodeid.partition("::")
         if path not in modules:
             try:
-                spec = importlib.util.spec_from_file_location(
-                    "_dy_test_" + str(len(modules)), os.path.join(WORKSPACE, path)
-                )
-                if spec is None or spec.loader is None:
-                    raise ImportError(f"cannot load {path}")
-                mod = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(mod)
-                modules[path] = mod
+                modules[path] = _load(os.path.join(WORKSPACE, path), f"_dy_test_{len(modules)}")
             except BaseException:
-                traceback.print_exc()
+                _print_exc()
                 modules[path] = None
         mod = modules[path]
         if mod is None:
-            emit({"k": "test", "id": nodeid, "when": "setup", "outcome": "failed"})
+            emit_test(nodeid, "setup", "failed")
             failed += 1
             continue
-        emit({"k": "test", "id": nodeid, "when": "setup", "outcome": "passed"})
+        emit_test(nodeid, "setup", "passed")
         try:
             getattr(mod, name)()
             outcome = "passed"
         except BaseException:
-            traceback.print_exc()
+            _print_exc()
             outcome = "failed"
             failed += 1
-        emit({"k": "test", "id": nodeid, "when": "call", "outcome": outcome})
-    emit({"k": "end", "exit": 1 if failed else 0})
+        emit_test(nodeid, "call", outcome)
+    os.write(_out, b'{"k":"end","exit":%d}\n' % (1 if failed else 0))  # type: ignore[arg-type]
     return 1 if failed else 0
 
 
 def run_calls(spec_path: str) -> int:
+    import importlib
+    import json
+
     with open(spec_path) as f:
         spec = json.load(f)
     sys.path.insert(0, WORKSPACE)
     try:
         fn = getattr(importlib.import_module(spec["module"]), spec["function"])
     except BaseException:
-        traceback.print_exc()
+        _print_exc()
         emit({"k": "end", "exit": 2, "error": "import failed"})
         return 2
     for i, case in enumerate(spec["cases"]):
@@ -147,6 +165,11 @@ def main() -> int:
         return run_pytest(args)
     if mode == "plain":
         return run_plain(args)
+    if mode == "split":  # the code under test in a separate process: see split.py
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # read-only mount
+        from split import run_split
+
+        return run_split(args, emit_test, _out)  # type: ignore[arg-type]
     if mode == "calls":
         return run_calls(args[0])
     print(f"runner: unknown mode {mode!r}", file=sys.stderr)
@@ -154,4 +177,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if sys.argv[1] in (
+        "plain",
+        "split",
+    ):  # skip interpreter teardown: nothing of ours is left to run
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
