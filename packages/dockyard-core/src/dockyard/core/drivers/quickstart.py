@@ -98,8 +98,20 @@ def build_model(out: Path, seed: int) -> Path:
 
 
 def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: bool) -> Path:
-    """SFT on imperfect demonstrations; returns the HF folder of the warm-started model."""
+    """SFT on imperfect demonstrations; returns the HF folder of the warm-started model.
+
+    A folder already warm-started with the same settings (``warm_start.json``) is reused, so a
+    second ``dockyard quickstart`` goes straight to GRPO.
+    """
+    import json
+
     from transformers import AutoTokenizer
+
+    stamp = out_dir / "warm_start.json"
+    settings = {**SFT_DEFAULTS, "steps": steps, "seed": seed}
+    if stamp.is_file() and json.loads(stamp.read_text()) == settings:
+        print(f"SFT warm start: reusing {out_dir} (same settings)", flush=True)
+        return out_dir
 
     from dockyard.core.drivers.sft import sft
     from dockyard.envs.expression import demonstrations, load_tasks
@@ -138,6 +150,7 @@ def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: 
     if log is not None:
         log.close()
     print(f"SFT warm start: {steps} steps, final loss {hist[-1]['loss']:.3f}", flush=True)
+    stamp.write_text(json.dumps(settings))
     return out_dir
 
 
