@@ -20,6 +20,7 @@ failed every Ray actor. :func:`init_ray` turns the hook off unless the user set
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -127,17 +128,48 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
     if store_gb:
         kwargs["object_store_memory"] = int(store_gb * (1 << 30))
     # On an overloaded machine Ray's raylet can give up waiting (15 s, hard-coded) for its
-    # metrics agent (ray-project/ray#65983): retry a few times before failing.
+    # metrics agent (ray-project/ray#65983): retry a few times before failing. A failed start
+    # leaves its GCS, dashboard and monitors running (ray.shutdown() does not know them): stop
+    # them, or every retry adds load and a long-lived process (a test session) accumulates them.
     for attempt in range(5):
+        started = _ray_children()
         try:
             ray.init(**kwargs)
             break
         except Exception as e:
+            ray.shutdown()
+            _stop(_ray_children() - started)
             if "timed out during startup" not in str(e) or attempt == 4:
                 raise
-            ray.shutdown()
     check_worker_interpreter(ray)
     return ray.cluster_resources()
+
+
+def _ray_children() -> set[Any]:
+    """This process's descendant processes that run Ray's programs (``.../ray/...``)."""
+    import psutil  # a dependency of Ray
+
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any("/ray/" in a for a in p.cmdline()):
+                out.add(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _stop(procs: set[Any], grace_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``, the given processes (our own children only)."""
+    import psutil
+
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(list(procs), timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def shutdown_ray() -> None:
