@@ -199,7 +199,8 @@ class JaxPolicyWorker(PolicyWorker):
             w = float(loss_mask[idx].sum())
             sums["loss"] = sums.get("loss", 0.0) + float(loss)
             for key, val in metrics.items():
-                if key != "loss":
+                # counts (num_tokens: this micro-batch's weight) are not averaged, as in torch
+                if key != "loss" and not key.startswith("num_"):
                     sums[key] = sums.get(key, 0.0) + float(val) * w
         lr = self.cfg.optimizer.lr * float(lr_factor(self._step, self.cfg.scheduler))
         self.params, self.opt_state, norm = self._update_fn(self.params, self.opt_state, grads)
