@@ -1,0 +1,82 @@
+"""``JaxPolicyConfig.from_master``: every run-config key the JAX worker honours, and the stack's
+``jax_worker_config`` (what the trainer's Ray actor receives) delegating to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dockyard.core.config import config_from_dict
+from dockyard.jax.config import JaxPolicyConfig
+
+
+def _master(**policy: Any):
+    d: dict[str, Any] = {
+        "policy": {
+            "model_name": "/m",
+            "precision": "bfloat16",
+            "train_micro_batch_size": 4,
+            "train_global_batch_size": 16,
+            "logprob_batch_size": 8,
+            "max_grad_norm": 0.5,
+            "optimizer": {"lr": 2e-6, "weight_decay": 0.1, "betas": [0.8, 0.95], "eps": 1e-6},
+            "scheduler": {"name": "linear", "warmup_steps": 3, "min_lr_ratio": 0.2},
+            "dtensor_cfg": {"enabled": False},
+            "jax_cfg": {"enabled": True, "fsdp_size": 2, "tensor_parallel_size": 2},
+            "generation": {"temperature": 0.7},
+            **policy,
+        },
+        "loss_fn": {"type": "clipped_pg", "reference_policy_kl_penalty": 0.02},
+        "grpo": {"max_num_steps": 40, "seed": 7},
+    }
+    return config_from_dict(d)
+
+
+def test_every_key_is_mapped() -> None:
+    cfg = JaxPolicyConfig.from_master(_master())
+    assert cfg == JaxPolicyConfig(
+        model_name="/m",
+        precision="bfloat16",
+        train_micro_batch_size=4,
+        logprob_batch_size=8,
+        max_grad_norm=0.5,
+        generation_temperature=0.7,
+        reference_policy=True,
+        seed=7,
+        optimizer={"lr": 2e-6, "weight_decay": 0.1, "betas": (0.8, 0.95), "eps": 1e-6},
+        scheduler={"type": "linear", "warmup_steps": 3, "total_steps": 40, "min_lr_ratio": 0.2},
+        mesh={"fsdp_size": 2, "tensor_parallel_size": 2},
+    )
+
+
+def test_no_kl_penalty_no_reference_and_defaults() -> None:
+    m = _master(logprob_batch_size=None, max_grad_norm=None)
+    m = m.model_copy(
+        update={"loss_fn": m.loss_fn.model_copy(update={"reference_policy_kl_penalty": 0.0})}
+    )
+    cfg = JaxPolicyConfig.from_master(m)
+    assert cfg.reference_policy is False
+    assert cfg.logprob_batch_size == 4
+    assert cfg.max_grad_norm is None
+
+
+def test_stack_config_is_from_master_as_a_plain_dict() -> None:
+    from dockyard.core.drivers.stack import jax_worker_config
+
+    master = _master()
+    d = jax_worker_config(master)
+    assert d == JaxPolicyConfig.from_master(master).to_dict()
+    assert JaxPolicyConfig(**d) == JaxPolicyConfig.from_master(master)
+
+
+@pytest.mark.parametrize(
+    ("policy", "match"),
+    [
+        ({"precision": "float16"}, "policy.precision=float16"),
+        ({"optimizer": {"name": "sgd", "lr": 1e-3}}, "policy.optimizer.name=sgd"),
+    ],
+)
+def test_unsupported_keys_are_named(policy: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        JaxPolicyConfig.from_master(_master(**policy))
