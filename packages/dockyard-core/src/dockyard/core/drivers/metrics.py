@@ -57,7 +57,11 @@ def rollout_metrics(groups: list[Group], step: int, max_age: int) -> dict[str, f
         out[f"staleness/hist_{k}"] = float(np.sum(ages == k))
     spans = [len(set(t.policy_versions[t.policy_mask].tolist())) > 1 for t in trajs]
     out["in_flight_fraction"] = float(np.mean(spans or [0]))
-    out["time/sandbox_s"] = float(sum(t.metadata.get("env_s", 0.0) for t in trajs))
+    # scoring runs concurrently with generation, so these are per-sample latencies, not a share
+    # of the step's wall-clock (``time/*_s`` of the driver's own phases are)
+    env_s = np.array([t.metadata.get("env_s", 0.0) for t in trajs] or [0.0])
+    out["sandbox/latency_mean_s"] = float(env_s.mean())
+    out["sandbox/latency_max_s"] = float(env_s.max())
     return out
 
 

@@ -74,6 +74,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sft-steps", type=int, default=SFT_DEFAULTS["steps"], help="SFT warm-start steps"
     )
+    parser.add_argument(
+        "--sft-dir",
+        default=None,
+        help="folder of the warm-started model (default OUTPUT/sft_model_seedN); reused when it "
+        "was warm-started with the same settings",
+    )
     parser.add_argument("--steps", type=int, default=30, help="GRPO steps")
     parser.add_argument("--sync", action="store_true", help="synchronous GRPO (age bound 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -199,7 +205,11 @@ def run(args: argparse.Namespace) -> int:
     )
     base = build_model(out, args.seed)
     sft_dir = warm_start(
-        base, out / f"sft_model_seed{args.seed}", args.seed, args.sft_steps, progress
+        base,
+        Path(args.sft_dir).resolve() if args.sft_dir else out / f"sft_model_seed{args.seed}",
+        args.seed,
+        args.sft_steps,
+        progress,
     )
     cfg = make_config(sft_dir, out, args)
     mode = "synchronous" if args.sync else "asynchronous"
