@@ -11,6 +11,7 @@ and free TCP ports, so nothing of the host's Slurm set-up (if any) is touched. N
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -65,6 +66,8 @@ def slurm_cluster(root: Path, cpus: int | None = None) -> Iterator[dict[str, str
         "\n".join(
             [
                 "ClusterName=dockyardtest",
+                # job IDs unique across test runs (ray.sub names its Ray folder and ports by them)
+                f"FirstJobId={random.randrange(100_000, 60_000_000)}",
                 f"SlurmctldHost={host}(127.0.0.1)",
                 f"SlurmctldPort={_free_port()}",
                 f"SlurmdPort={_free_port()}",
