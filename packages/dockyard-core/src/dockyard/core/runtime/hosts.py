@@ -111,14 +111,22 @@ class EngineHost:
         return True
 
     async def generate(self, prompt_ids: list[int], params: Any) -> Any:
-        return await self.engine.generate(prompt_ids, params)
+        try:
+            return await self.engine.generate(prompt_ids, params)
+        except Exception as e:
+            _exit_if_engine_dead(e)
+            raise
 
     async def update_weights(self, receiver_spec: dict[str, Any], version: int) -> int:
         """Receive and load policy ``version`` (in flight: the engine pauses keeping its
         requests, loads, resumes); the receiver is opened inside the engine's worker."""
         from dockyard.serve.transports import open_receiver
 
-        await self.engine.update_weights(open_receiver(receiver_spec), version)
+        try:
+            await self.engine.update_weights(open_receiver(receiver_spec), version)
+        except Exception as e:
+            _exit_if_engine_dead(e)
+            raise
         return int(self.engine.policy_version)
 
     async def policy_version(self) -> int:
@@ -133,6 +141,22 @@ class EngineHost:
             res = close()
             if hasattr(res, "__await__"):
                 await res
+
+
+ENGINE_DEAD = ("EngineDeadError",)  # vLLM's engine core process died under its client
+
+
+def _exit_if_engine_dead(e: BaseException) -> None:
+    """End this actor when its engine is gone for good, so that Ray reports the actor dead and
+    the driver replaces it (a live actor around a dead engine would fail every request)."""
+    if any(c.__name__ in ENGINE_DEAD for c in type(e).__mro__):
+        import sys
+        import traceback
+
+        traceback.print_exception(e, file=sys.stderr)
+        print("dockyard: the generation engine died; exiting its actor", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(70)
 
 
 def _set_threads(n: int) -> None:
