@@ -70,10 +70,10 @@ class DynamicBatchingConfig(_Strict):
 
 
 class FSDPConfig(_Strict):
-    """FSDP2 (``torch.distributed.fsdp.fully_shard``) over all ranks."""
+    """FSDP2 (``torch.distributed.fsdp.fully_shard``) over the data-parallel ranks."""
 
     enabled: bool | None = Field(
-        None, description="shard parameters; None: when the world size is > 1"
+        None, description="shard parameters; None: when there are > 1 data-parallel ranks"
     )
     reshard_after_forward: bool = True
 
@@ -106,6 +106,12 @@ class TorchPolicyConfig(_Strict):
     sequence_packing: SequencePackingConfig = Field(default_factory=SequencePackingConfig)
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig)
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="tp: ranks that split each decoder layer (DTensor; core config "
+        "policy.dtensor_cfg.tensor_parallel_size); the other world_size / tp form FSDP's axis",
+    )
 
     @model_validator(mode="after")
     def _one_batching_mode(self) -> TorchPolicyConfig:

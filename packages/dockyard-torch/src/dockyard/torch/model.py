@@ -1,8 +1,10 @@
-"""Process group, device and model construction: HF causal LM → (LoRA) → FSDP2.
+"""Process group, device and model construction: HF causal LM → (LoRA) → TP → FSDP2.
 
-One code path for CPU and GPU: the backend is ``gloo`` on CPU and ``nccl`` on CUDA; parameters
-are sharded with ``fully_shard`` per decoder layer and then at the root (FSDP2, DTensor
-parameters). On a single process sharding is skipped (plain module, same numerics).
+One code path for CPU and GPU: the backend is ``gloo`` on CPU and ``nccl`` on CUDA. The ranks
+form a ``(dp, tp)`` device mesh (:mod:`dockyard.torch.parallel`); with ``tensor_parallel_size``
+> 1 the decoder layers' projections are split over ``tp`` (DTensor), then parameters are sharded
+over ``dp`` with ``fully_shard`` per decoder layer and at the root (FSDP2). On a single process
+sharding is skipped (plain module, same numerics).
 
 Precision: parameters and optimizer state stay float32; ``bfloat16`` runs the forward under
 ``torch.autocast`` (mixed precision; gradients float32).
@@ -18,23 +20,45 @@ import torch
 import torch.distributed as dist
 
 from dockyard.torch.config import TorchPolicyConfig
+from dockyard.torch.parallel import SINGLE_PROCESS, MeshInfo, apply_tensor_parallel, mesh_info
 
 
 @dataclass(frozen=True)
 class DistInfo:
-    """Where this worker runs: ``rank`` of ``world_size``, on ``device``."""
+    """Where this worker runs: ``rank`` of ``world_size``, on ``device``, at ``mesh``'s
+    ``(dp_rank, tp_rank)`` of ``(dp_size, tp_size)``."""
 
     rank: int
     world_size: int
     device: torch.device
+    mesh: MeshInfo = SINGLE_PROCESS
 
     @property
     def sharded(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def dp_rank(self) -> int:
+        return self.mesh.dp_rank
 
-def init_distributed(rank: int | None = None, world_size: int | None = None) -> DistInfo:
-    """Join (or create) the default process group from arguments or torchrun's environment.
+    @property
+    def dp_size(self) -> int:
+        return self.mesh.dp_size
+
+    @property
+    def tp_rank(self) -> int:
+        return self.mesh.tp_rank
+
+    @property
+    def tp_size(self) -> int:
+        return self.mesh.tp_size
+
+
+def init_distributed(
+    rank: int | None = None, world_size: int | None = None, tensor_parallel_size: int = 1
+) -> DistInfo:
+    """Join (or create) the default process group from arguments or torchrun's environment,
+    and build the ``(dp, tp)`` mesh.
 
     ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (torchrun, or set by the Ray
     runtime) are read when the arguments are None. World size 1 needs no process group.
@@ -63,7 +87,8 @@ def init_distributed(rank: int | None = None, world_size: int | None = None) -> 
         )
     if dist.is_initialized():
         rank, world_size = dist.get_rank(), dist.get_world_size()
-    return DistInfo(rank, world_size, device)
+    mesh = mesh_info(rank, world_size, tensor_parallel_size, device.type)
+    return DistInfo(rank, world_size, device, mesh)
 
 
 def compute_dtype(cfg: TorchPolicyConfig, device: torch.device) -> torch.dtype:
@@ -122,24 +147,37 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def shard_model(model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig) -> Any:
-    """Apply FSDP2 ``fully_shard`` per decoder layer, then at the root."""
-    from torch.distributed.device_mesh import init_device_mesh
+def shard_model(model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig, fsdp: bool) -> Any:
+    """Split decoder layers over ``tp`` (when ``tp_size > 1``), then, with ``fsdp``, apply FSDP2
+    ``fully_shard`` over ``dp`` per decoder layer and at the root."""
+    layers = decoder_layers(model)
+    if info.tp_size > 1:
+        if cfg.lora.enabled:
+            raise ValueError(
+                "tensor_parallel_size > 1 with lora.enabled is not supported (peft wraps the "
+                "projections that tensor parallelism splits): set tensor_parallel_size=1"
+            )
+        apply_tensor_parallel(model, layers, info.mesh)
+    if not fsdp:
+        return model
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(info.device.type, (info.world_size,))
-    for layer in decoder_layers(model):
+    mesh = info.mesh.mesh["dp"]
+    for layer in layers:
         fully_shard(layer, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward)
     fully_shard(model, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward)
     return model
 
 
 def use_fsdp(cfg: TorchPolicyConfig, info: DistInfo) -> bool:
-    """Whether to shard: ``fsdp.enabled``, or (None) when there are several ranks."""
-    enabled = info.sharded if cfg.fsdp.enabled is None else cfg.fsdp.enabled
-    if info.sharded and not enabled:
+    """Whether to shard over ``dp``: ``fsdp.enabled``, or (None) when ``dp_size > 1``."""
+    enabled = info.dp_size > 1 if cfg.fsdp.enabled is None else cfg.fsdp.enabled
+    if info.dp_size > 1 and not enabled:
         raise ValueError(
-            f"fsdp.enabled=false with world_size={info.world_size}: gradients would not be "
-            "synchronised across ranks; set fsdp.enabled=true (or leave it unset)"
+            f"fsdp.enabled=false with {info.dp_size} data-parallel ranks (world_size="
+            f"{info.world_size} / tensor_parallel_size={info.tp_size}): gradients would not be "
+            "synchronised across them; set fsdp.enabled=true (or leave it unset)"
         )
+    if enabled and info.mesh.mesh is None:
+        return False  # one process without a process group: nothing to shard over
     return enabled

@@ -1,17 +1,19 @@
-"""The torch policy worker: one rank of an FSDP2-sharded HF causal LM (or a single process).
+"""The torch policy worker: one rank of an FSDP2 (+ tensor-parallel) HF causal LM, or a single
+process.
 
-Data parallelism: every rank is handed the same global :class:`Batch` and works on its shard,
-sequences ``rank::world_size``. A train step is
+The ranks form a ``(dp, tp)`` mesh (:mod:`dockyard.torch.parallel`). Data parallelism: every
+rank is handed the same global :class:`Batch`; data-parallel row ``d`` works on sequences
+``d::dp`` (the ``tp`` ranks of a row share them and split each layer). A train step is
 
-    N_tok = Σ_ranks Σ_b,t loss_mask,   N_seq = Σ_ranks #{b : Σ_t loss_mask_bt > 0}
-    for each micro-batch μ of this rank:  (L_μ · world_size).backward()
+    N_tok = Σ_dp Σ_b,t loss_mask,   N_seq = Σ_dp #{b : Σ_t loss_mask_bt > 0}
+    for each micro-batch μ of this row:  (L_μ · dp).backward()
     clip ‖g‖ to max_grad_norm;  AdamW step;  scheduler step
 
 where ``L_μ = loss_fn(logprobs_μ, {fields of μ, num_loss_tokens=N_tok, num_sequences=N_seq})`` is
-normalised by the *global* counts, so Σ_μ L_μ over all ranks is the loss of the whole batch and
+normalised by the *global* counts, so Σ_μ L_μ over all rows is the loss of the whole batch and
 the update does not depend on the micro-batch size or the number of ranks (FSDP averages
-gradients over ranks; the ``world_size`` factor turns that average into the sum). Ranks with
-fewer micro-batches run zero-weighted dummy ones so that FSDP's collectives stay in step.
+gradients over ``dp``; the ``dp`` factor turns that average into the sum). Rows with fewer
+micro-batches run zero-weighted dummy ones so that the collectives stay in step.
 
 Usable under torchrun and as a Ray actor: construct it from a config dict (picklable), with
 ``rank``/``world_size`` (and ``MASTER_ADDR``/``MASTER_PORT`` in the environment) for several
@@ -50,6 +52,7 @@ from dockyard.torch.packing import (
     pack_rows,
     sequence_lengths,
 )
+from dockyard.torch.parallel import clip_grad_norm_
 
 _TOKEN_FIELDS = ("loss_mask", "advantages", "gen_logprobs", "prev_logprobs", "ref_logprobs")
 
@@ -65,19 +68,17 @@ class TorchPolicyWorker(PolicyWorker):
     ) -> None:
         cfg = config if isinstance(config, TorchPolicyConfig) else TorchPolicyConfig(**config)
         self.cfg = cfg
-        self.dist = init_distributed(rank, world_size)
+        self.dist = init_distributed(rank, world_size, cfg.tensor_parallel_size)
         self.device = self.dist.device
         self.dtype = compute_dtype(cfg, self.device)
         self.fsdp = use_fsdp(cfg, self.dist)
         torch.manual_seed(cfg.seed)
         self.model = load_hf_model(cfg, self.device)
-        if self.fsdp:
-            shard_model(self.model, self.dist, cfg)
+        shard_model(self.model, self.dist, cfg, self.fsdp)
         self.reference = None
         if cfg.reference_policy and not cfg.lora.enabled:
             self.reference = load_hf_model(cfg, self.device, trainable=False)
-            if self.fsdp:
-                shard_model(self.reference, self.dist, cfg)
+            shard_model(self.reference, self.dist, cfg, self.fsdp)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler = build_optimizer(params, cfg.optimizer, cfg.scheduler)
         self._step = 0
@@ -97,7 +98,13 @@ class TorchPolicyWorker(PolicyWorker):
         return torch.autocast(self.device.type, dtype=self.dtype)
 
     def _shard(self, n: int) -> list[int]:
-        return list(range(self.dist.rank, n, self.dist.world_size))
+        """This data-parallel row's sequences ``dp_rank::dp_size``."""
+        return list(range(self.dist.dp_rank, n, self.dist.dp_size))
+
+    @property
+    def _counts_here(self) -> bool:
+        """Whether this rank's per-row sums count in all-reduces (one rank per tp group)."""
+        return self.dist.tp_rank == 0
 
     def _plan(self, lengths: np.ndarray, indices: list[int], train: bool) -> list[list[int]]:
         """Micro-batches (lists of global sequence indices) for this rank's ``indices``."""
@@ -162,6 +169,8 @@ class TorchPolicyWorker(PolicyWorker):
         if not dist.is_initialized() or self.dist.world_size == 1:
             return out
         t = torch.as_tensor(out, device=self.device)
+        if not self._counts_here:
+            t.zero_()  # the tp group's ranks computed the same rows
         dist.all_reduce(t)  # rows are disjoint and zero elsewhere
         return t.cpu().numpy()
 
@@ -242,11 +251,13 @@ class TorchPolicyWorker(PolicyWorker):
             device=self.device,
         )
         if dist.is_initialized():
+            if not self._counts_here:
+                counts.zero_()
             dist.all_reduce(counts)
         n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
         plan = self._plan(lengths, mine, train=True)
         n_mb = self._num_microbatches(plan)
-        scale = float(self.dist.world_size) if self.fsdp else 1.0
+        scale = float(self.dist.dp_size) if self.fsdp else 1.0
         fields = _batch_fields(batch)
         sums: dict[str, float] = {}
         self.model.train()
@@ -290,9 +301,7 @@ class TorchPolicyWorker(PolicyWorker):
     def _clip_and_step(self) -> float:
         params = [p for p in self.model.parameters() if p.requires_grad]
         max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm is not None else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
+        norm = clip_grad_norm_(params, max_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -302,7 +311,7 @@ class TorchPolicyWorker(PolicyWorker):
     def _reduce_metrics(self, sums: dict[str, float], n_tok: float) -> dict[str, float]:
         if dist.is_initialized() and self.dist.world_size > 1:
             gathered: list[dict[str, float]] = [{} for _ in range(self.dist.world_size)]
-            dist.all_gather_object(gathered, sums)
+            dist.all_gather_object(gathered, sums if self._counts_here else {})
         else:
             gathered = [sums]
         total: dict[str, float] = {}
