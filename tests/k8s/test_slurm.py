@@ -73,10 +73,10 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
         "FLEET_ROLES": "trainer",
         "NUM_CPUS": "1",
         "RAY_PORT": "26391",  # away from a default local Ray (6379, 10001, 52365, 8265)
-        "RAY_WAIT_S": "240",
+        "RAY_WAIT_S": "600",
         "PYTHONPATH": str(slow),
     }
-    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=420)
+    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=900)
     assert "ray.sub: Ray cluster up (1 node(s))" in log, f"{state}\n{log}"
     assert "exited during start" not in log, log  # the slow agent did not abort the raylet
     assert "dockyard " in log  # `dockyard --version` ran inside the allocation
@@ -137,8 +137,8 @@ def test_ray_sub_runs_dockyard_train_on_the_jobs_ray_cluster(slurm, slurm_job, t
     GRPO steps with the trainer, the generation engine and the sandbox service as Ray actors on
     the job's cluster (one node serving every fleet)."""
     config = _tiny_grpo_config(tmp_path)
-    job_env = {"CONFIG": str(config), "NUM_CPUS": "2", "RAY_PORT": "26491", "RAY_WAIT_S": "240"}
-    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=900)
+    job_env = {"CONFIG": str(config), "NUM_CPUS": "2", "RAY_PORT": "26491", "RAY_WAIT_S": "600"}
+    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=1500)
     assert "ray.sub: Ray cluster up (1 node(s))" in log, f"{state}\n{log}"
     assert "running: dockyard train --config" in log
     # the driver joined this job's Ray (the head's GCS port), it did not start its own
