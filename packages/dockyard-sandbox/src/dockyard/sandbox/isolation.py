@@ -133,9 +133,9 @@ def resolve(requested: str, i_understand_unsafe: bool = False) -> Isolation:
     )
 
 
-@functools.cache
 def unshare_root() -> str:
-    """An empty directory each task's private mount namespace mounts its new root on."""
+    """An empty directory each task's private mount namespace mounts its new root on
+    (re-created if a /tmp cleaner removed it)."""
     d = os.path.join(tempfile.gettempdir(), f"dockyard-sandbox-root-{os.geteuid()}")
     os.makedirs(d, mode=0o755, exist_ok=True)
     return d
