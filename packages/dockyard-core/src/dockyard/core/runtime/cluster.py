@@ -146,13 +146,20 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
 
 
 def _ray_children() -> set[Any]:
-    """This process's descendant processes that run Ray's programs (``.../ray/...``)."""
+    """Ray's programs (``.../ray/...``) started by this process: its descendants, and those
+    of a session named after this process (``session_..._<pid>``) that a crashed raylet
+    orphaned (its agents are re-parented to init)."""
     import psutil  # a dependency of Ray
 
+    mine = f"_{os.getpid()}"
     out = set()
-    for p in psutil.Process().children(recursive=True):
+    for p in psutil.process_iter():
         try:
-            if any("/ray/" in a for a in p.cmdline()):
+            args = p.cmdline()
+            if not any("/ray/" in a for a in args):
+                continue
+            own_session = any("session_" in a and a.rstrip("/").endswith(mine) for a in args)
+            if own_session or os.getpid() in {q.pid for q in p.parents()}:
                 out.add(p)
         except psutil.Error:
             continue
