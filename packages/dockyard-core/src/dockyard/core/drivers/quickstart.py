@@ -57,6 +57,8 @@ QUICKSTART_CONFIG: dict[str, Any] = {
     "data_plane": {"weight_transport": {"type": "shm", "timeout_s": 120}},
 }
 
+MAX_POSITIONS = 2048
+
 SFT_DEFAULTS = {
     "steps": 400,
     "batch_size": 64,
@@ -98,7 +100,9 @@ def build_model(out: Path, seed: int) -> Path:
         num_kv_heads=2,
         intermediate_size=384,
         vocab_size=1024,
-        max_position_embeddings=128,
+        # RoPE: the context length costs nothing here, and the example configs (code, swe,
+        # terminal) reuse this model with prompts of up to 1.5k tokens
+        max_position_embeddings=MAX_POSITIONS,
         seed=seed,
     )
 
@@ -114,7 +118,7 @@ def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: 
     from transformers import AutoTokenizer
 
     stamp = out_dir / "warm_start.json"
-    settings = {**SFT_DEFAULTS, "steps": steps, "seed": seed}
+    settings = {**SFT_DEFAULTS, "steps": steps, "seed": seed, "max_positions": MAX_POSITIONS}
     if stamp.is_file() and json.loads(stamp.read_text()) == settings:
         print(f"SFT warm start: reusing {out_dir} (same settings)", flush=True)
         return out_dir
