@@ -10,9 +10,16 @@ optimizer step on the same batch (B sequences, long-tailed lengths ≤ T) throug
 Reports median step time over ``--repeats`` runs (after a warm-up), tokens/s (real tokens) and
 the ratio worker / plain (goal ≤ 1.1×).
 
-Part 2 — packing: on the ~10M model and a long-tailed length mix (log-normal, a few sequences
-near T), real tokens/s of FFD sequence packing (``train_mb_tokens``) vs fixed padded
-micro-batches of the same token budget.
+Part 2 — packing: on the ~10M model and a long-tailed length mix (32 sequences, log-normal
+lengths with median T/4, clipped to [24, T]: most short, a few near T, as GRPO rollouts are),
+real tokens/s of one train step in three batching modes with the same peak activation size
+(m sequences of T tokens, m = ``--mb-size``):
+
+* ``padded``:  fixed micro-batches of m sequences in rollout order, each padded to its longest;
+* ``dynamic``: sequences sorted by length, cut so that b · T_max ≤ m·T (dynamic batching);
+* ``packed``:  first-fit-decreasing into rows of ≤ m·T tokens (sequence packing).
+
+``fill`` is real tokens / tokens computed (padding included). Ratios are against ``padded``.
 
     .venv/bin/python bench/torch_step.py                     # all sizes (a few minutes on CPU)
     .venv/bin/python bench/torch_step.py --sizes 1m,10m --repeats 5
@@ -21,6 +28,7 @@ micro-batches of the same token budget.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -30,6 +38,7 @@ import torch
 from dockyard.core.experience import Batch
 from dockyard.core.rl import PolicyLoss, compute_advantages
 from dockyard.torch.logprobs import token_logprobs
+from dockyard.torch.packing import dynamic_batches, fixed_batches
 from dockyard.torch.testing import build_tiny_model
 from dockyard.torch.worker import TorchPolicyWorker
 
@@ -136,31 +145,53 @@ def overhead(size: str, batch: Batch, repeats: int) -> dict:
     }
 
 
-def packing(batch: Batch, budget: int, repeats: int) -> dict:
+def computed_tokens(lengths: np.ndarray, mode: str, mb_size: int, budget: int) -> int:
+    """Tokens the forward pass runs on (padding included) under a batching mode."""
+    if mode == "packed":
+        return int(lengths.sum())
+    plan = (
+        dynamic_batches(lengths, budget)
+        if mode == "dynamic"
+        else fixed_batches(len(lengths), mb_size)
+    )
+    return sum(len(mb) * int(lengths[mb].max()) for mb in plan)
+
+
+def packing(batch: Batch, mb_size: int, repeats: int) -> list[dict]:
     path = build_tiny_model(family="qwen2", **SIZES["10m"])
     T = batch.shape[1]
+    budget = mb_size * T
     base = {
         "model_name": str(path),
         "reference_policy": False,
         "precision": "float32",
         "optimizer": {"lr": 1e-6},
-        "train_micro_batch_size": max(budget // T, 1),
+        "train_micro_batch_size": mb_size,
     }
-    padded = TorchPolicyWorker(base)
-    packed = TorchPolicyWorker(
-        {**base, "sequence_packing": {"enabled": True, "train_mb_tokens": budget}}
-    )
-    batch.prev_logprobs = padded.get_logprobs(batch)
+    modes = {
+        "padded": base,
+        "dynamic": {**base, "dynamic_batching": {"enabled": True, "train_mb_tokens": budget}},
+        "packed": {**base, "sequence_packing": {"enabled": True, "train_mb_tokens": budget}},
+    }
+    lengths = batch.attention_mask.sum(1)
+    tokens = int(lengths.sum())
     loss_fn = PolicyLoss()
-    t_pad = timed(lambda: padded.train_step(batch, loss_fn), repeats)
-    t_pack = timed(lambda: packed.train_step(batch, loss_fn), repeats)
-    tokens = int(batch.attention_mask.sum())
-    return {
-        "padded": tokens / t_pad,
-        "packed": tokens / t_pack,
-        "tokens": tokens,
-        "fill": tokens / batch.attention_mask.size,
-    }
+    rows = []
+    for mode, cfg in modes.items():
+        worker = TorchPolicyWorker(cfg)
+        if batch.prev_logprobs is None:
+            batch.prev_logprobs = worker.get_logprobs(batch)
+        t = timed(lambda w=worker: w.train_step(batch, loss_fn), repeats)
+        rows.append(
+            {
+                "mode": mode,
+                "time": t,
+                "tok_s": tokens / t,
+                "fill": tokens / computed_tokens(lengths, mode, mb_size, budget),
+            }
+        )
+        del worker
+    return rows
 
 
 def main() -> None:
@@ -171,11 +202,13 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4, help="G samples per prompt")
     parser.add_argument("--max-len", type=int, default=256)
     parser.add_argument("--skip-packing", action="store_true")
+    parser.add_argument("--mb-size", type=int, default=4, help="m: sequences per micro-batch")
     args = parser.parse_args()
     torch.manual_seed(0)
     batch = grpo_batch(args.groups, args.group_size, args.max_len)
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average "
+        f"{os.getloadavg()[0]:.1f}; batch "
         f"{batch.shape[0]} × ≤{batch.shape[1]} tokens, {int(batch.attention_mask.sum())} real; "
         f"median of {args.repeats}\n"
     )
@@ -192,14 +225,21 @@ def main() -> None:
         )
     if args.skip_packing:
         return
-    mix = grpo_batch(4, 8, 4 * args.max_len, seed=1)
-    p = packing(mix, budget=4 * args.max_len, repeats=args.repeats)
+    mix = grpo_batch(4, 8, 2 * args.max_len, seed=1)
+    rows = packing(mix, args.mb_size, args.repeats)
+    T = mix.shape[1]
     print(
-        f"\npacking (10m model, {mix.shape[0]} sequences, long-tailed lengths, "
-        f"{p['fill']:.0%} of the padded batch is real tokens):"
+        f"\nbatching modes (10m model, {mix.shape[0]} sequences, long-tailed lengths ≤ {T}, "
+        f"{int(mix.attention_mask.sum())} real tokens, micro-batch budget "
+        f"{args.mb_size}×{T} tokens; median of {args.repeats}):"
     )
-    print(f"{'padded tok/s':>13} {'packed tok/s':>13} {'packed/padded':>14}")
-    print(f"{p['padded']:>13.0f} {p['packed']:>13.0f} {p['packed'] / p['padded']:>13.2f}×")
+    print(f"{'mode':>8} {'step s':>8} {'fill':>6} {'real tok/s':>11} {'vs padded':>10}")
+    pad = rows[0]["tok_s"]
+    for r in rows:
+        print(
+            f"{r['mode']:>8} {r['time']:>8.2f} {r['fill']:>6.0%} {r['tok_s']:>11.0f} "
+            f"{r['tok_s'] / pad:>9.2f}×"
+        )
 
 
 if __name__ == "__main__":
