@@ -76,7 +76,7 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
         "RAY_WAIT_S": "600",
         "PYTHONPATH": str(slow),
     }
-    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=900)
+    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=600)
     assert "ray.sub: Ray cluster up (1 node(s))" in log, f"{state}\n{log}"
     assert "exited during start" not in log, log  # the slow agent did not abort the raylet
     assert "dockyard " in log  # `dockyard --version` ran inside the allocation
@@ -138,7 +138,7 @@ def test_ray_sub_runs_dockyard_train_on_the_jobs_ray_cluster(slurm, slurm_job, t
     the job's cluster (one node serving every fleet)."""
     config = _tiny_grpo_config(tmp_path)
     job_env = {"CONFIG": str(config), "NUM_CPUS": "2", "RAY_PORT": "26491", "RAY_WAIT_S": "600"}
-    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=1500)
+    state, log = slurm_job(slurm, SCRIPT, tmp_path / "job.out", job_env, timeout=840)
     assert "ray.sub: Ray cluster up (1 node(s))" in log, f"{state}\n{log}"
     assert "running: dockyard train --config" in log
     # the driver joined this job's Ray (the head's GCS port), it did not start its own
