@@ -52,6 +52,7 @@ def torch_worker_config(cfg: Any) -> dict[str, Any]:
         "generation_temperature": p.generation.temperature or 1.0,
         "reference_policy": needs_reference(cfg),
         "activation_checkpointing": p.dtensor_cfg.activation_checkpointing,
+        "tensor_parallel_size": p.dtensor_cfg.tensor_parallel_size,
         "seed": cfg.grpo.seed,
         "optimizer": {
             "lr": p.optimizer.lr,
@@ -149,7 +150,14 @@ class Stack:
         else:
             factory, wcfg = TORCH_WORKER, torch_worker_config(cfg)
         gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
-        world = 1
+        world = 1  # one trainer process per run today (multi-rank trainer fleets: not yet)
+        tp = cfg.policy.dtensor_cfg.tensor_parallel_size
+        if tp > world and not cfg.policy.jax_cfg.enabled:
+            raise ValueError(
+                f"policy.dtensor_cfg.tensor_parallel_size={tp} needs {tp} trainer ranks, but the "
+                "GRPO driver starts one trainer process: set it to 1 (tensor parallelism runs "
+                "under torchrun with dockyard.torch's worker directly)"
+            )
         spec = FleetSpec("trainer", size=world, cpus=cpus, gpus=gpus)
         fleet = Fleet(
             spec, PolicyHost, lambda i: ((factory, wcfg), {"rank": i, "world_size": world})
