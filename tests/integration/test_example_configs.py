@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 

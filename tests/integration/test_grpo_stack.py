@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 
 def _rows(cfg) -> list[dict]:
