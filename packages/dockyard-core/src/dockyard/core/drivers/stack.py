@@ -38,6 +38,11 @@ def torch_worker_config(cfg: Any) -> dict[str, Any]:
         raise ValueError(
             "policy.precision float16 is not supported by the torch trainer: use bfloat16 or float32"
         )
+    if p.optimizer.name != "adamw":
+        raise ValueError(
+            f"policy.optimizer.name {p.optimizer.name} is not supported by the torch trainer "
+            "(it trains with AdamW): use adamw (weight_decay: 0 for plain Adam)"
+        )
     if p.scheduler.name == "linear":
         raise ValueError(
             "policy.scheduler.name linear is not supported by the torch trainer: use constant or cosine"
