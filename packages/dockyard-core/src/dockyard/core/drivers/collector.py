@@ -38,6 +38,14 @@ class Order:
     task: dict[str, Any] | None = None
 
 
+MAX_ERRORS = 50  # failed rollouts (not engine deaths) before the run stops with the last error
+
+
+def prompt_too_long(e: BaseException) -> bool:
+    """The engine refused a prompt longer than its context (vLLM's validation error)."""
+    return "maximum context length" in str(e)
+
+
 def group_seed(seed: int, uid: str) -> int:
     """A sampling seed per group, stable across restarts (so a resumed run samples the same)."""
     return int.from_bytes(hashlib.sha256(f"{seed}/{uid}".encode()).digest()[:4], "big")
@@ -119,6 +127,8 @@ class Collector:
         self._task: asyncio.Task | None = None
         self._stats: dict[str, float] = {}
         self.errors: list[str] = []
+        self.fatal: str | None = None
+        self.skipped_long = 0
 
     # ----------------------------------------------------------- driver API
     async def start(self) -> None:
@@ -149,6 +159,14 @@ class Collector:
     def report_exhausted(self) -> bool:
         """True when the data ran out and nothing is left to generate."""
         return self.exhausted and not self.in_flight and not any(o.task for o in self.orders)
+
+    def failure(self) -> str | None:
+        """Why the collector cannot go on (too many failed rollouts), else None."""
+        return self.fatal
+
+    def skipped_long_prompts(self) -> int:
+        """Tasks skipped because their prompt alone exceeds the engine's context."""
+        return self.skipped_long
 
     def dead_engines(self) -> list[int]:
         return sorted(self.dead)
@@ -233,11 +251,19 @@ class Collector:
             if is_engine_death(e):
                 self.dead.add(engine)
                 self._bump("collector/engine_failures", 1)
+            elif prompt_too_long(e):
+                # this task can never fit the context: another task takes its place
+                self.skipped_long += 1
+                self._bump("collector/skipped_long_prompts", 1)
+                self.orders.appendleft(Order(order.min_version))
+                self._wake.set()
+                return
             else:
                 self.errors.append(f"{uid}: {type(e).__name__}: {e}")
                 self._bump("collector/errors", 1)
-                if len(self.errors) > 50:
-                    raise
+                if len(self.errors) > MAX_ERRORS:
+                    self.fatal = f"{len(self.errors)} rollouts failed; the last: {self.errors[-1]}"
+                    return
             self.orders.appendleft(Order(order.min_version, uid, task))  # re-queue, same uid
             self._bump("collector/requeued", 1)
             self._wake.set()

@@ -271,10 +271,20 @@ def _sample(stack: Any, collector: Any, cfg: Any, step: int) -> tuple[list[Any],
             groups = ray.get(stack.buffer.wait_sample.remote(need, step, 10.0))
             if groups is None:
                 _heal(stack, collector, step)
+                if (why := ray.get(collector.failure.remote())) is not None:
+                    raise RuntimeError(f"generation failed at step {step}: {why}")
                 if ray.get(collector.report_exhausted.remote()):
+                    skipped = ray.get(collector.skipped_long_prompts.remote())
                     raise RuntimeError(
                         f"the training data ran out at step {step}: raise grpo.max_num_epochs "
                         "or lower grpo.max_num_steps"
+                        + (
+                            f" ({skipped} prompts were skipped as longer than the engine's "
+                            "context: raise policy.max_total_sequence_length and "
+                            "policy.generation.vllm_cfg.max_model_len)"
+                            if skipped
+                            else ""
+                        )
                     )
         drawn += len(groups)
         if not g.use_dynamic_sampling:
