@@ -12,7 +12,7 @@ version ≥ ``s − A``. A = 0 is exactly on-policy GRPO; A ≥ 1 overlaps gener
         batch   = build_batch(groups)                      # shaping, masks, advantages
         batch.prev_logprobs = trainer.get_logprobs(batch)  # (+ reference logprobs if β > 0)
         metrics = trainer.train_step(batch, loss_fn)       # version step -> step + 1
-        collector.order(P, min_version=step + 1 − A)       # work for step + 1 + A
+        collector.order(P, min_version=step + 1)           # work for step t = step + 1 + A
         checkpoint(step + 1)                               # every save_period steps
         push_weights(version=step + 1)                     # in-flight update, then the
         collector.set_version(step + 1)                    #   engines serve step + 1
@@ -181,7 +181,7 @@ def train(
                 tm = stack.trainer_call("train_step", trainer_view(batch), loss_fn)
 
             # 4. order the work for step + 1 + A, then checkpoint (before the weights move on)
-            ray.get(collector.order.remote(P, step + 1 - A))
+            ray.get(collector.order.remote(P, step + 1))  # for step + 1 + A: version ≥ step + 1
             metrics = {
                 **rollout_metrics(groups, step, A),
                 **mismatch_metrics(batch),
