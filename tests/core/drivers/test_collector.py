@@ -5,6 +5,7 @@ last error instead of re-queueing forever."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -110,3 +111,57 @@ def test_endless_failures_stop_with_the_last_error() -> None:
     assert why is not None
     assert f"{MAX_ERRORS + 1} rollouts failed" in why
     assert "boom" in why
+
+
+class EngineDead(Exception):
+    """Named like vLLM's EngineDeadError: the collector treats it as the engine gone."""
+
+
+class DyingEngine(Engine):
+    """Holds every request until ``release`` is set, then fails it as a dead engine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.started = 0
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+        self.started += 1
+        await self.release.wait()
+        raise EngineDead("EngineDeadError: the core died")
+
+
+def test_a_replaced_engine_is_not_marked_dead_by_its_predecessors_requests() -> None:
+    old, new, buf = DyingEngine(), Engine(), Buffer()
+    tasks = [{"id": i, "text": "hi"} for i in range(4)]
+    c = Collector(
+        [old],
+        Env(),
+        Tokenizer(),
+        TaskLoader(tasks, seed=0, shuffle=False, max_epochs=1),
+        buf,
+        SamplingParams(n=2, max_tokens=2),
+    )
+
+    async def main() -> None:
+        c.order(2, 0)
+        await c.start()
+        while old.started < 2:
+            await asyncio.sleep(0.01)
+        c.replace_engine(0, SimpleNamespace(generate=SimpleNamespace(remote=new.generate)))
+        # ^ an actor-handle look-alike: the driver found the old engine dead first (e.g. during
+        #   a weight push) and replaced it found it dead first (e.g. during a weight push)
+        old.release.set()  # ...and only now do its requests fail
+        for _ in range(200):
+            if len(buf.groups) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        await c.stop()
+
+    asyncio.run(main())
+    assert c.dead_engines() == []  # the new engine serves on
+    assert len(buf.groups) == 2  # both groups re-generated on it, once each
+    assert len({g.prompt_id for g in buf.groups}) == 2
+    rep = c.report()
+    assert rep["collector/engine_failures"] == 2
+    assert rep["collector/requeued"] == 2

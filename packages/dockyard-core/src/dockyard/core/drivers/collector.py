@@ -241,15 +241,17 @@ class Collector:
     async def _one(self, order: Order, uid: str, task: dict[str, Any], engine: int) -> None:
         params = replace(self.params, seed=group_seed(self.seed, uid) if self.seeded else None)
         t0 = time.perf_counter()
+        client = self.engines[engine]
         try:
             group = await rollout_group(
-                self.engines[engine], self.env, self.tokenizer, task, uid, params, self.max_turns
+                client, self.env, self.tokenizer, task, uid, params, self.max_turns
             )
         except Exception as e:
             self._load[engine] -= 1
             del self.in_flight[uid]
             if is_engine_death(e):
-                self.dead.add(engine)
+                if self.engines[engine] is client:  # not yet replaced by the driver
+                    self.dead.add(engine)
                 self._bump("collector/engine_failures", 1)
             elif prompt_too_long(e):
                 # this task can never fit the context: another task takes its place

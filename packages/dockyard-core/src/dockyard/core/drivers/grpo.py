@@ -18,9 +18,11 @@ version ≥ ``s − A``. A = 0 is exactly on-policy GRPO; A ≥ 1 overlaps gener
         collector.set_version(step + 1)                    #   engines serve step + 1
         log(step + 1, metrics)
 
-Faults: every step the driver replaces engines the collector reported dead (restarted actor,
-current weights loaded, the dead engine's groups regenerated under the same uid) and restarts
-sandbox services that stopped answering (their samples came back ``infra_error``: masked).
+Faults: every step the driver replaces engines found dead — reported by the collector, or
+found by the weight push, which skips a dead engine instead of waiting on it — with a restarted
+actor holding the current weights (the dead engine's groups are regenerated under the same
+uid), and restarts sandbox services that stopped answering (their samples came back
+``infra_error``: masked).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ def train(
         ckpt.set_rng_state(state["rng"])
         history = state["history"]
         start = state["step"]
-        stack.push_weights(start)
+        _heal(stack, collector, start, stack.push_weights(start)[1])
         ray.get(collector.set_version.remote(start))
     else:
         random.seed(g.seed)
@@ -199,7 +201,8 @@ def train(
             with timer("weight_sync"):
                 if not g.async_grpo.in_flight_weight_updates and A > 0:
                     ray.get(collector.drain.remote())
-                stack.push_weights(step + 1)
+                _, lost = stack.push_weights(step + 1)
+                _heal(stack, collector, step + 1, lost)  # engines that died: current weights
                 ray.get(collector.set_version.remote(step + 1))
 
             # 6. log
@@ -302,12 +305,13 @@ def _sample(stack: Any, collector: Any, cfg: Any, step: int) -> tuple[list[Any],
     )
 
 
-def _heal(stack: Any, collector: Any, step: int) -> None:
-    """Replace dead engines (loading the current weights) and revive dead sandbox services."""
+def _heal(stack: Any, collector: Any, version: int, lost: list[int] | None = None) -> None:
+    """Replace dead engines — those the collector reported and ``lost`` (found by a weight
+    push) — loading the trainer's weights as ``version``; revive dead sandbox services."""
     import ray
 
-    for i in ray.get(collector.dead_engines.remote()):
-        handle = stack.restart_engine(i, step)
+    for i in sorted({*ray.get(collector.dead_engines.remote()), *(lost or [])}):
+        handle = stack.restart_engine(i, version)
         ray.get(collector.replace_engine.remote(i, handle))
     if stack.sandbox is not None:
         stack.sandbox.heal()

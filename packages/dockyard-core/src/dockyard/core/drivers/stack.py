@@ -193,7 +193,12 @@ class Stack:
         """Start engine ``index`` again and load policy ``version`` into it."""
         handle = self.engines.restart(index)
         self.ray.get(handle.ready.remote())
-        self.push_weights(version, only=[index])
+        _, lost = self.push_weights(version, only=[index])
+        if lost:
+            raise RuntimeError(
+                f"inference engine {index} died again while loading policy version {version} "
+                "right after its restart: see its actor's log (ray logs) for the cause"
+            )
         return handle
 
     # ------------------------------------------------------------ weights
@@ -249,19 +254,30 @@ class Stack:
         }
         return "collective", tx, rx
 
-    def push_weights(self, version: int, only: list[int] | None = None) -> float:
-        """Send the trainer's weights to the engines as policy ``version``; returns bytes sent.
+    def push_weights(self, version: int, only: list[int] | None = None) -> tuple[float, list[int]]:
+        """Send the trainer's weights to the engines as policy ``version``.
 
-        Engines pause keeping their in-flight requests, load, and resume (in-flight update)."""
+        Engines pause keeping their in-flight requests, load, and resume (in-flight update).
+        An engine that is dead, or dies during its sync, is skipped: returns (bytes sent to
+        one engine, indices of the engines lost), and the caller replaces those."""
         bucket = int(self.cfg.data_plane.weight_transport.bucket_mb * (1 << 20))
-        total = 0.0
+        total, lost = 0.0, []
         for i in only if only is not None else range(len(self.engines)):
+            if self.engines.dead(i):
+                lost.append(i)
+                continue
             kind, tx, rx = self._transport(i)
             recv = self.engines.actors[i].update_weights.remote(rx, version)
             sent = [a.send_weights.remote(kind, tx, version, bucket) for a in self.trainer.actors]
+            try:
+                self.ray.get(recv)
+            except self.ray.exceptions.RayActorError:
+                lost.append(i)  # died mid-sync: the senders fail on their own timeout
+                with contextlib.suppress(self.ray.exceptions.RayTaskError):
+                    self.ray.get(sent)
+                continue
             total += float(self.ray.get(sent)[0])
-            self.ray.get(recv)
-        return total
+        return total, lost
 
     # ------------------------------------------------------------ trainer calls
     def trainer_call(self, method: str, *args: Any) -> Any:

@@ -132,6 +132,16 @@ class Fleet:
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
             return False
 
+    def dead(self, index: int, timeout_s: float = 30.0) -> bool:
+        """Whether Ray reports member ``index`` dead (a slow answer is not death)."""
+        try:
+            self.ray.get(self.actors[index].__ray_ready__.remote(), timeout=timeout_s)
+        except self.ray.exceptions.RayActorError:
+            return True
+        except self.ray.exceptions.GetTimeoutError:
+            pass
+        return False
+
     def restart(self, index: int) -> Any:
         """Kill (if needed) and start member ``index`` again in its bundle; returns the handle."""
         with contextlib.suppress(Exception):  # already gone
