@@ -138,17 +138,26 @@ class Stack:
         ):
             from dockyard.core.runtime.sandbox_fleet import SandboxFleet
 
-            self.sandbox = SandboxFleet(num_services=1, workers=max(1, min(4, os.cpu_count() or 1)))
-            self.sandbox_urls = self.sandbox.urls
+            self.sandbox = SandboxFleet(
+                num_services=1, workers=max(1, min(4, os.cpu_count() or 1)), wait=False
+            )
         self.model_path = cfg.policy.model_name
         cpus = float(self.ray.cluster_resources().get("CPU", 1))
         share = max(cpus / 2.0, 0.5) if cfg.cluster.gpus_per_node == 0 else 1.0
-        self.trainer = self._start_trainer(share)
-        self.engines = self._start_engines(share)
+        try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
+            self.trainer = self._start_trainer(share)
+            self.engines = self._start_engines(share)
+            self.ray.get([*self.trainer.call("step"), *self.engines.call("ready")])
+            if self.sandbox is not None:
+                self.sandbox_urls = self.sandbox.urls
+        except BaseException:
+            self.shutdown()  # what did start must not outlive a failed start
+            raise
         self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound())
 
     # ------------------------------------------------------------ fleets
     def _start_trainer(self, cpus: float) -> Fleet:
+        """The trainer fleet's actors (started, not waited for: ``step`` answers when ready)."""
         cfg = self.cfg
         if cfg.policy.jax_cfg.enabled:
             factory, wcfg = JAX_WORKER, jax_worker_config(cfg)
@@ -164,13 +173,12 @@ class Stack:
                 "under torchrun with dockyard.torch's worker directly)"
             )
         spec = FleetSpec("trainer", size=world, cpus=cpus, gpus=gpus)
-        fleet = Fleet(
+        return Fleet(
             spec, PolicyHost, lambda i: ((factory, wcfg), {"rank": i, "world_size": world})
         )
-        self.ray.get(fleet.call("step"))
-        return fleet
 
     def _start_engines(self, cpus: float) -> Fleet:
+        """The inference fleet's actors (started, not waited for: ``ready`` loads the engine)."""
         g = self.cfg.policy.generation
         n = g.vllm_cfg.num_engines if g.backend == "vllm" else 1
         gpus = float(g.vllm_cfg.tensor_parallel_size) if self.cfg.cluster.gpus_per_node else 0.0
@@ -186,7 +194,6 @@ class Stack:
             ),
             max_concurrency=1000,
         )
-        self.ray.get(fleet.call("ready"))
         return fleet
 
     def restart_engine(self, index: int, version: int) -> Any:

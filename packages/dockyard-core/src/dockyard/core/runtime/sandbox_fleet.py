@@ -77,6 +77,7 @@ class SandboxFleet:
         urls: external service URLs (health-checked, not managed).
         cpus: CPUs reserved per started service (0: share the node; the service's own
             workers bound its load).
+        wait: wait here until the started services answer (else :attr:`urls` waits).
     """
 
     def __init__(
@@ -86,23 +87,29 @@ class SandboxFleet:
         workers: int = 2,
         urls: list[str] | None = None,
         cpus: float = 0.0,
+        wait: bool = True,
     ) -> None:
         self.external = list(urls or [])
         self.fleet: Fleet | None = None
         self.restarts = 0
+        self._urls: list[str] | None = None
         if self.external:
             self._urls = list(self.external)
             return
-        ray = require_ray()
         self.fleet = Fleet(
             FleetSpec("sandbox", size=num_services, cpus=cpus),
             SandboxHost,
             lambda i: ((), {"workers": workers}),
         )
-        self._urls = ray.get(self.fleet.call("url"))
+        self._pending = self.fleet.call("url")
+        if wait:
+            _ = self.urls
 
     @property
     def urls(self) -> list[str]:
+        """The services' URLs (waits for started services to answer, the first time)."""
+        if self._urls is None:
+            self._urls = list(require_ray().get(self._pending))
         return list(self._urls)
 
     def pids(self) -> list[int]:
