@@ -67,6 +67,10 @@ class ClusterConfig(ConfigModel):
     """Ray namespace of the run's actors."""
     object_store_memory_gb: float | None = Field(default=None, gt=0)
     """Ray object store size for a local instance (null: Ray's default)."""
+    sandbox_services: PositiveInt = 1
+    """dockyard-sandbox services the runtime starts for a code-executing environment that lists no ``sandbox_urls`` (placed on the sandbox nodes)."""
+    sandbox_workers: PositiveInt | None = None
+    """Executor workers per started sandbox service (null: twice the node's CPUs, at most 16: an evaluation partly waits on process start-up, so workers past the core count still add throughput)."""
 
 
 class WandbConfig(ConfigModel):

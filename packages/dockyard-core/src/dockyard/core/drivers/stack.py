@@ -138,8 +138,9 @@ class Stack:
         ):
             from dockyard.core.runtime.sandbox_fleet import SandboxFleet
 
+            workers = cfg.cluster.sandbox_workers or min(16, 2 * (os.cpu_count() or 1))
             self.sandbox = SandboxFleet(
-                num_services=1, workers=max(1, min(4, os.cpu_count() or 1)), wait=False
+                num_services=cfg.cluster.sandbox_services, workers=workers, wait=False
             )
         self.model_path = cfg.policy.model_name
         cpus = float(self.ray.cluster_resources().get("CPU", 1))
