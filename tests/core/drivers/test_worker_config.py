@@ -32,3 +32,40 @@ def test_refuses_what_it_cannot_honour(override: str, key: str) -> None:
     cfg = load_config(QUICKSTART, [override])
     with pytest.raises(ValueError, match=key):
         torch_worker_config(cfg)
+
+
+@pytest.mark.parametrize("section", ["sequence_packing", "dynamic_batching"])
+def test_batching_modes_reach_the_torch_worker(section: str) -> None:
+    cfg = load_config(
+        QUICKSTART, [f"policy.{section}.enabled=true", f"policy.{section}.train_mb_tokens=512"]
+    )
+    w = torch_worker_config(cfg)
+    assert w[section] == {"enabled": True, "train_mb_tokens": 512, "logprob_mb_tokens": 8192}
+    torch_config = pytest.importorskip("dockyard.torch.config")
+    parsed = torch_config.TorchPolicyConfig(**w)  # the worker accepts what the driver sends
+    assert getattr(parsed, section).enabled
+    assert getattr(parsed, section).train_mb_tokens == 512
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["policy.sequence_packing.enabled=true", "policy.dynamic_batching.enabled=true"],
+            "policy.sequence_packing.enabled and policy.dynamic_batching.enabled",
+        ),
+        (
+            [
+                "policy.sequence_packing.enabled=true",
+                "policy.jax_cfg.enabled=true",
+                "policy.dtensor_cfg.enabled=false",
+            ],
+            "torch-trainer options",
+        ),
+    ],
+)
+def test_batching_modes_refuse_what_cannot_run(overrides: list[str], message: str) -> None:
+    from dockyard.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(QUICKSTART, overrides)

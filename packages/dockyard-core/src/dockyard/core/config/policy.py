@@ -58,6 +58,27 @@ class JaxConfig(ConfigModel):
     """Devices on the ``tensor`` mesh axis."""
 
 
+class SequencePackingConfig(ConfigModel):
+    enabled: bool = False
+    """Pack sequences first-fit-decreasing into rows of at most ``*_mb_tokens`` tokens (no
+    padding; block-diagonal attention). Pays with variable-length attention (flash-attention
+    on GPU); on CPU's SDPA path it is slower than padding (``docs/packages/torch.md``)."""
+    train_mb_tokens: PositiveInt = 4096
+    """Token budget of one training row."""
+    logprob_mb_tokens: PositiveInt = 8192
+    """Token budget of one logprob (inference) row."""
+
+
+class DynamicBatchingConfig(ConfigModel):
+    enabled: bool = False
+    """Sort sequences by length and cut padded micro-batches of at most ``*_mb_tokens`` tokens
+    (micro-batch size × its longest sequence) instead of ``train_micro_batch_size`` each."""
+    train_mb_tokens: PositiveInt = 4096
+    """Padded-token budget of one training micro-batch."""
+    logprob_mb_tokens: PositiveInt = 8192
+    """Padded-token budget of one logprob micro-batch."""
+
+
 class LoRAConfig(ConfigModel):
     enabled: bool = False
     """Train low-rank adapters instead of the full weights (Hu et al. 2021)."""
@@ -155,6 +176,10 @@ class PolicyConfig(ConfigModel):
     """JAX / Flax NNX trainer."""
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """Low-rank adapters."""
+    sequence_packing: SequencePackingConfig = Field(default_factory=SequencePackingConfig)
+    """Sequence packing of training and logprob micro-batches (torch trainer)."""
+    dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig)
+    """Token-budget micro-batches (torch trainer)."""
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     """Rollout generation."""
 
@@ -170,6 +195,19 @@ class PolicyConfig(ConfigModel):
             errors.append(
                 "neither policy.dtensor_cfg.enabled nor policy.jax_cfg.enabled is true: "
                 "enable one trainer backend"
+            )
+        if self.sequence_packing.enabled and self.dynamic_batching.enabled:
+            errors.append(
+                "policy.sequence_packing.enabled and policy.dynamic_batching.enabled are both "
+                "true: choose one (packing already bounds the tokens of a micro-batch)"
+            )
+        if self.jax_cfg.enabled and (
+            self.sequence_packing.enabled or self.dynamic_batching.enabled
+        ):
+            errors.append(
+                "policy.sequence_packing / policy.dynamic_batching are torch-trainer options; "
+                "the JAX trainer uses fixed micro-batches: set them to false with "
+                "policy.jax_cfg.enabled"
             )
         if self.train_global_batch_size % self.train_micro_batch_size:
             errors.append(

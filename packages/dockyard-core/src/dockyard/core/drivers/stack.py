@@ -71,6 +71,8 @@ def torch_worker_config(cfg: Any) -> dict[str, Any]:
             "total_steps": max(cfg.grpo.max_num_steps, 1),
             "min_lr_ratio": p.scheduler.min_lr_ratio,
         },
+        "sequence_packing": p.sequence_packing.model_dump(),
+        "dynamic_batching": p.dynamic_batching.model_dump(),
         "lora": {
             "enabled": p.lora.enabled,
             "rank": p.lora.rank,
