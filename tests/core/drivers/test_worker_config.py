@@ -13,7 +13,10 @@ QUICKSTART = Path(__file__).resolve().parents[3] / "examples" / "configs" / "grp
 
 
 def test_maps_the_policy_keys() -> None:
-    cfg = load_config(QUICKSTART, ["policy.dtensor_cfg.tensor_parallel_size=2", "grpo.seed=7"])
+    cfg = load_config(
+        QUICKSTART,
+        ["policy.dtensor_cfg.tensor_parallel_size=2", "cluster.trainer_ranks=2", "grpo.seed=7"],
+    )
     w = torch_worker_config(cfg)
     assert w["tensor_parallel_size"] == 2
     assert w["seed"] == 7
@@ -69,3 +72,34 @@ def test_batching_modes_refuse_what_cannot_run(overrides: list[str], message: st
 
     with pytest.raises(ConfigError, match=message):
         load_config(QUICKSTART, overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["cluster.trainer_ranks=3", "policy.dtensor_cfg.tensor_parallel_size=2"],
+            r"tensor_parallel_size=2 must divide cluster\.trainer_ranks=3",
+        ),
+        (
+            [
+                "cluster.trainer_ranks=2",
+                "policy.jax_cfg.enabled=true",
+                "policy.dtensor_cfg.enabled=false",
+            ],
+            r"set cluster\.trainer_ranks=1",
+        ),
+    ],
+)
+def test_trainer_ranks_must_fit_the_trainer(overrides: list[str], message: str) -> None:
+    from dockyard.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(QUICKSTART, overrides)
+
+
+def test_trainer_ranks_that_fit_are_accepted() -> None:
+    cfg = load_config(
+        QUICKSTART, ["cluster.trainer_ranks=4", "policy.dtensor_cfg.tensor_parallel_size=2"]
+    )
+    assert cfg.cluster.trainer_ranks == 4

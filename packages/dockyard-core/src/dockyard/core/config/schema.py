@@ -73,6 +73,19 @@ class MasterConfig(ConfigModel):
             errors.append(
                 "policy.lora.enabled is supported by the torch trainer only (policy.dtensor_cfg)"
             )
+        world, tp = self.cluster.trainer_ranks, p.dtensor_cfg.tensor_parallel_size
+        if p.jax_cfg.enabled and world > 1:
+            errors.append(
+                f"cluster.trainer_ranks={world} with policy.jax_cfg.enabled: the JAX trainer is "
+                "one process that shards over its devices (policy.jax_cfg.fsdp_size / "
+                "tensor_parallel_size); set cluster.trainer_ranks=1"
+            )
+        elif p.dtensor_cfg.enabled and world % tp:
+            errors.append(
+                f"policy.dtensor_cfg.tensor_parallel_size={tp} must divide "
+                f"cluster.trainer_ranks={world} (the ranks form a data × tensor mesh): set "
+                f"cluster.trainer_ranks to a multiple of {tp}"
+            )
         if errors:
             raise ValueError("\n".join(errors))
         return self

@@ -67,6 +67,8 @@ class ClusterConfig(ConfigModel):
     """Ray namespace of the run's actors."""
     object_store_memory_gb: float | None = Field(default=None, gt=0)
     """Ray object store size for a local instance (null: Ray's default)."""
+    trainer_ranks: PositiveInt = 1
+    """Processes of the torch trainer fleet: FSDP2 data-parallel × ``policy.dtensor_cfg.tensor_parallel_size`` ranks, one Ray actor each (one per GPU on GPU nodes; gloo on CPU). The JAX trainer runs one process that shards over its devices: keep 1 with ``policy.jax_cfg.enabled``."""
     sandbox_services: PositiveInt = 1
     """dockyard-sandbox services the runtime starts for a code-executing environment that lists no ``sandbox_urls`` (placed on the sandbox nodes)."""
     sandbox_workers: PositiveInt | None = None

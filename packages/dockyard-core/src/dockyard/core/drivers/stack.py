@@ -148,8 +148,8 @@ class Stack:
         cpus = float(self.ray.cluster_resources().get("CPU", 1))
         share = max(cpus / 2.0, 0.5) if cfg.cluster.gpus_per_node == 0 else 1.0
         try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
-            self.trainer = self._start_trainer(share)
             self.engines = self._start_engines(share)
+            self.trainer = self._start_trainer(share)
             self.ray.get([*self.trainer.call("step"), *self.engines.call("ready")])
             if self.sandbox is not None:
                 self.sandbox_urls = self.sandbox.urls
@@ -167,18 +167,19 @@ class Stack:
         else:
             factory, wcfg = TORCH_WORKER, torch_worker_config(cfg)
         gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
-        world = 1  # one trainer process per run today (multi-rank trainer fleets: not yet)
-        tp = cfg.policy.dtensor_cfg.tensor_parallel_size
-        if tp > world and not cfg.policy.jax_cfg.enabled:
-            raise ValueError(
-                f"policy.dtensor_cfg.tensor_parallel_size={tp} needs {tp} trainer ranks, but the "
-                "GRPO driver starts one trainer process: set it to 1 (tensor parallelism runs "
-                "under torchrun with dockyard.torch's worker directly)"
-            )
-        spec = FleetSpec("trainer", size=world, cpus=cpus, gpus=gpus)
-        return Fleet(
-            spec, PolicyHost, lambda i: ((factory, wcfg), {"rank": i, "world_size": world})
+        world = cfg.cluster.trainer_ranks
+        # (cluster.trainer_ranks fits the trainer and its mesh: checked with the config)
+        per_rank = cpus if gpus else max(cpus / world, 0.25)  # CPU ranks share the trainer's cores
+        spec = FleetSpec("trainer", size=world, cpus=per_rank, gpus=gpus)
+        fleet = Fleet(
+            spec,
+            PolicyHost,
+            lambda i: ((factory, wcfg), {"rank": i, "world_size": world, "defer": world > 1}),
         )
+        if world > 1:  # rank 0's node and a free port there; the ranks join concurrently
+            addr, port = self.ray.get(fleet.actors[0].address.remote())
+            fleet.call("start", addr, port)  # not waited for: ``step`` answers once all joined
+        return fleet
 
     def _start_engines(self, cpus: float) -> Fleet:
         """The inference fleet's actors (started, not waited for: ``ready`` loads the engine)."""

@@ -28,6 +28,9 @@ class PolicyHost:
         config: the worker's config (a plain dict).
         rank / world_size: this rank (``MASTER_ADDR``/``MASTER_PORT`` come from the env).
         threads: torch/XLA threads for this process (None: leave the default).
+        env: environment variables set before the worker is built.
+        defer: build the worker only at :meth:`start` (several ranks: rank 0's
+            :meth:`address` is the rendezvous the others need first).
     """
 
     def __init__(
@@ -38,18 +41,43 @@ class PolicyHost:
         world_size: int = 1,
         threads: int | None = None,
         env: dict[str, str] | None = None,
+        defer: bool = False,
     ) -> None:
         os.environ.update(env or {})
         if threads:
             _set_threads(threads)
-        build = load_object(factory)
-        if world_size > 1:
-            self.worker = build(config, rank=rank, world_size=world_size)
-        else:
-            self.worker = build(config)
+        self._build = (load_object(factory), config, world_size)
         self.rank = rank
+        self.worker: Any = None
         self._sender: Any = None
         self._sender_key: Any = None
+        if not defer:
+            self._make()
+
+    def _make(self) -> None:
+        build, config, world_size = self._build
+        if world_size > 1:
+            self.worker = build(config, rank=self.rank, world_size=world_size)
+        else:
+            self.worker = build(config)
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free TCP port: the process group's rendezvous (on rank 0)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = int(s.getsockname()[1])
+        return ray.util.get_node_ip_address(), port
+
+    def start(self, master_addr: str, master_port: int) -> None:
+        """Join the process group at ``master_addr:master_port`` and build the worker (a
+        collective: every rank's ``start`` must be in flight together)."""
+        os.environ["MASTER_ADDR"] = master_addr
+        os.environ["MASTER_PORT"] = str(master_port)
+        self._make()
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.worker, method)(*args, **kwargs)
