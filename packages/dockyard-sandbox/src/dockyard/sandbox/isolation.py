@@ -187,16 +187,32 @@ def unshare_argv(spec: JailSpec, env: dict[str, str], inner: list[str]) -> list[
 
 
 def check_reachable(work: Path) -> None:
-    """``none`` mode: tasks see host paths, so the work dir must be traversable by task uids."""
+    """``none`` mode: tasks see host paths as their own uid, so the work dir and the in-sandbox
+    runner must be reachable by every uid (else every task's runner fails to open and its tests
+    read as missing: a misconfigured service would score every answer 0)."""
     if os.geteuid() != 0:
         return
-    for d in [work.resolve(), *work.resolve().parents]:
-        if not os.stat(d).st_mode & 0o001:
-            raise IsolationError(
-                f"--isolation none: {d} is not traversable by the task uids (mode "
-                f"{oct(os.stat(d).st_mode & 0o777)}): pass --work-dir under a directory whose "
-                "parents all have o+x (e.g. chmod o+x, or a dir under /var/lib)"
-            )
+    for what, path, fix in (
+        (
+            "--work-dir",
+            work.resolve(),
+            "pass --work-dir under a directory whose parents all have o+x (e.g. chmod o+x, or a "
+            "dir under /var/lib)",
+        ),
+        (
+            "the in-sandbox runner",
+            INSIDE_DIR.resolve(),
+            "install dockyard-sandbox where every uid can read it (its parents need o+x; a "
+            "checkout under `mktemp -d`, mode 0700, is not)",
+        ),
+    ):
+        for d in [path, *path.parents]:
+            if not os.stat(d).st_mode & 0o001:
+                raise IsolationError(
+                    f"--isolation none: {d} is not traversable by the task uids (mode "
+                    f"{oct(os.stat(d).st_mode & 0o777)}), so {what} ({path}) is out of their "
+                    f"reach: {fix}"
+                )
 
 
 def _host_path(arg: str, table: list[tuple[str, str]]) -> str:
