@@ -32,7 +32,7 @@ def _mounts() -> list[tuple[str, Path, set[str]]]:
             continue
         mnt = Path(parts[1].replace("\\040", " "))
         if parts[2] == "cgroup":
-            ctrls = {o for o in parts[3].split(",") if o in ("pids", "memory")}
+            ctrls = {o for o in parts[3].split(",") if o in ("pids", "memory", "cpuacct")}
         else:
             try:
                 ctrls = set((mnt / "cgroup.controllers").read_text().split()) & {"pids", "memory"}
@@ -89,7 +89,8 @@ def _remove_stale(top: Path) -> None:
 
 
 def probe() -> Probe:
-    """Find a writable pids and memory controller (v1 preferred where both exist)."""
+    """Find a writable pids and memory controller (v1 preferred where both exist), and v1's
+    cpuacct where mounted (the task's CPU time; v2 keeps it in every cgroup's ``cpu.stat``)."""
     found: dict[str, Controller] = {}
     for fstype, mnt, ctrls in sorted(_mounts(), key=lambda m: m[0] != "cgroup"):
         for c in sorted(ctrls):
@@ -138,14 +139,22 @@ class TaskCgroups:
             dirs[cname] = (ctrl, d)
             if cname == "pids":
                 (d / "pids.max").write_text(str(pids))
+            elif cname == "cpuacct":
+                pass  # accounting only
             elif ctrl.version == "cgroup":
                 (d / "memory.limit_in_bytes").write_text(str(memory_bytes))
                 with contextlib.suppress(OSError):  # only with swap accounting
                     (d / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+                # An OOM ends the whole task, not one process of it (v1 has no oom.group): with
+                # the killer off, the task freezes at the limit and the jail sees `under_oom`.
+                with contextlib.suppress(OSError):
+                    (d / "memory.oom_control").write_text("1")
             else:
                 (d / "memory.max").write_text(str(memory_bytes))
                 with contextlib.suppress(OSError):
                     (d / "memory.swap.max").write_text("0")
+                with contextlib.suppress(OSError):  # the kernel kills the whole cgroup at once
+                    (d / "memory.oom.group").write_text("1")
         return cls(dirs)
 
     @property
@@ -180,6 +189,12 @@ class TaskCgroups:
             return self._kv(self._read("memory", "memory.oom_control"), "oom_kill") > 0
         return self._kv(self._read("memory", "memory.events"), "oom_kill") > 0
 
+    def under_oom(self) -> bool:
+        """v1: the task hit its memory limit and is frozen there (the killer is off)."""
+        if "memory" not in self.dirs or self.dirs["memory"][0].version != "cgroup":
+            return False
+        return self._kv(self._read("memory", "memory.oom_control"), "under_oom") > 0
+
     def memory_peak_mb(self) -> float | None:
         if "memory" not in self.dirs:
             return None
@@ -190,6 +205,18 @@ class TaskCgroups:
         )
         raw = self._read("memory", fname).strip()
         return int(raw) / 2**20 if raw.isdigit() else None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of every process the task ran (None where no cgroup accounts for it)."""
+        raw = self._read("cpuacct", "cpuacct.usage").strip()
+        if raw.isdigit():
+            return int(raw) / 1e9
+        for ctrl, d in self.dirs.values():
+            if ctrl.version == "cgroup2":
+                with contextlib.suppress(OSError):
+                    usec = self._kv((d / "cpu.stat").read_text(), "usage_usec")
+                    return usec / 1e6
+        return None
 
     def pids_peak(self) -> int | None:
         raw = self._read("pids", "pids.peak").strip()

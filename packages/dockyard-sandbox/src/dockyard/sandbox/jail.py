@@ -1,13 +1,20 @@
 """Run one command in a bubblewrap jail with limits enforced from outside.
 
-Launch chain (no Python runs between fork and exec, so it is safe from worker threads)::
+Launch chain for the ``bwrap`` backend (no Python runs between fork and exec, so it is safe
+from worker threads)::
 
-    sh -c 'echo $$ > <cgroup.procs>...; exec "$@"'   # join the task's pids/memory cgroups
-      prlimit --nproc --as --fsize --nofile --core=0 --cpu   # rlimits, inherited by the tree
-        bwrap --unshare-{pid,net,ipc,uts,cgroup} --die-with-parent --new-session ...
-              --cap-add CAP_SETUID,CAP_SETGID,CAP_SETPCAP   # mounts set up as root
-          setpriv --reuid U --regid U --clear-groups --bounding-set=-all --no-new-privs
-            <command>                                # real uid U, no capabilities at all
+    bwrap --info-fd I --block-fd B                   # builds the jail, then waits on B
+          --unshare-{pid,net,ipc,uts,cgroup} --die-with-parent --new-session ...
+          --cap-add CAP_SETUID,CAP_SETGID,CAP_SETPCAP   # mounts set up as root
+      setpriv --reuid U --regid U --clear-groups --bounding-set=-all --no-new-privs
+        <command>                                    # real uid U, no capabilities at all
+
+While the jail's first process waits on ``B`` (its namespaces and mounts are built, nothing of
+the task has run and it has not forked yet), the service moves it into the task's pids/memory
+cgroups and sets its rlimits (``prlimit(2)``: nproc, as, fsize, nofile, core 0, cpu); only then
+does it release it, so every process of the task inherits both. Nothing is released unless
+both took: on any failure the jail is killed first. (The ``unshare`` and ``none`` backends
+have no such gate and use ``sh -c 'echo $$ > cgroup.procs; exec prlimit ... -- <backend>'``.)
 
 bwrap runs as root *without* a user namespace: with one, the task's uid would map to real
 root outside (RLIMIT_NPROC ignored, root-owned files readable). Instead the task drops to a
@@ -22,7 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
+import resource
+import select
 import selectors
 import shlex
 import signal
@@ -121,11 +131,14 @@ def drop_privileges(uid: int) -> list[str]:
     ]
 
 
-def bwrap_argv(spec: JailSpec) -> list[str]:
+def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]:
+    """``gate``: (info fd, block fd) — bwrap reports the jail's pid on the first and waits
+    for a byte on the second before it runs anything of the task (see the module doc)."""
     lim = spec.limits
     as_root = os.geteuid() == 0
     args = [
         BWRAP,
+        *(["--info-fd", str(gate[0]), "--block-fd", str(gate[1])] if gate else []),
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -182,31 +195,91 @@ def isolated_argv(spec: JailSpec) -> list[str]:
     raise ValueError(f"JailSpec.isolation={spec.isolation!r}: expected bwrap, unshare or none")
 
 
-def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
+def rlimits(spec: JailSpec, cg: TaskCgroups | None) -> dict[int, int]:
+    """The task's rlimits (soft = hard), inherited by its whole process tree."""
     lim = spec.limits
-    join = "".join(
-        f"echo $$ > {shlex.quote(str(p))} || exit 125; " for p in (cg.procs_files if cg else [])
-    )
     # RLIMIT_AS is a backstop only: the memory cgroup is the real cap (AS counts mappings, not RAM).
     as_bytes = max(lim.memory_mb << 20, 1 << 30) * 4
     # With a pids cgroup, it is the cap (its events give the `resource_limit` verdict); RLIMIT_NPROC
     # stays a backstop a little above it, or forks would fail on the rlimit first, silently.
     nproc = lim.pids + 16 if cg is not None and "pids" in cg.dirs else lim.pids
+    return {
+        resource.RLIMIT_NPROC: nproc,
+        resource.RLIMIT_AS: as_bytes,
+        resource.RLIMIT_FSIZE: lim.disk_mb << 20,
+        resource.RLIMIT_NOFILE: lim.open_files,
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_CPU: lim.cpu_s,
+    }
+
+
+_PRLIMIT_FLAG = {
+    resource.RLIMIT_NPROC: "--nproc",
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_FSIZE: "--fsize",
+    resource.RLIMIT_NOFILE: "--nofile",
+    resource.RLIMIT_CORE: "--core",
+    resource.RLIMIT_CPU: "--cpu",
+}
+
+
+def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
+    """The ungated chain (``unshare`` / ``none``): sh joins the cgroups, prlimit sets rlimits."""
+    join = "".join(
+        f"echo $$ > {shlex.quote(str(p))} || exit 125; " for p in (cg.procs_files if cg else [])
+    )
+    limits = [f"{_PRLIMIT_FLAG[r]}={v}" for r, v in rlimits(spec, cg).items()]
     return [
         "/bin/sh",
         "-c",
         join + 'exec "$@"',
         "sh",
         "prlimit",
-        f"--nproc={nproc}",
-        f"--as={as_bytes}",
-        f"--fsize={lim.disk_mb << 20}",
-        f"--nofile={lim.open_files}",
-        "--core=0",
-        f"--cpu={lim.cpu_s}",
+        *limits,
         "--",
         *isolated_argv(spec),
     ]
+
+
+class GateError(Exception):
+    """The jail could not be confined before release (it was killed, nothing of it ran)."""
+
+
+def _confine_and_release(
+    proc: subprocess.Popen[bytes],
+    info_r: int,
+    block_w: int,
+    spec: JailSpec,
+    cg: TaskCgroups | None,
+    deadline: float,
+) -> None:
+    """Read the jail's pid from bwrap, put it in the cgroups, set its rlimits, release it.
+
+    Returns quietly when bwrap exited before reporting (its exit status and stderr tell why);
+    raises GateError (after killing the jail) when the confinement itself failed."""
+    buf = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise GateError("bwrap did not report the jail's pid in time")
+        ready, _, _ = select.select([info_r], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(info_r, 4096)
+        if not chunk:
+            break
+        buf += chunk
+    if not buf.strip():
+        return  # bwrap failed before the clone: nothing to release
+    try:
+        pid = int(json.loads(buf)["child-pid"])
+        for procs in cg.procs_files if cg else []:
+            procs.write_text(str(pid))
+        for r, v in rlimits(spec, cg).items():
+            resource.prlimit(pid, r, (v, v))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise GateError(f"confining the jail failed: {e!r}") from e
+    os.write(block_w, b"1")
 
 
 def _pidfd_open(pid: int) -> int:
@@ -239,10 +312,17 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
         spec = dataclasses.replace(
             spec, argv=[a.replace("{REPORT_FD}", str(w_fd)) for a in spec.argv]
         )
-    argv = launcher_argv(spec, cg)
-    pass_fds = (w_fd,) if w_fd >= 0 else ()
+    pass_fds: tuple[int, ...] = (w_fd,) if w_fd >= 0 else ()
+    info_r = info_w = block_r = block_w = -1
+    if spec.isolation == "bwrap":
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        argv = bwrap_argv(spec, gate=(info_w, block_r))
+        pass_fds += (info_w, block_r)
+    else:
+        argv = launcher_argv(spec, cg)
     start = time.monotonic()
-    timed_out = cancelled = pids_hit = False
+    timed_out = cancelled = pids_hit = oom_hit = False
     status: int | None = None
     rusage = None
     try:
@@ -256,14 +336,33 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
             close_fds=True,
         )
     except BaseException:
-        for fd in (r_fd, w_fd):
+        for fd in (r_fd, w_fd, info_r, info_w, block_r, block_w):
             if fd >= 0:
                 os.close(fd)
         if cg:
             cg.remove()
         raise
-    if w_fd >= 0:
-        os.close(w_fd)
+    for fd in (w_fd, info_w, block_r):
+        if fd >= 0:
+            os.close(fd)
+    if info_r >= 0:
+        try:
+            _confine_and_release(proc, info_r, block_w, spec, cg, start + spec.timeout_s)
+        except BaseException:
+            _kill_tree(proc, cg)  # before the block fd closes: EOF on it would release the jail
+            os.wait4(proc.pid, 0)
+            for f in (proc.stdout, proc.stderr):
+                f.close()  # type: ignore[union-attr]
+            for fd in (r_fd, block_w):
+                if fd >= 0:
+                    os.close(fd)
+            if cg:
+                cg.remove()
+            raise
+        finally:
+            os.close(info_r)
+            info_r = -1
+        # block_w stays open until the jail is dead (see the finally below)
     sel = selectors.DefaultSelector()
     assert proc.stdout
     assert proc.stderr
@@ -302,7 +401,8 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                 elif cg is not None and now >= next_pids_check:
                     next_pids_check = now + 0.05  # not on every output wake-up
                     pids_hit = cg.pids_limit_hit()
-                if timed_out or cancelled or pids_hit:
+                    oom_hit = cg.under_oom()
+                if timed_out or cancelled or pids_hit or oom_hit:
                     _kill_tree(proc, cg)
                     deadline = now + 3600  # waiting for the kill to land
             for key, _ in sel.select(timeout=0.05):
@@ -332,14 +432,21 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
             _, st, ru = os.wait4(proc.pid, 0)
             status, rusage = st, ru
             proc.returncode = os.waitstatus_to_exitcode(st)
+        if block_w >= 0:
+            os.close(block_w)
         for f in (proc.stdout, proc.stderr):
             f.close()
         if r_fd >= 0:
             os.close(r_fd)
-    oom = bool(cg and cg.oom_killed())
+    oom = oom_hit or bool(cg and (cg.oom_killed() or cg.under_oom()))
     pids_hit = pids_hit or bool(cg and cg.pids_limit_hit())
     mem_peak = cg.memory_peak_mb() if cg else None
     pids_peak = cg.pids_peak() if cg else None
+    # bwrap's monitor exits without reaping the jail's init, so the launcher's rusage misses
+    # the task's processes: the cgroup's accounting is the task's real CPU time.
+    cpu_s = cg.cpu_seconds() if cg else None
+    if cpu_s is None and rusage is not None and spec.isolation != "bwrap":
+        cpu_s = rusage.ru_utime + rusage.ru_stime
     if cg:
         cg.remove()
     code = os.waitstatus_to_exitcode(status)
@@ -356,8 +463,9 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
         pids_limit=pids_hit,
         cancelled=cancelled,
         duration_s=time.monotonic() - start,
-        cpu_s=(rusage.ru_utime + rusage.ru_stime) if rusage else None,
-        max_rss_mb=(rusage.ru_maxrss / 1024) if rusage else None,
+        cpu_s=cpu_s,
+        # (the monitor's own rusage under bwrap: not the task's, so not reported)
+        max_rss_mb=(rusage.ru_maxrss / 1024) if rusage and spec.isolation != "bwrap" else None,
         memory_peak_mb=mem_peak,
         pids_peak=pids_peak,
     )
