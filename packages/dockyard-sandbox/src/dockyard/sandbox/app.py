@@ -39,6 +39,8 @@ from dockyard.sandbox.repos import RepoCache, RepoError
 from dockyard.sandbox.sessions import SessionManager, SessionNotFound
 from dockyard.sandbox.tasks import TaskManager
 from dockyard.sandbox.workspace import UidPool, Workspaces
+from dockyard.sandbox.zygote import Zygote
+from dockyard.sandbox.zygote import supported as zygote_supported
 
 log = logging.getLogger("dockyard.sandbox")
 
@@ -56,7 +58,18 @@ class ServiceConfig:
     cache_max_bytes: int = 20 << 30
     uid_base: int = 200_000
     isolation: Isolation = field(default_factory=lambda: Isolation(Mode.bwrap))
+    zygote: bool = True  # test phases in pre-started interpreters (bwrap, as root; zygote.py)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _zygote(cfg: ServiceConfig) -> Zygote | None:
+    if not cfg.zygote or cfg.isolation.mode != Mode.bwrap:
+        return None
+    why_not = zygote_supported()
+    if why_not:
+        log.info("runner zygote off: %s; every test phase starts a fresh interpreter", why_not)
+        return None
+    return Zygote()
 
 
 def create_app(cfg: ServiceConfig) -> FastAPI:
@@ -78,6 +91,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         trusted_root=work / "trusted",
         allow_network=cfg.allow_network,
         isolation=str(cfg.isolation.mode),
+        zygote=_zygote(cfg),
     )
     metrics = Metrics()
     state: dict[str, Any] = {}
@@ -99,6 +113,8 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             reap.cancel()
             await state["tasks"].drain(cfg.drain_timeout_s)
             await asyncio.to_thread(state["sessions"].close)
+            if ctx.zygote is not None:
+                ctx.zygote.close()
 
     app = FastAPI(
         title="dockyard-sandbox",
@@ -265,6 +281,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
                 "mode": str(cfg.isolation.mode),
                 "cgroups": ctx.probe.describe(),
                 "workspace_tmpfs": ctx.workspaces.tmpfs,
+                "runner_zygote": ctx.zygote is not None,
                 "warnings": warnings,
             },
         )

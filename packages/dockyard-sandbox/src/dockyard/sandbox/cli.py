@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Required with --isolation none (tasks run with no namespaces).",
     )
+    s.add_argument(
+        "--no-zygote",
+        dest="zygote",
+        action="store_false",
+        help="Start a fresh interpreter for every test phase instead of forking the pre-started "
+        "runner zygote into the jail (same isolation, slower; see docs/sandbox.md).",
+    )
     s.add_argument("--ready-file", type=Path, help="Write the bound port here once serving.")
     s.add_argument("--log-level", default="warning")
     return p
@@ -113,6 +120,7 @@ def serve(args: argparse.Namespace) -> int:
         drain_timeout_s=args.drain_timeout,
         cache_max_bytes=int(args.cache_max_gb * (1 << 30)),
         isolation=isolation,
+        zygote=args.zygote,
     )
     try:
         app = create_app(cfg)

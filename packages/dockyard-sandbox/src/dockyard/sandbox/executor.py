@@ -42,8 +42,9 @@ from dockyard.sandbox.models import (
 )
 from dockyard.sandbox.paths import UnsafePath, force_write, resolve_in
 from dockyard.sandbox.repos import _GIT_ENV, RepoCache, RepoError
-from dockyard.sandbox.toolchain import RUNNER_MOUNT, TASK_MOUNT, WORKSPACE, python_executable
+from dockyard.sandbox.toolchain import TASK_MOUNT, WORKSPACE, runner_argv
 from dockyard.sandbox.workspace import UidPool, Workspaces
+from dockyard.sandbox.zygote import Zygote
 
 log = logging.getLogger("dockyard.sandbox")
 
@@ -62,6 +63,7 @@ class Context:
     trusted_root: Path
     allow_network: bool = False
     isolation: str = "bwrap"  # bwrap | unshare | none (resolved by isolation.resolve)
+    zygote: Zygote | None = None  # runs test phases in pre-started interpreters (zygote.py)
 
     def __post_init__(self) -> None:
         self.trusted_root.mkdir(parents=True, exist_ok=True)
@@ -150,6 +152,7 @@ def _jail(
         report=report,
         name=f"t-{uuid.uuid4().hex[:12]}",
         isolation=run.ctx.isolation,
+        zygote=run.ctx.zygote if report else None,
     )
     return jail_run(spec, run.ctx.probe, run.cancel)
 
@@ -275,7 +278,7 @@ def _test_argv(
     """(argv, test ids, uses report)."""
     assert run.trusted is not None
     assert run.base is not None
-    py = [python_executable(), "-I", "-S", "-B", f"{RUNNER_MOUNT}/runner.py"]
+    py = runner_argv()
     if tests is not None:
         ids = [*tests.fail_to_pass, *tests.pass_to_pass]
         ids = list(dict.fromkeys(ids))

@@ -36,6 +36,7 @@ import select
 import selectors
 import shlex
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -46,7 +47,14 @@ from dockyard.sandbox import isolation
 from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
 from dockyard.sandbox.models import Limits
-from dockyard.sandbox.toolchain import WORKSPACE, bwrap_toolchain_args, sandbox_path_env, site_dirs
+from dockyard.sandbox.toolchain import (
+    WORKSPACE,
+    bwrap_toolchain_args,
+    runner_argv,
+    sandbox_path_env,
+    site_dirs,
+)
+from dockyard.sandbox.zygote import NAMESPACES, READ_SYSCALL, Zygote
 
 BWRAP = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
 REPORT_CAP = 32 << 20
@@ -66,6 +74,9 @@ class JailSpec:
     report: bool = False  # pass a pipe at fd 3 for the trusted report
     name: str = "task"
     isolation: str = "bwrap"  # bwrap | unshare | none (see isolation.py)
+    # A runner command (``python -I -S -B /opt/dockyard/runner.py ...``) under bwrap runs in a
+    # fork of this pre-started interpreter that enters the jail (see zygote_main.py).
+    zygote: Zygote | None = None
 
 
 @dataclass
@@ -245,18 +256,9 @@ class GateError(Exception):
     """The jail could not be confined before release (it was killed, nothing of it ran)."""
 
 
-def _confine_and_release(
-    proc: subprocess.Popen[bytes],
-    info_r: int,
-    block_w: int,
-    spec: JailSpec,
-    cg: TaskCgroups | None,
-    deadline: float,
-) -> None:
-    """Read the jail's pid from bwrap, put it in the cgroups, set its rlimits, release it.
-
-    Returns quietly when bwrap exited before reporting (its exit status and stderr tell why);
-    raises GateError (after killing the jail) when the confinement itself failed."""
+def _jail_pid(info_r: int, deadline: float) -> int | None:
+    """The jail's first process, from bwrap's info fd (None: bwrap failed before the clone;
+    its exit status and stderr tell why)."""
     buf = b""
     while True:
         left = deadline - time.monotonic()
@@ -270,16 +272,78 @@ def _confine_and_release(
             break
         buf += chunk
     if not buf.strip():
-        return  # bwrap failed before the clone: nothing to release
+        return None
     try:
-        pid = int(json.loads(buf)["child-pid"])
+        return int(json.loads(buf)["child-pid"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise GateError(f"unreadable bwrap info: {buf[:200]!r}") from e
+
+
+def _confine(pid: int, spec: JailSpec, cg: TaskCgroups | None) -> None:
+    """Put the waiting jail process into the task's cgroups and set its rlimits."""
+    try:
         for procs in cg.procs_files if cg else []:
             procs.write_text(str(pid))
         for r, v in rlimits(spec, cg).items():
             resource.prlimit(pid, r, (v, v))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except OSError as e:
         raise GateError(f"confining the jail failed: {e!r}") from e
-    os.write(block_w, b"1")
+
+
+def _wait_at_gate(pid: int, block_fd: int, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    """Until bwrap's jail process sits in ``read(block_fd)``: namespaces and mounts complete."""
+    want = f"{READ_SYSCALL} {hex(block_fd)} "
+    while True:
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                if f.read().startswith(want):
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise GateError(f"bwrap exited ({proc.returncode}) before the jail was ready")
+        if time.monotonic() >= deadline:
+            raise GateError("the jail did not get ready in time")
+        time.sleep(0.0005)
+
+
+def _enter_with_zygote(
+    pid: int,
+    spec: JailSpec,
+    cg: TaskCgroups | None,
+    args: list[str],
+    stdio: tuple[int, int, int],
+) -> socket.socket:
+    """Have the zygote fork a process into the waiting jail; returns the task's status socket."""
+    assert spec.zygote is not None
+    fds: list[int] = []
+    try:
+        for ns in NAMESPACES:
+            fds.append(os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC))
+        root = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds.append(root)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = {
+            "uid": spec.uid,
+            "procs": [str(p) for p in (cg.self_join_files if cg else [])],
+            "rlimits": [[r, v] for r, v in rlimits(spec, cg).items()],
+            "env": task_env(spec),
+            "cwd": spec.cwd,
+            "argv": args,
+        }
+        try:
+            spec.zygote.spawn(request, [theirs.fileno(), *stdio, root, *fds[:-1]])
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return ours
+    except OSError as e:
+        raise GateError(f"entering the jail failed: {e!r}") from e
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _pidfd_open(pid: int) -> int:
@@ -296,6 +360,16 @@ def _kill_tree(proc: subprocess.Popen[bytes], cg: TaskCgroups | None) -> None:
         cg.kill_all()
 
 
+def _zygote_args(spec: JailSpec) -> list[str] | None:
+    """The runner's arguments when this command can run in a zygote fork, else None."""
+    if spec.zygote is None or spec.isolation != "bwrap" or not spec.report:
+        return None
+    prefix = runner_argv()
+    if spec.argv[: len(prefix)] != prefix:
+        return None
+    return spec.argv[len(prefix) :]
+
+
 def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutcome:
     """Run ``spec`` to completion, timeout or cancellation. Never raises for task behaviour."""
     lim = spec.limits
@@ -306,54 +380,85 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
     )
     out, err, rep = HeadTail(lim.output_bytes), HeadTail(lim.output_bytes), bytearray()
     rep_overflow = False
+    zargs = _zygote_args(spec)
     r_fd = w_fd = -1
     if spec.report:  # the command finds the write end's number where it says {REPORT_FD}
         r_fd, w_fd = os.pipe()
         spec = dataclasses.replace(
             spec, argv=[a.replace("{REPORT_FD}", str(w_fd)) for a in spec.argv]
         )
-    pass_fds: tuple[int, ...] = (w_fd,) if w_fd >= 0 else ()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    # With the zygote, the task's stdio goes to the task process alone; bwrap's own stderr
+    # (its error, should it fail) to a pipe of its own, so the task's streams close with it.
+    bw_r, bw_w = os.pipe() if zargs is not None else (-1, -1)
+    child_fds = [w_fd, out_w, err_w]  # our copies close once the task holds its own
+    pass_fds: tuple[int, ...] = (w_fd,) if w_fd >= 0 and zargs is None else ()
     info_r = info_w = block_r = block_w = -1
     if spec.isolation == "bwrap":
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
-        argv = bwrap_argv(spec, gate=(info_w, block_r))
+        # With the zygote, bwrap's own command never runs: the jail is entered at the gate
+        # and killed afterwards (were the service to die first, it would run /bin/true).
+        bw_spec = dataclasses.replace(spec, argv=["/bin/true"]) if zargs is not None else spec
+        argv = bwrap_argv(bw_spec, gate=(info_w, block_r))
         pass_fds += (info_w, block_r)
     else:
         argv = launcher_argv(spec, cg)
     start = time.monotonic()
+    deadline = start + spec.timeout_s
     timed_out = cancelled = pids_hit = oom_hit = False
     status: int | None = None
     rusage = None
+    zsock: socket.socket | None = None
     try:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=out_w if zargs is None else subprocess.DEVNULL,
+            stderr=err_w if zargs is None else bw_w,
             pass_fds=pass_fds,
             start_new_session=True,
             close_fds=True,
         )
     except BaseException:
-        for fd in (r_fd, w_fd, info_r, info_w, block_r, block_w):
+        for fd in (r_fd, out_r, err_r, *child_fds, info_r, info_w, block_r, block_w, bw_r, bw_w):
             if fd >= 0:
                 os.close(fd)
         if cg:
             cg.remove()
         raise
-    for fd in (w_fd, info_w, block_r):
+    if bw_w >= 0:
+        os.close(bw_w)
+    for fd in (info_w, block_r) if zargs is not None else (*child_fds, info_w, block_r):
         if fd >= 0:
             os.close(fd)
     if info_r >= 0:
         try:
-            _confine_and_release(proc, info_r, block_w, spec, cg, start + spec.timeout_s)
-        except BaseException:
+            pid = _jail_pid(info_r, deadline)
+            if pid is not None and zargs is None:
+                _confine(pid, spec, cg)
+                os.write(block_w, b"1")
+            elif pid is not None:
+                _wait_at_gate(pid, block_r, proc, deadline)
+                zsock = _enter_with_zygote(pid, spec, cg, zargs, (out_w, err_w, w_fd))  # type: ignore[arg-type]
+            elif zargs is not None:  # bwrap failed: what it said is the task's stderr
+                os.write(err_w, os.read(bw_r, 1 << 16))
+        except BaseException as e:
+            if isinstance(e, GateError) and zargs is not None and proc.poll() is not None:
+                os.set_blocking(bw_r, False)
+                with contextlib.suppress(OSError):  # bwrap's own word on why it failed
+                    e.args = (f"{e.args[0]}: {os.read(bw_r, 4096).decode(errors='replace')}",)
             _kill_tree(proc, cg)  # before the block fd closes: EOF on it would release the jail
             os.wait4(proc.pid, 0)
-            for f in (proc.stdout, proc.stderr):
-                f.close()  # type: ignore[union-attr]
-            for fd in (r_fd, block_w):
+            for fd in (
+                r_fd,
+                out_r,
+                err_r,
+                block_w,
+                bw_r,
+                *(child_fds if zargs is not None else []),
+            ):
                 if fd >= 0:
                     os.close(fd)
             if cg:
@@ -361,29 +466,34 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
             raise
         finally:
             os.close(info_r)
-            info_r = -1
+        if zargs is not None:
+            for fd in (*child_fds, bw_r):
+                os.close(fd)
         # block_w stays open until the jail is dead (see the finally below)
     sel = selectors.DefaultSelector()
-    assert proc.stdout
-    assert proc.stderr
-    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    streams = {out_r: out, err_r: err}
     for fd in streams:
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ)
     if r_fd >= 0:
         os.set_blocking(r_fd, False)
         sel.register(r_fd, selectors.EVENT_READ)
-    # A pidfd wakes the loop the moment the launcher exits (no 50 ms polling tail per task).
-    pidfd = _pidfd_open(proc.pid)
-    if pidfd >= 0:
-        sel.register(pidfd, selectors.EVENT_READ)
-    deadline = start + spec.timeout_s
+    # The task ends when the launcher exits (a pidfd wakes the loop at once), or, entered by
+    # the zygote, when its keeper reports the task process's wait status.
+    pidfd = -1
+    if zsock is not None:
+        sel.register(zsock, selectors.EVENT_READ)
+    else:
+        pidfd = _pidfd_open(proc.pid)
+        if pidfd >= 0:
+            sel.register(pidfd, selectors.EVENT_READ)
+    zygote_error = ""
     next_pids_check = start
     exit_seen_at: float | None = None
     try:
         while True:
             now = time.monotonic()
-            if status is None:
+            if status is None and zsock is None:
                 pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
                     status, rusage, exit_seen_at = st, ru, now
@@ -406,6 +516,17 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                     _kill_tree(proc, cg)
                     deadline = now + 3600  # waiting for the kill to land
             for key, _ in sel.select(timeout=0.05):
+                if key.fileobj is zsock:
+                    assert zsock is not None
+                    msg = zsock.recv(4096)
+                    rec = json.loads(msg) if msg else {"status": signal.SIGKILL}
+                    if "error" in rec:
+                        zygote_error = str(rec["error"])
+                    if "status" in rec or "error" in rec or not msg:
+                        # as with bwrap's own command: the streams get up to 1 s to close
+                        status, exit_seen_at = int(rec.get("status", signal.SIGKILL)), now
+                        sel.unregister(zsock)
+                    continue
                 fd = int(key.fd)
                 if fd == pidfd:
                     continue  # exited: reaped at the top of the loop
@@ -427,17 +548,23 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
         sel.close()
         if pidfd >= 0:
             os.close(pidfd)
+        if zsock is not None:
+            zsock.close()
         _kill_tree(proc, cg)  # daemons that escaped the session die with the task
+        _, st, ru = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
         if status is None:
-            _, st, ru = os.wait4(proc.pid, 0)
             status, rusage = st, ru
+        if proc.returncode is None:
             proc.returncode = os.waitstatus_to_exitcode(st)
         if block_w >= 0:
             os.close(block_w)
-        for f in (proc.stdout, proc.stderr):
-            f.close()
-        if r_fd >= 0:
-            os.close(r_fd)
+        for fd in (out_r, err_r, r_fd):
+            if fd >= 0:
+                os.close(fd)
+    if zygote_error:
+        if cg:
+            cg.remove()
+        raise GateError(f"the zygote could not enter the jail: {zygote_error}")
     oom = oom_hit or bool(cg and (cg.oom_killed() or cg.under_oom()))
     pids_hit = pids_hit or bool(cg and cg.pids_limit_hit())
     mem_peak = cg.memory_peak_mb() if cg else None

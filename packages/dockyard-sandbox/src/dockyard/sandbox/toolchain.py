@@ -84,3 +84,8 @@ def site_dirs() -> str:
 def sandbox_path_env() -> str:
     bindir = os.path.dirname(sys.executable)
     return f"{bindir}:/usr/local/bin:/usr/bin:/bin"
+
+
+def runner_argv() -> list[str]:
+    """The in-sandbox runner's command line, before its mode and arguments."""
+    return [python_executable(), "-I", "-S", "-B", f"{RUNNER_MOUNT}/runner.py"]

@@ -1,0 +1,121 @@
+"""The service's handle on the runner zygote (``zygote_main.py``; the design is there).
+
+Started on first use and again if it died; refused (the service runs every test phase with a
+fresh interpreter instead) where it cannot work: not root (entering a jail's namespaces needs
+``CAP_SYS_ADMIN`` outside them), or a CPU whose ``read`` syscall number we do not know (the
+jail's readiness is read from ``/proc/<pid>/syscall``).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import logging
+import os
+import platform
+import select
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from dockyard.sandbox.toolchain import python_executable, site_dirs
+
+log = logging.getLogger("dockyard.sandbox")
+
+MAIN = Path(__file__).resolve().parent / "zygote_main.py"
+NAMESPACES = ("cgroup", "ipc", "uts", "net", "pid", "mnt")  # the order zygote_main expects
+READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(platform.machine())
+START_TIMEOUT_S = 120.0
+
+
+class ZygoteError(RuntimeError):
+    """The zygote could not be started or reached."""
+
+
+def supported() -> str | None:
+    """None when the zygote can work here, else why not."""
+    if os.geteuid() != 0:
+        return "the service is not root (it cannot enter a jail's namespaces)"
+    if READ_SYSCALL is None:
+        return f"unknown read(2) syscall number on {platform.machine()}"
+    if not os.path.exists("/proc/self/syscall"):
+        return "no /proc/<pid>/syscall (CONFIG_HAVE_ARCH_TRACEHOOK)"
+    return None
+
+
+class Zygote:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ctl: socket.socket | None = None
+        self.starts = 0
+
+    def _ensure(self) -> socket.socket:
+        if self._proc is not None and self._proc.poll() is None and self._ctl is not None:
+            return self._ctl
+        if self._ctl is not None:
+            self._ctl.close()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        proc = subprocess.Popen(
+            [
+                python_executable(),
+                "-I",
+                "-S",
+                "-B",
+                str(MAIN),
+                str(theirs.fileno()),
+                site_dirs(),
+            ],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+            start_new_session=True,
+        )
+        theirs.close()
+        assert proc.stdout is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        line = b""
+        while not line.endswith(b"\n") and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 64)
+                if not chunk:
+                    break
+                line += chunk
+        if line != b"ready\n":
+            proc.kill()
+            proc.wait()
+            ours.close()
+            raise ZygoteError(f"the runner zygote did not start (exit {proc.returncode})")
+        self._proc, self._ctl = proc, ours
+        self.starts += 1
+        if self.starts > 1:
+            log.warning("runner zygote restarted (start %d)", self.starts)
+        return ours
+
+    def spawn(self, request: dict, fds: list[int]) -> None:
+        """Hand one test phase to the zygote (it forks the keeper and returns at once)."""
+        payload = json.dumps(request).encode()
+        with self._lock:
+            ctl = self._ensure()
+            try:
+                ctl.sendmsg(
+                    [payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                )
+            except OSError as e:
+                raise ZygoteError(f"the runner zygote is unreachable: {e}") from e
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ctl is not None:
+                self._ctl.close()
+                self._ctl = None
+            if self._proc is not None:
+                self._proc.kill()
+                self._proc.wait()
+                if self._proc.stdout is not None:
+                    self._proc.stdout.close()
+                self._proc = None
