@@ -215,12 +215,12 @@ def main() -> int:
         for key, extra in (("zygote", []), ("fresh", ["--no-zygote"])):
             if key == "fresh" and not args.fresh:
                 continue
+            cpus[key] = CpuAcct(f"sb-{key}")
+            stack.callback(cpus[key].remove)  # (runs after the service below has stopped)
             svcs[key] = stack.enter_context(
                 start_service(workers=args.workers, queue_size=1024, extra_args=extra)
             )
-            cpus[key] = CpuAcct(f"sb-{key}")
             cpus[key].join_service(svcs[key])  # the service and every jail it starts
-            stack.callback(cpus[key].remove)
         svc = svcs["zygote"]
         for _, key, r in variants:  # warm-up (page cache, repo cache, the zygote)
             run_sandbox(svcs[key], problems[:8], good[:8], args.workers, r)

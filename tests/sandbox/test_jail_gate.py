@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
-from dockyard.sandbox import cgroups, jail
+from dockyard.sandbox import cgroups, jail, zygote
 from dockyard.sandbox.models import Limits
-from dockyard.sandbox.toolchain import python_executable
+from dockyard.sandbox.toolchain import python_executable, runner_argv
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
 
@@ -90,3 +91,55 @@ def test_cpu_time_is_the_tasks_not_the_launchers(probe: cgroups.Probe, workspace
     assert o.exit_code == 0, o.stderr
     assert o.cpu_s is not None
     assert o.cpu_s >= 0.25, o.cpu_s
+
+
+class _SilentZygote(zygote.Zygote):
+    """Takes the hand-over and never starts the task (a hung zygote, for the code around it)."""
+
+    def spawn(self, request: dict, fds: list[int]) -> None:
+        self.held = os.dup(fds[0])  # keeps the task's status socket open, says nothing
+
+
+def test_a_zygote_that_never_starts_the_task_is_an_infra_fault(
+    probe: cgroups.Probe, workspace: Path
+) -> None:
+    """Not a timeout verdict (the task's fault): an error the executor reports as infra_error."""
+    spec = jail.JailSpec(
+        argv=[*runner_argv(), "plain", "{REPORT_FD}", "t.py::test_x"],
+        workspace=workspace,
+        uid=200_001,
+        limits=Limits(),
+        timeout_s=2,
+        report=True,
+        name="gate-silent",
+        zygote=_SilentZygote(),
+    )
+    t0 = time.monotonic()
+    with pytest.raises(jail.GateError, match="no task process"):
+        jail.run(spec, probe)
+    assert time.monotonic() - t0 < 10
+    os.close(spec.zygote.held)  # type: ignore[union-attr]
+
+
+class _DyingZygote(zygote.Zygote):
+    """Takes the hand-over and drops it (a keeper that died before forking the task)."""
+
+    def spawn(self, request: dict, fds: list[int]) -> None:
+        pass
+
+
+def test_a_keeper_dying_before_the_task_is_an_infra_fault(
+    probe: cgroups.Probe, workspace: Path
+) -> None:
+    spec = jail.JailSpec(
+        argv=[*runner_argv(), "plain", "{REPORT_FD}", "t.py::test_x"],
+        workspace=workspace,
+        uid=200_001,
+        limits=Limits(),
+        timeout_s=20,
+        report=True,
+        name="gate-dying",
+        zygote=_DyingZygote(),
+    )
+    with pytest.raises(jail.GateError, match="keeper died before starting"):
+        jail.run(spec, probe)

@@ -9,6 +9,8 @@ real cgroups.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -159,3 +161,28 @@ def test_without_the_zygote_the_same_checks_hold() -> None:
             )
         )
         assert r.verdict == Verdict.passed, (r.stdout, r.stderr)
+
+
+def test_a_dead_zygote_is_replaced(sandbox: SandboxClient, sandbox_service: ServiceHandle) -> None:
+    def zygotes() -> list[int]:
+        out = []
+        for p in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    cmd = f.read()
+                with open(f"/proc/{p}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"zygote_main.py" in cmd and ppid == sandbox_service.pid:
+                out.append(int(p))
+        return out
+
+    assert sandbox.run_task(in_runner("assert True")).verdict == Verdict.passed
+    (zpid,) = zygotes()
+    os.kill(zpid, signal.SIGKILL)
+    time.sleep(0.2)
+    r = sandbox.run_task(in_runner("assert True"))
+    assert r.verdict == Verdict.passed, r
+    (new,) = zygotes()
+    assert new != zpid

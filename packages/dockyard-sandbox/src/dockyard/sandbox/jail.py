@@ -58,6 +58,7 @@ from dockyard.sandbox.zygote import NAMESPACES, READ_SYSCALL, Zygote
 
 BWRAP = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
 REPORT_CAP = 32 << 20
+ZYGOTE_START_S = 30.0  # hand-over to task process, normally ~5 ms
 
 
 @dataclass
@@ -317,11 +318,17 @@ def _enter_with_zygote(
     """Have the zygote fork a process into the waiting jail; returns the task's status socket."""
     assert spec.zygote is not None
     fds: list[int] = []
+    alive = _pidfd_open(pid)  # pins *this* process: a pid reused meanwhile cannot pass
     try:
+        if alive < 0:
+            raise GateError("no pidfd for the jail's process (Linux >= 5.3 is needed)")
+        fds.append(alive)
         for ns in NAMESPACES:
             fds.append(os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC))
         root = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         fds.append(root)
+        if select.select([alive], [], [], 0)[0]:  # readable = exited: the fds may be another's
+            raise GateError("the jail's process exited while being entered")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         request = {
             "uid": spec.uid,
@@ -332,7 +339,7 @@ def _enter_with_zygote(
             "argv": args,
         }
         try:
-            spec.zygote.spawn(request, [theirs.fileno(), *stdio, root, *fds[:-1]])
+            spec.zygote.spawn(request, [theirs.fileno(), *stdio, root, *fds[1:-1]])
         except BaseException:
             ours.close()
             raise
@@ -488,6 +495,7 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
         if pidfd >= 0:
             sel.register(pidfd, selectors.EVENT_READ)
     zygote_error = ""
+    keeper_started = False  # the keeper's first message: the task process exists
     next_pids_check = start
     exit_seen_at: float | None = None
     try:
@@ -502,6 +510,15 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                         sel.unregister(pidfd)
             streams_open = len(sel.get_map()) - (pidfd >= 0 and status is None)
             if status is not None and (not streams_open or now - exit_seen_at > 1.0):  # type: ignore[operator]
+                break
+            if (
+                zsock is not None
+                and not keeper_started
+                and (now - start > ZYGOTE_START_S or now >= deadline)
+            ):
+                # the zygote did not fork the task: its fault, not the task's (infra_error)
+                zygote_error = f"no task process {now - start:.0f} s after the hand-over"
+                _kill_tree(proc, cg)
                 break
             if status is None:
                 if now >= deadline:
@@ -520,6 +537,9 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                     assert zsock is not None
                     msg = zsock.recv(4096)
                     rec = json.loads(msg) if msg else {"status": signal.SIGKILL}
+                    if not msg and not keeper_started:
+                        rec = {"error": "the keeper died before starting the task process"}
+                    keeper_started = keeper_started or "pid" in rec
                     if "error" in rec:
                         zygote_error = str(rec["error"])
                     if "status" in rec or "error" in rec or not msg:
