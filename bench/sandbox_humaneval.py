@@ -245,6 +245,7 @@ def main() -> int:
         for label, key, r in variants:
             sb_bad[label], _, _ = run_sandbox(svcs[key], problems, broken, args.workers, r)
         sb_lat = sandbox_latency(svc, problems, args.latency_n)
+        fresh_lat = sandbox_latency(svcs["fresh"], problems, args.latency_n) if args.fresh else []
     bare_lat = bare_latency(problems, args.latency_n)
     he_cpu.remove()
 
@@ -272,8 +273,15 @@ def main() -> int:
     print()
     bl, sl = statistics.median(bare_lat), statistics.median(sb_lat)
     print(
-        f"per-task latency, sequential, median of {args.latency_n}: bare subprocess {bl * 1000:.0f} ms, "
-        f"sandboxed (HTTP + jail + cgroups + tmpfs) {sl * 1000:.0f} ms, isolation overhead {(sl - bl) * 1000:.0f} ms"
+        f"per-task latency, sequential, median of {args.latency_n}: bare subprocess (a fresh "
+        f"interpreter, no isolation) {bl * 1000:.0f} ms; sandboxed (HTTP + jail + cgroups + tmpfs) "
+        f"{sl * 1000:.0f} ms with the runner zygote (isolation overhead {(sl - bl) * 1000:+.0f} ms)"
+        + (
+            f", {statistics.median(fresh_lat) * 1000:.0f} ms with --no-zygote "
+            f"({(statistics.median(fresh_lat) - bl) * 1000:+.0f} ms)"
+            if fresh_lat
+            else ""
+        )
     )
     ok = he_ok == n and he_bad == 0 and all(sb_ok[v] == n and sb_bad[v] == 0 for v in sb_ok)
     print("CHECK:", "OK (164/164 and 0/164 on both sides)" if ok else "FAILED")
