@@ -108,6 +108,12 @@ RECIPE_CASES = [
         "queue_depth",
     ),
     (
+        "trainer ranks vs the trainer fleet",
+        _set("overrides", ["cluster.trainer_ranks=4"]),
+        "recipe.config.cluster.trainer_ranks",
+        "set it to 16",
+    ),
+    (
         "cpus_per_node",
         _set("overrides", ["cluster.cpus_per_node=128"]),
         "recipe.ray.trainer.cpu",

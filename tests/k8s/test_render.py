@@ -181,6 +181,8 @@ def test_configmap_holds_the_resolved_config_with_deployment_paths(objects) -> N
     ]
     assert config["checkpointing"]["checkpoint_dir"] == "/checkpoints/grpo-code/checkpoints"
     assert config["cluster"]["address"] == "auto"
+    # one FSDP rank per trainer GPU, derived: recipe.ray.trainer has 2 nodes x 8 GPUs
+    assert config["cluster"]["trainer_ranks"] == 16
     rayjob = one(objects, "RayJob")
     assert "/etc/dockyard/config.yaml" in rayjob["spec"]["entrypoint"]
     for pt in pod_templates(rayjob):

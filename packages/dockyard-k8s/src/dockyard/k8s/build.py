@@ -220,6 +220,26 @@ def fleet_shape(recipe: Recipe, config: dict[str, Any]) -> FleetShape:
     )
 
 
+def fit_trainer_ranks(config: dict[str, Any], shape: FleetShape) -> None:
+    """One FSDP rank per trainer GPU: ``cluster.trainer_ranks`` is derived from the trainer
+    fleet when the config leaves it out, and must agree with it when set. (Not for the JAX
+    trainer: one process drives all of a node's devices; not for a CPU trainer fleet.)"""
+    if shape.trainer_gpus <= 0 or dc.get_dotted(config, "policy.jax_cfg.enabled") is True:
+        return
+    world = shape.trainer_nodes * shape.trainer_gpus
+    ranks = dc.get_dotted(config, "cluster.trainer_ranks")
+    if ranks is None:
+        dc.set_dotted(config, "cluster.trainer_ranks", world, "recipe.ray.trainer")
+        _validate_with_core(config)  # e.g. a multiple of tensor_parallel_size
+    elif ranks != world:
+        raise SpecError(
+            "recipe.config.cluster.trainer_ranks",
+            f"is {ranks}, but the trainer fleet has {world} GPUs (recipe.ray.trainer: "
+            f"{shape.trainer_nodes} nodes x {shape.trainer_gpus} GPUs): set it to {world} (one "
+            "FSDP rank per GPU), or leave it out to have it derived",
+        )
+
+
 def check_combination(ctx: Context) -> None:
     """Rules that span the recipe, the infra spec and the config."""
     transport = dc.get_dotted(ctx.config, "data_plane.weight_transport.type")
@@ -267,7 +287,9 @@ def build_context(recipe: Recipe, infra: Infra, recipe_dir: Path) -> Context:
         ns = recipe.sandbox.namespace or recipe.namespace
         sandbox_url = f"http://{recipe.name}-sandbox.{ns}.svc.cluster.local:{recipe.sandbox.port}"
     config = resolve_config(recipe, recipe_dir, sandbox_url)
-    ctx = Context(recipe=recipe, infra=infra, config=config, shape=fleet_shape(recipe, config))
+    shape = fleet_shape(recipe, config)
+    fit_trainer_ranks(config, shape)
+    ctx = Context(recipe=recipe, infra=infra, config=config, shape=shape)
     assert sandbox_url is None or sandbox_url == ctx.sandbox_url
     check_combination(ctx)
     return ctx
