@@ -143,3 +143,27 @@ def test_a_keeper_dying_before_the_task_is_an_infra_fault(
     )
     with pytest.raises(jail.GateError, match="keeper died before starting"):
         jail.run(spec, probe)
+
+
+def test_bwrap_failing_before_the_jail_is_reported_as_its_exit_and_stderr(
+    probe: cgroups.Probe, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both launch paths: bwrap's own error reaches the task's stderr, with its exit code."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: cannot mount: boom' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(jail, "BWRAP", str(fake))
+    for z in (None, _SilentZygote()):
+        spec = jail.JailSpec(
+            argv=[*runner_argv(), "plain", "{REPORT_FD}", "t.py::test_x"],
+            workspace=workspace,
+            uid=200_001,
+            limits=Limits(),
+            timeout_s=10,
+            report=True,
+            name="gate-nobwrap",
+            zygote=z,
+        )
+        o = jail.run(spec, probe)
+        assert o.exit_code == 1, o
+        assert "boom" in o.stderr, o.stderr

@@ -186,3 +186,16 @@ def test_a_dead_zygote_is_replaced(sandbox: SandboxClient, sandbox_service: Serv
     assert r.verdict == Verdict.passed, r
     (new,) = zygotes()
     assert new != zpid
+
+
+def test_thousands_of_test_ids_still_run(sandbox: SandboxClient) -> None:
+    """A PASS_TO_PASS list too long for one message to the zygote takes the exec path."""
+    many = [f"test_it.py::test_it[{i:06d}-{'x' * 40}]" for i in range(3000)]
+    task = in_runner("assert True")
+    task = task.model_copy(
+        update={"tests": task.tests.model_copy(update={"pass_to_pass": many})}  # type: ignore[union-attr]
+    )
+    r = sandbox.run_task(task)
+    assert r.tests["test_it.py::test_it"] == "passed", r.detail
+    assert len(r.tests) == 1 + len(many)
+    assert r.tests[many[0]] == "failed"  # (the plain runner has no such test to call)

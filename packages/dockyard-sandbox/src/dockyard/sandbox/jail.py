@@ -59,6 +59,7 @@ from dockyard.sandbox.zygote import NAMESPACES, READ_SYSCALL, Zygote
 BWRAP = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
 REPORT_CAP = 32 << 20
 ZYGOTE_START_S = 30.0  # hand-over to task process, normally ~5 ms
+ZYGOTE_MAX_ARGS = 100_000  # bytes of runner arguments (test ids); longer lists: exec path
 
 
 @dataclass
@@ -374,7 +375,10 @@ def _zygote_args(spec: JailSpec) -> list[str] | None:
     prefix = runner_argv()
     if spec.argv[: len(prefix)] != prefix:
         return None
-    return spec.argv[len(prefix) :]
+    args = spec.argv[len(prefix) :]
+    if sum(len(a) for a in args) > ZYGOTE_MAX_ARGS:  # one socket message carries the request
+        return None
+    return args
 
 
 def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutcome:
@@ -457,7 +461,7 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                 with contextlib.suppress(OSError):  # bwrap's own word on why it failed
                     e.args = (f"{e.args[0]}: {os.read(bw_r, 4096).decode(errors='replace')}",)
             _kill_tree(proc, cg)  # before the block fd closes: EOF on it would release the jail
-            os.wait4(proc.pid, 0)
+            proc.wait()  # (it may have been reaped by the poll in _wait_at_gate)
             for fd in (
                 r_fd,
                 out_r,
