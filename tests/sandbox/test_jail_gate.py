@@ -93,6 +93,20 @@ def test_cpu_time_is_the_tasks_not_the_launchers(probe: cgroups.Probe, workspace
     assert o.cpu_s >= 0.25, o.cpu_s
 
 
+def _runner_spec(ws: Path, name: str, z: zygote.Zygote | None, timeout_s: float) -> jail.JailSpec:
+    """A runner command, as the executor builds one for a test phase."""
+    return jail.JailSpec(
+        argv=[*runner_argv(), "plain", "{REPORT_FD}", "t.py::test_x"],
+        workspace=ws,
+        uid=200_001,
+        limits=Limits(),
+        timeout_s=timeout_s,
+        report=True,
+        name=name,
+        zygote=z,
+    )
+
+
 class _SilentZygote(zygote.Zygote):
     """Takes the hand-over and never starts the task (a hung zygote, for the code around it)."""
 
@@ -104,16 +118,7 @@ def test_a_zygote_that_never_starts_the_task_is_an_infra_fault(
     probe: cgroups.Probe, workspace: Path
 ) -> None:
     """Not a timeout verdict (the task's fault): an error the executor reports as infra_error."""
-    spec = jail.JailSpec(
-        argv=[*runner_argv(), "plain", "{REPORT_FD}", "t.py::test_x"],
-        workspace=workspace,
-        uid=200_001,
-        limits=Limits(),
-        timeout_s=2,
-        report=True,
-        name="gate-silent",
-        zygote=_SilentZygote(),
-    )
+    spec = _runner_spec(workspace, "gate-silent", _SilentZygote(), timeout_s=2)
     t0 = time.monotonic()
     with pytest.raises(jail.GateError, match="no task process"):
         jail.run(spec, probe)
@@ -131,16 +136,7 @@ class _DyingZygote(zygote.Zygote):
 def test_a_keeper_dying_before_the_task_is_an_infra_fault(
     probe: cgroups.Probe, workspace: Path
 ) -> None:
-    spec = jail.JailSpec(
-        argv=[*runner_argv(), "plain", "{REPORT_FD}", "t.py::test_x"],
-        workspace=workspace,
-        uid=200_001,
-        limits=Limits(),
-        timeout_s=20,
-        report=True,
-        name="gate-dying",
-        zygote=_DyingZygote(),
-    )
+    spec = _runner_spec(workspace, "gate-dying", _DyingZygote(), timeout_s=20)
     with pytest.raises(jail.GateError, match="keeper died before starting"):
         jail.run(spec, probe)
 
@@ -154,16 +150,6 @@ def test_bwrap_failing_before_the_jail_is_reported_as_its_exit_and_stderr(
     fake.chmod(0o755)
     monkeypatch.setattr(jail, "BWRAP", str(fake))
     for z in (None, _SilentZygote()):
-        spec = jail.JailSpec(
-            argv=[*runner_argv(), "plain", "{REPORT_FD}", "t.py::test_x"],
-            workspace=workspace,
-            uid=200_001,
-            limits=Limits(),
-            timeout_s=10,
-            report=True,
-            name="gate-nobwrap",
-            zygote=z,
-        )
-        o = jail.run(spec, probe)
+        o = jail.run(_runner_spec(workspace, "gate-nobwrap", z, timeout_s=10), probe)
         assert o.exit_code == 1, o
         assert "boom" in o.stderr, o.stderr

@@ -40,6 +40,11 @@ def in_runner(body: str, timeout_s: float = 20, **limits: int) -> Task:
     )
 
 
+def assert_passes(sandbox: SandboxClient, body: str) -> None:
+    r = sandbox.run_task(in_runner(body))
+    assert r.verdict == Verdict.passed, (r.stdout, r.stderr)
+
+
 def test_task_process_has_no_privilege_left(sandbox: SandboxClient) -> None:
     body = (
         "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
@@ -49,8 +54,7 @@ def test_task_process_has_no_privilege_left(sandbox: SandboxClient) -> None:
         "assert os.getuid() != 0 and os.getgid() != 0 and os.getgroups() == []\n"
         "assert os.getsid(0) == os.getpid()  # own session: no TIOCSTI into anyone's tty\n"
     )
-    r = sandbox.run_task(in_runner(body))
-    assert r.verdict == Verdict.passed, (r.stdout, r.stderr)
+    assert_passes(sandbox, body)
 
 
 def test_no_descriptor_or_process_of_the_service_is_reachable(sandbox: SandboxClient) -> None:
@@ -66,8 +70,7 @@ def test_no_descriptor_or_process_of_the_service_is_reachable(sandbox: SandboxCl
         "assert open('/proc/1/cmdline', 'rb').read().startswith(b'bwrap')  # the jail's init\n"
         "assert os.getppid() == 0  # the keeper lives outside this pid namespace\n"
     )
-    r = sandbox.run_task(in_runner(body))
-    assert r.verdict == Verdict.passed, (r.stdout, r.stderr)
+    assert_passes(sandbox, body)
 
 
 def test_environment_is_the_tasks_alone(sandbox: SandboxClient) -> None:
@@ -79,8 +82,7 @@ def test_environment_is_the_tasks_alone(sandbox: SandboxClient) -> None:
         "host_copy = sys.modules['runner'].__file__  # where the zygote imported it from\n"
         "assert not os.path.exists(host_copy) or host_copy.startswith('/opt/dockyard/'), host_copy\n"
     )
-    r = sandbox.run_task(in_runner(body))
-    assert r.verdict == Verdict.passed, (r.stdout, r.stderr)
+    assert_passes(sandbox, body)
 
 
 def test_each_task_gets_a_pristine_fork(sandbox: SandboxClient) -> None:
@@ -133,14 +135,12 @@ def test_daemon_network_and_kill_everything(
     )
     assert daemon.verdict == Verdict.passed, daemon
     assert time.monotonic() - t0 < 10  # the jail (and the daemon) ended with the test
-    net = sandbox.run_task(
-        in_runner(
-            "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n"
-            "except OSError:\n    pass\nelse:\n    raise AssertionError('network reachable')\n"
-            "assert sorted(n for _, n in socket.if_nameindex()) == ['lo']\n"
-        )
+    assert_passes(
+        sandbox,
+        "try:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n"
+        "except OSError:\n    pass\nelse:\n    raise AssertionError('network reachable')\n"
+        "assert sorted(n for _, n in socket.if_nameindex()) == ['lo']\n",
     )
-    assert net.verdict == Verdict.passed, (net.stdout, net.stderr)
     bystander = sandbox.submit(in_runner("time.sleep(2)", timeout_s=30))
     killer = sandbox.run_task(in_runner("os.kill(-1, signal.SIGKILL)\ntime.sleep(1)"))
     assert killer.verdict in (Verdict.passed, Verdict.failed), killer
@@ -153,14 +153,12 @@ def test_without_the_zygote_the_same_checks_hold() -> None:
     """``--no-zygote``: every runner command starts a fresh interpreter in the jail instead."""
     with start_service(workers=1, extra_args=["--no-zygote"]) as svc, svc.client() as c:
         assert c.health()["isolation"]["runner_zygote"] is False
-        r = c.run_task(
-            in_runner(
-                "st = open('/proc/self/status').read()\n"
-                "assert 'CapEff:\\t0000000000000000' in st and 'NoNewPrivs:\\t1' in st, st\n"
-                "assert sys.modules['__main__'].__file__ == '/opt/dockyard/runner.py'  # exec'd\n"
-            )
+        assert_passes(
+            c,
+            "st = open('/proc/self/status').read()\n"
+            "assert 'CapEff:\\t0000000000000000' in st and 'NoNewPrivs:\\t1' in st, st\n"
+            "assert sys.modules['__main__'].__file__ == '/opt/dockyard/runner.py'  # exec'd\n",
         )
-        assert r.verdict == Verdict.passed, (r.stdout, r.stderr)
 
 
 def test_a_dead_zygote_is_replaced(sandbox: SandboxClient, sandbox_service: ServiceHandle) -> None:
