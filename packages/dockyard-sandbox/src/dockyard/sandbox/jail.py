@@ -300,6 +300,8 @@ def _wait_at_gate(pid: int, block_fd: int, proc: subprocess.Popen[bytes], deadli
             with open(f"/proc/{pid}/syscall") as f:
                 if f.read().startswith(want):
                     return
+        except PermissionError as e:  # (zygote.supported() checks this at start-up)
+            raise GateError(f"cannot watch the jail's process: {e}; use --no-zygote") from e
         except OSError:
             pass
         if proc.poll() is not None:

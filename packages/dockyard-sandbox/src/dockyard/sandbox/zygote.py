@@ -40,9 +40,31 @@ def supported() -> str | None:
         return "the service is not root (it cannot enter a jail's namespaces)"
     if READ_SYSCALL is None:
         return f"unknown read(2) syscall number on {platform.machine()}"
-    if not os.path.exists("/proc/self/syscall"):
-        return "no /proc/<pid>/syscall (CONFIG_HAVE_ARCH_TRACEHOOK)"
-    return None
+    return _child_syscall_readable()
+
+
+def _child_syscall_readable() -> str | None:
+    """The jail's readiness is read from ``/proc/<pid>/syscall`` of another process: check that
+    this host lets us (``CONFIG_HAVE_ARCH_TRACEHOOK``, no ptrace lockdown such as Yama 3)."""
+    try:
+        child = subprocess.Popen(["sleep", "5"], stdin=subprocess.DEVNULL)
+    except OSError as e:
+        return f"cannot start a probe process ({e})"
+    try:
+        for _ in range(200):
+            try:
+                with open(f"/proc/{child.pid}/syscall") as f:
+                    if f.read().split(" ", 1)[0].isdigit():  # in a syscall (e.g. sleeping)
+                        return None
+            except FileNotFoundError:
+                return "no /proc/<pid>/syscall on this kernel (CONFIG_HAVE_ARCH_TRACEHOOK)"
+            except PermissionError:
+                return "/proc/<pid>/syscall of a child is not readable (ptrace restrictions)"
+            time.sleep(0.005)
+        return "a probe process never showed a syscall in /proc/<pid>/syscall"
+    finally:
+        child.kill()
+        child.wait()
 
 
 class Zygote:
