@@ -16,23 +16,39 @@ def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return warm_start(build_model(out, 0), out / "model", seed=0, steps=60, progress=False)
 
 
-@pytest.fixture
-def quickstart_cfg(sft_model: Path, tmp_path: Path):
-    """``make(**overrides)`` -> a validated quickstart ``MasterConfig`` writing under tmp_path."""
+def make_quickstart_cfg(sft_model: Path, root: Path, *overrides: str):
+    """A validated quickstart ``MasterConfig`` on ``sft_model`` writing under ``root``."""
     from dockyard.core.config import apply_overrides, config_from_dict, merge
     from dockyard.core.drivers.quickstart import QUICKSTART_CONFIG
 
+    d = merge(
+        QUICKSTART_CONFIG,
+        {
+            "policy": {"model_name": str(sft_model)},
+            "grpo": {"max_num_steps": 3, "val_at_start": False, "max_val_samples": 8},
+            "logger": {"log_dir": str(root / "logs")},
+            "checkpointing": {"checkpoint_dir": str(root / "ckpt"), "save_period": 2},
+        },
+    )
+    return config_from_dict(apply_overrides(d, list(overrides)))
+
+
+@pytest.fixture(scope="module")
+def module_quickstart_cfg(sft_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``make(*overrides)`` for a module-scoped fixture: each call writes under a new folder."""
+
     def make(*overrides: str):
-        d = merge(
-            QUICKSTART_CONFIG,
-            {
-                "policy": {"model_name": str(sft_model)},
-                "grpo": {"max_num_steps": 3, "val_at_start": False, "max_val_samples": 8},
-                "logger": {"log_dir": str(tmp_path / "logs")},
-                "checkpointing": {"checkpoint_dir": str(tmp_path / "ckpt"), "save_period": 2},
-            },
-        )
-        return config_from_dict(apply_overrides(d, list(overrides)))
+        return make_quickstart_cfg(sft_model, tmp_path_factory.mktemp("run"), *overrides)
+
+    return make
+
+
+@pytest.fixture
+def quickstart_cfg(sft_model: Path, tmp_path: Path):
+    """``make(*overrides)`` -> a validated quickstart ``MasterConfig`` writing under tmp_path."""
+
+    def make(*overrides: str):
+        return make_quickstart_cfg(sft_model, tmp_path, *overrides)
 
     return make
 

@@ -46,18 +46,32 @@ def test_async_run_respects_the_age_bound_and_logs(quickstart_cfg, ray_session) 
     assert res.val_end is not None
 
 
+SYNC = ("grpo.async_grpo={enabled: false}", "grpo.max_num_steps=4")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_sync(module_quickstart_cfg, ray_session) -> list[dict]:
+    """The metrics rows of a 4-step synchronous run, uninterrupted (shared by this module)."""
+    from dockyard.core.drivers.grpo import train
+
+    cfg = module_quickstart_cfg(*SYNC)
+    train(cfg, progress=False)
+    return _rows(cfg)
+
+
+def _same_run(a: list[dict], b: list[dict]) -> None:
+    assert [r["step"] for r in b] == [r["step"] for r in a]
+    for ra, rb in zip(a, b, strict=True):
+        for key in ("reward/mean", "pass_rate", "response_length/mean"):
+            assert ra[key] == pytest.approx(rb[key], abs=1e-6), (ra["step"], key)
+        assert ra["train/loss"] == pytest.approx(rb["train/loss"], rel=1e-3, abs=1e-5)
+
+
 def test_sync_resume_reproduces_the_uninterrupted_run(
-    quickstart_cfg, ray_session, tmp_path
+    quickstart_cfg, uninterrupted_sync, ray_session, tmp_path
 ) -> None:
     from dockyard.core.drivers.grpo import train
 
-    full = quickstart_cfg(
-        "grpo.async_grpo={enabled: false}",
-        "grpo.max_num_steps=4",
-        f"logger.log_dir={tmp_path}/full",
-        f"checkpointing.checkpoint_dir={tmp_path}/c1",
-    )
-    train(full, progress=False)
     part = quickstart_cfg(
         "grpo.async_grpo={enabled: false}",
         "grpo.max_num_steps=2",
@@ -72,12 +86,39 @@ def test_sync_resume_reproduces_the_uninterrupted_run(
         f"checkpointing.checkpoint_dir={tmp_path}/c2",
     )
     train(resumed, resume=True, progress=False)
-    a, b = _rows(full), _rows(resumed)
-    assert [r["step"] for r in b] == [1, 2, 3, 4]
-    for ra, rb in zip(a, b, strict=True):
-        for key in ("reward/mean", "pass_rate", "response_length/mean"):
-            assert ra[key] == pytest.approx(rb[key], abs=1e-6), (ra["step"], key)
-        assert ra["train/loss"] == pytest.approx(rb["train/loss"], rel=1e-3, abs=1e-5)
+    rows = _rows(resumed)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    _same_run(uninterrupted_sync, rows)
+
+
+def test_a_sigkilled_trainer_rank_is_restarted_and_the_run_rewinds(
+    quickstart_cfg, uninterrupted_sync, ray_session
+) -> None:
+    import ray
+
+    from dockyard.core.drivers.grpo import train
+
+    pids: dict[int, int] = {}
+    killed: list[int] = []
+
+    def on_step(step: int, stack) -> None:
+        pids[step] = ray.get(stack.trainer.actors[0].pid.remote())
+        if step == 3 and not killed:  # once: steps 3 and 4 come again after the rewind
+            killed.append(pids[3])
+            os.kill(pids[3], signal.SIGKILL)
+
+    cfg = quickstart_cfg(*SYNC)  # checkpoints at steps 2 and 4
+    train(cfg, progress=False, on_step=on_step)
+    rows = _rows(cfg)
+    # step 4 found the rank dead; the fleet restarted from step 2's checkpoint and redid 3, 4
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # the abandoned step 3 is not in the log
+    assert [r["trainer/restarts"] for r in rows] == [0, 0, 1, 1]
+    assert killed
+    assert pids[3] != killed[0]
+    assert pids[4] == pids[3]
+    assert all(r["trajectories"] == 64 for r in rows)
+    # rewound to the checkpoint, a synchronous run trains exactly what it would have
+    _same_run(uninterrupted_sync, rows)
 
 
 def test_async_resume_keeps_staleness_accounting(quickstart_cfg, ray_session, tmp_path) -> None:

@@ -47,3 +47,41 @@ def test_two_trainer_ranks_train_like_one(quickstart_cfg, ray_session, tmp_path)
     # trainer's recomputed ones (a wrong or partial push would show here)
     for r in two:
         assert r["logprob_mismatch/mean"] < 1e-3, r["logprob_mismatch/mean"]
+
+
+def test_a_dead_rank_restarts_the_whole_fleet(quickstart_cfg, ray_session, tmp_path) -> None:
+    """Async, 2 ranks, no checkpoint: rank 1 is SIGKILLed while rank 0 lives on; both are
+    restarted (rank 0 would wait in a collective for ever) and the run rewinds to its start."""
+    import os
+    import signal
+
+    import ray
+
+    from dockyard.core.drivers.grpo import train
+
+    seen: dict[int, list[int]] = {}
+    first: list[int] = []
+
+    def on_step(step: int, stack) -> None:
+        seen[step] = ray.get(stack.trainer.call("pid"))
+        if step == 1 and not first:
+            first.extend(seen[1])
+            os.kill(first[1], signal.SIGKILL)
+
+    cfg = quickstart_cfg(
+        "grpo.max_num_steps=3",
+        "cluster.trainer_ranks=2",
+        f"logger.log_dir={tmp_path}/logs",
+        "checkpointing.enabled=false",
+    )
+    train(cfg, progress=False, on_step=on_step)
+    rows = _rows(cfg)
+    assert [r["step"] for r in rows] == [1, 2, 3]  # every step after the rewind, once
+    assert [r["trainer/restarts"] for r in rows] == [1, 1, 1]
+    assert set(seen[1]).isdisjoint(first)
+    assert seen[1] == seen[3]
+    assert all(r["trajectories"] == 64 and r["staleness/max"] <= 1 for r in rows)
+    # step 1 again: generated after the engine got the new fleet's (initial) weights — had it
+    # kept the dead fleet's step-1 weights, the engine's logprobs would disagree here
+    assert rows[0]["staleness/max"] == 0
+    assert rows[0]["logprob_mismatch/mean"] < 1e-3, rows[0]["logprob_mismatch/mean"]

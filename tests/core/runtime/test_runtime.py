@@ -48,3 +48,52 @@ def test_fleet_detects_a_killed_actor_and_restarts_it() -> None:
         fleet.shutdown()
     finally:
         ray.shutdown()
+
+
+class Rank:
+    """A stand-in trainer rank: ``collective`` waits for a peer that never comes."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def collective(self) -> int:
+        import time
+
+        time.sleep(600)
+        return 0
+
+    def die(self) -> int:
+        os._exit(1)
+
+    def fail(self) -> int:
+        raise ValueError("bad batch")
+
+
+@pytest.mark.slow
+def test_a_dead_rank_is_reported_while_its_peer_waits_and_the_fleet_restarts() -> None:
+    ray = pytest.importorskip("ray")
+    import time
+
+    from dockyard.core.drivers.stack import TrainerLost, gather_ranks
+    from dockyard.core.runtime.cluster import init_ray
+    from dockyard.core.runtime.fleets import Fleet
+
+    init_ray(None)
+    try:
+        fleet = Fleet(FleetSpec("trainer", size=2, cpus=0.25), Rank, lambda i: ((), {}))
+        pids = ray.get(fleet.call("pid"))
+        t0 = time.monotonic()
+        # an ordinary error is raised as soon as it is known, not after the peer's wait
+        with pytest.raises(ray.exceptions.RayTaskError, match="bad batch"):
+            gather_ranks([fleet.actors[0].collective.remote(), fleet.actors[1].fail.remote()])
+        with pytest.raises(TrainerLost, match="trainer rank 1 died") as info:
+            gather_ranks([fleet.actors[0].collective.remote(), fleet.actors[1].die.remote()])
+        assert info.value.rank == 1
+        assert time.monotonic() - t0 < 120  # not the peer's 600 s
+        fleet.restart_all()  # the waiting survivor is killed too
+        new = ray.get(fleet.call("pid"))
+        assert set(new).isdisjoint(pids)
+        assert fleet.restarts == 2
+        fleet.shutdown()
+    finally:
+        ray.shutdown()

@@ -69,6 +69,8 @@ class ClusterConfig(ConfigModel):
     """Ray object store size for a local instance (null: Ray's default)."""
     trainer_ranks: PositiveInt = 1
     """Processes of the torch trainer fleet: FSDP2 data-parallel × ``policy.dtensor_cfg.tensor_parallel_size`` ranks, one Ray actor each (one per GPU on GPU nodes; gloo on CPU). The JAX trainer runs one process that shards over its devices: keep 1 with ``policy.jax_cfg.enabled``."""
+    max_trainer_restarts: int = Field(default=3, ge=0)
+    """Times a run restarts its trainer fleet after a rank dies (every rank is restarted and the run rewinds to its latest checkpoint, or to its start before the first) before it stops with the rank's error; 0 stops at the first death."""
     sandbox_services: PositiveInt = 1
     """dockyard-sandbox services the runtime starts for a code-executing environment that lists no ``sandbox_urls`` (placed on the sandbox nodes)."""
     sandbox_workers: PositiveInt | None = None

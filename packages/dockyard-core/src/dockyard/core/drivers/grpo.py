@@ -22,11 +22,17 @@ Faults: every step the driver replaces engines found dead — reported by the co
 found by the weight push, which skips a dead engine instead of waiting on it — with a restarted
 actor holding the current weights (the dead engine's groups are regenerated under the same
 uid), and restarts sandbox services that stopped answering (their samples came back
-``infra_error``: masked).
+``infra_error``: masked). A trainer rank that dies (any trainer call, or the weight push,
+raises ``TrainerLost`` as soon as Ray reports it) costs the whole fleet — its process group
+cannot lose a member — so every rank is restarted, engines caught mid-sync are replaced, and the
+run rewinds to its latest checkpoint (or its start) with a new collector and an empty buffer:
+the abandoned steps are redone, their log lines rewritten, nothing of them is trained on
+(``cluster.max_trainer_restarts`` times, then the run stops with the rank's error).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -110,8 +116,7 @@ def train(
     """
     import ray
 
-    from dockyard.core.drivers.collector import CollectorHost
-    from dockyard.core.drivers.stack import Stack, needs_reference
+    from dockyard.core.drivers.stack import Stack, TrainerLost, needs_reference
     from dockyard.core.rl import PolicyLoss
 
     g = cfg.grpo
@@ -119,17 +124,7 @@ def train(
     own_stack = stack is None
     stack = stack or Stack(cfg, cfg.logger.log_dir)
     tasks, val_tasks = load_tasks(cfg, "train"), load_tasks(cfg, "val")[: g.max_val_samples]
-    collector: Any = (
-        ray.remote(CollectorHost)
-        .options(num_cpus=0, max_concurrency=1000)
-        .remote(
-            cfg.model_dump(mode="json", exclude_unset=True),
-            stack.engines.actors,
-            stack.buffer,
-            stack.sandbox_urls,
-            tasks,
-        )
-    )
+    collector = _new_collector(stack, cfg, tasks)
     loss_fn = PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
     opts = BatchOptions.from_config(cfg)
     pad_id = 0
@@ -138,20 +133,16 @@ def train(
     history: list[dict[str, float]] = []
     start = 0
 
+    # where a restarted trainer fleet rewinds to: this run's latest checkpoint, else its start
+    restore: _RestorePoint
     if resume and (last := ckpt.latest_checkpoint(ckpt_root)) is not None:
-        state = ckpt.load_driver_state(last)
-        stack.trainer_call("load_checkpoint", str(last / "policy"))
-        ray.get(collector.load_state.remote(state["collector"]))
-        ray.get(stack.buffer.set_state.remote(state["buffer"]))
-        ckpt.set_rng_state(state["rng"])
-        history = state["history"]
-        start = state["step"]
-        _heal(stack, collector, start, stack.push_weights(start)[1])
-        ray.get(collector.set_version.remote(start))
+        restore = _RestorePoint(last)
+        history, start = _restore(stack, collector, restore)
     else:
         random.seed(g.seed)
         np.random.seed(g.seed % (2**32))
         ray.get(collector.order.remote(P * (A + 1), 0))  # fill the pipeline: steps 0..A
+        restore = _RestorePoint(None, _driver_state(stack, collector, 0, []))
 
     ray.get(collector.start.remote())
     val_start = None
@@ -160,69 +151,97 @@ def train(
     log = MetricsLogger(cfg.logger, g.max_num_steps, start, cfg.model_dump(mode="json"), progress)
     if val_start is not None:
         log.write(f"validation before training: pass rate {100 * val_start:.1f}%")
+    restarts, lost_trainer, step = 0, None, start
     try:
-        for step in range(start, g.max_num_steps):
-            timer, t_step = _Timer(), time.perf_counter()
-            _heal(stack, collector, step)
-
-            # 1. P complete groups no older than the bound (dynamic sampling draws more)
-            with timer("wait_generation"):
-                groups, drawn = _sample(stack, collector, cfg, step)
-
-            # 2. the batch, then logprobs under the weights being trained
-            batch = build_batch(groups, opts, pad_id)
-            with timer("logprobs"):
-                batch.prev_logprobs = stack.trainer_call("get_logprobs", trainer_view(batch))
-                if need_ref:
-                    batch.ref_logprobs = stack.trainer_call(
-                        "get_reference_logprobs", trainer_view(batch)
+        while step < g.max_num_steps:
+            try:
+                if lost_trainer is not None:  # a rank died: restart the fleet, rewind to `restore`
+                    log.write(
+                        f"dockyard: {lost_trainer} at step {step + 1}: restarting every trainer "
+                        f"rank ({restarts} of cluster.max_trainer_restarts="
+                        f"{cfg.cluster.max_trainer_restarts}) and rewinding to "
+                        + (f"step {restore.step}" if restore.folder else "the start")
                     )
+                    collector, history, step = _recover(
+                        stack, collector, cfg, tasks, restore, lost_trainer, log
+                    )
+                    lost_trainer = None
+                    continue
+                timer, t_step = _Timer(), time.perf_counter()
+                _heal(stack, collector, step)
 
-            # 3. one optimizer step: version step -> step + 1
-            with timer("train"):
-                tm = stack.trainer_call("train_step", trainer_view(batch), loss_fn)
+                # 1. P complete groups no older than the bound (dynamic sampling draws more)
+                with timer("wait_generation"):
+                    groups, drawn = _sample(stack, collector, cfg, step)
 
-            # 4. order the work for step + 1 + A, then checkpoint (before the weights move on)
-            ray.get(collector.order.remote(P, step + 1))  # for step + 1 + A: version ≥ step + 1
-            metrics = {
-                **rollout_metrics(groups, step, A),
-                **mismatch_metrics(batch),
-                **train_metrics(tm),
-                "dynamic_sampling/groups_drawn": float(drawn),
-                "version": float(step + 1),
-            }
-            if cfg.checkpointing.enabled and (
-                (step + 1) % cfg.checkpointing.save_period == 0 or step + 1 == g.max_num_steps
-            ):
-                with timer("checkpoint"):
-                    _save(stack, collector, ckpt_root, step + 1, [*history, metrics], cfg)
+                # 2. the batch, then logprobs under the weights being trained
+                batch = build_batch(groups, opts, pad_id)
+                with timer("logprobs"):
+                    batch.prev_logprobs = stack.trainer_call("get_logprobs", trainer_view(batch))
+                    if need_ref:
+                        batch.ref_logprobs = stack.trainer_call(
+                            "get_reference_logprobs", trainer_view(batch)
+                        )
 
-            # 5. in-flight weight update: engines pause (keeping requests), load, resume
-            with timer("weight_sync"):
-                if not g.async_grpo.in_flight_weight_updates and A > 0:
-                    ray.get(collector.drain.remote())
-                _, lost = stack.push_weights(step + 1)
-                _heal(stack, collector, step + 1, lost)  # engines that died: current weights
-                ray.get(collector.set_version.remote(step + 1))
+                # 3. one optimizer step: version step -> step + 1
+                with timer("train"):
+                    tm = stack.trainer_call("train_step", trainer_view(batch), loss_fn)
 
-            # 6. log
-            rep: dict[str, float] = ray.get(collector.report.remote())
-            metrics.update(rep)
-            gen_s = rep.get("collector/gen_s", 0.0)
-            metrics["tokens_per_s/gen"] = (
-                rep.get("collector/gen_tokens", 0.0) / gen_s if gen_s else 0.0
-            )
-            metrics["tokens_per_s/train"] = float(tm.get("tokens_per_s", 0.0))
-            metrics["buffer/evicted_stale"] = float(_stats(stack).get("evicted_stale", 0))
-            if val_tasks and g.val_period and (step + 1) % g.val_period == 0:
-                with timer("validation"):
-                    metrics.update(_validate(collector, val_tasks, val_samples, cfg))
-            metrics.update(timer.t)
-            metrics["time/step_s"] = time.perf_counter() - t_step
-            history.append(metrics)
-            log.log(step + 1, metrics)
-            if on_step is not None:
-                on_step(step + 1, stack)
+                # 4. order the work for step + 1 + A, then checkpoint (before the weights move on)
+                ray.get(collector.order.remote(P, step + 1))  # for step + 1 + A: version ≥ step + 1
+                metrics = {
+                    **rollout_metrics(groups, step, A),
+                    **mismatch_metrics(batch),
+                    **train_metrics(tm),
+                    "dynamic_sampling/groups_drawn": float(drawn),
+                    "version": float(step + 1),
+                }
+                if cfg.checkpointing.enabled and (
+                    (step + 1) % cfg.checkpointing.save_period == 0 or step + 1 == g.max_num_steps
+                ):
+                    with timer("checkpoint"):
+                        restore = _save(
+                            stack, collector, ckpt_root, step + 1, [*history, metrics], cfg
+                        )
+
+                # 5. in-flight weight update: engines pause (keeping requests), load, resume
+                with timer("weight_sync"):
+                    if not g.async_grpo.in_flight_weight_updates and A > 0:
+                        ray.get(collector.drain.remote())
+                    _, lost = stack.push_weights(step + 1)
+                    _heal(stack, collector, step + 1, lost)  # engines that died: current weights
+                    ray.get(collector.set_version.remote(step + 1))
+
+                # 6. log
+                rep: dict[str, float] = ray.get(collector.report.remote())
+                metrics.update(rep)
+                gen_s = rep.get("collector/gen_s", 0.0)
+                metrics["tokens_per_s/gen"] = (
+                    rep.get("collector/gen_tokens", 0.0) / gen_s if gen_s else 0.0
+                )
+                metrics["tokens_per_s/train"] = float(tm.get("tokens_per_s", 0.0))
+                metrics["buffer/evicted_stale"] = float(_stats(stack).get("evicted_stale", 0))
+                if val_tasks and g.val_period and (step + 1) % g.val_period == 0:
+                    with timer("validation"):
+                        metrics.update(_validate(collector, val_tasks, val_samples, cfg))
+                metrics.update(timer.t)
+                metrics["time/step_s"] = time.perf_counter() - t_step
+                metrics["trainer/restarts"] = float(restarts)
+                history.append(metrics)
+                log.log(step + 1, metrics)
+                step += 1
+                if on_step is not None:
+                    on_step(step, stack)
+            except TrainerLost as e:
+                restarts += 1
+                if restarts > cfg.cluster.max_trainer_restarts:
+                    raise RuntimeError(
+                        f"{e} (step {step + 1}), and the trainer fleet was already restarted "
+                        f"{restarts - 1} times (cluster.max_trainer_restarts): see that rank's log "
+                        "(`ray logs`, or the actor's stderr above) for the cause; the run can go on "
+                        "from its last checkpoint with --resume"
+                    ) from e
+                lost_trainer = e
         val_end = None
         if val_tasks:
             ray.get(collector.stop.remote())
@@ -240,6 +259,109 @@ def train(
             pass
         if own_stack:
             stack.shutdown()
+
+
+@dataclass
+class _RestorePoint:
+    """Where a restarted trainer fleet rewinds to: a checkpoint folder this run wrote or
+    resumed from, or (``folder`` None) the run's start, whose driver state is kept here (the
+    restarted ranks then hold the initial weights already)."""
+
+    folder: Path | None
+    state: dict[str, Any] | None = None
+
+    @property
+    def step(self) -> int:
+        return int(self.folder.name.removeprefix("step_")) if self.folder is not None else 0
+
+    def driver_state(self) -> dict[str, Any]:
+        if self.folder is not None:
+            return ckpt.load_driver_state(self.folder)
+        assert self.state is not None
+        return self.state
+
+
+def _new_collector(stack: Any, cfg: Any, tasks: list[dict[str, Any]]) -> Any:
+    import ray
+
+    from dockyard.core.drivers.collector import CollectorHost
+
+    return (
+        ray.remote(CollectorHost)
+        .options(num_cpus=0, max_concurrency=1000)
+        .remote(
+            cfg.model_dump(mode="json", exclude_unset=True),
+            stack.engines.actors,
+            stack.buffer,
+            stack.sandbox_urls,
+            tasks,
+        )
+    )
+
+
+def _driver_state(
+    stack: Any, collector: Any, step: int, history: list[dict[str, float]]
+) -> dict[str, Any]:
+    import ray
+
+    coll = ray.get(collector.state.remote())  # before the buffer: see checkpoint.py
+    buf = ray.get(stack.buffer.get_state.remote())
+    return {
+        "step": step,
+        "collector": coll,
+        "buffer": buf,
+        "rng": ckpt.rng_state(),
+        "history": history,
+    }
+
+
+def _restore(
+    stack: Any, collector: Any, point: _RestorePoint
+) -> tuple[list[dict[str, float]], int]:
+    """Load ``point`` into the trainer (a checkpoint's policy), the collector, the buffer and
+    the driver's RNG, and give the engines its weights; returns (history, step)."""
+    import ray
+
+    state = point.driver_state()
+    if point.folder is not None:
+        stack.trainer_call("load_checkpoint", str(point.folder / "policy"))
+    ray.get(collector.load_state.remote(state["collector"]))
+    ray.get(stack.buffer.set_state.remote(state["buffer"]))
+    ckpt.set_rng_state(state["rng"])
+    step = int(state["step"])
+    _heal(stack, collector, step, stack.push_weights(step)[1])
+    ray.get(collector.set_version.remote(step))
+    return list(state["history"]), step
+
+
+def _recover(
+    stack: Any,
+    collector: Any,
+    cfg: Any,
+    tasks: list[dict[str, Any]],
+    point: _RestorePoint,
+    lost: Any,
+    log: MetricsLogger,
+) -> tuple[Any, list[dict[str, float]], int]:
+    """After a trainer rank died: restart the whole trainer fleet, replace engines whose weight
+    sync it broke, and rewind the run to ``point`` with a new collector and an empty buffer
+    (work of the abandoned steps must not leak into the redone ones). Returns (collector,
+    history, step)."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.get(collector.stop.remote(), timeout=30)
+    with contextlib.suppress(Exception):
+        ray.kill(collector)
+    stack.restart_trainer()
+    for i in sorted(set(lost.engines)):  # mid-sync when the fleet died: their weights are partial
+        ray.get(stack.engines.restart(i).ready.remote())
+    stack.new_buffer()
+    collector = _new_collector(stack, cfg, tasks)
+    history, step = _restore(stack, collector, point)
+    ray.get(collector.start.remote())
+    log.rewind(step)
+    return collector, history, step
 
 
 def _stats(stack: Any) -> dict[str, int]:
@@ -319,24 +441,11 @@ def _heal(stack: Any, collector: Any, version: int, lost: list[int] | None = Non
 
 def _save(
     stack: Any, collector: Any, root: Path, step: int, history: list[dict[str, float]], cfg: Any
-) -> None:
-    import ray
-
+) -> _RestorePoint:
     folder = ckpt.step_dir(root, step)
     folder.mkdir(parents=True, exist_ok=True)
     stack.trainer_call("save_checkpoint", str(folder / "policy"), {"step": step})
-    coll = ray.get(collector.state.remote())  # before the buffer: see checkpoint.py
-    buf = ray.get(stack.buffer.get_state.remote())
-    ckpt.save_driver_state(
-        folder,
-        {
-            "step": step,
-            "collector": coll,
-            "buffer": buf,
-            "rng": ckpt.rng_state(),
-            "history": history,
-        },
-    )
+    ckpt.save_driver_state(folder, _driver_state(stack, collector, step, history))
     ckpt.mark_done(folder)
     metric = None
     if cfg.checkpointing.metric_name:
@@ -344,3 +453,4 @@ def _save(
             i + 1: h.get(cfg.checkpointing.metric_name, float("nan")) for i, h in enumerate(history)
         }
     ckpt.prune(root, cfg.checkpointing.keep_top_k, metric, cfg.checkpointing.higher_is_better)
+    return _RestorePoint(folder)  # (pruning always keeps the latest)

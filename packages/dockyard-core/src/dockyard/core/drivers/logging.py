@@ -91,6 +91,21 @@ class MetricsLogger:
             self._bar.set_postfix(post, refresh=False)
             self._bar.update(1)
 
+    def rewind(self, step: int) -> None:
+        """Go back to ``step`` (a run that rewound to a checkpoint): the JSONL keeps steps ≤
+        ``step``, TensorBoard purges later events, the bar shows ``step``. W&B cannot take
+        steps back: its redone steps are dropped by W&B with a warning."""
+        if self._jsonl is not None:
+            self._jsonl.close()
+            _truncate_jsonl(self.jsonl_path, step)
+            self._jsonl = self.jsonl_path.open("a")
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = _tensorboard_writer(self.dir / "tensorboard", step)
+        if self._bar is not None:
+            self._bar.n = step
+            self._bar.refresh()
+
     def write(self, line: str) -> None:
         """Print a line without breaking the progress bar."""
         if self._bar is not None:
@@ -137,7 +152,8 @@ def _tensorboard_writer(folder: Path, initial_step: int) -> Any:
         raise ImportError(
             "logger.tensorboard_enabled needs torch and tensorboard: pip install torch tensorboard"
         ) from e
-    return SummaryWriter(str(folder), purge_step=initial_step or None)
+    # events of steps after ``initial_step`` are from the abandoned run: purged
+    return SummaryWriter(str(folder), purge_step=initial_step + 1 if initial_step else None)
 
 
 def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:

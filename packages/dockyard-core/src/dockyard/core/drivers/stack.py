@@ -27,6 +27,22 @@ TORCH_WORKER = "dockyard.torch.worker:TorchPolicyWorker"
 JAX_WORKER = "dockyard.jax.worker:JaxPolicyWorker"
 
 
+class TrainerLost(RuntimeError):
+    """A trainer rank died (``RayActorError``): its process group cannot go on without it.
+
+    Attributes:
+        rank: the rank found dead.
+        engines: engines that were receiving weights from the fleet when it died (their
+            weights are partial: the driver replaces them once the trainer is back).
+    """
+
+    def __init__(self, rank: int, cause: BaseException, engines: list[int] | None = None) -> None:
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        super().__init__(f"trainer rank {rank} died ({first.rstrip('.')})")
+        self.rank = rank
+        self.engines = list(engines or [])
+
+
 def needs_reference(cfg: Any) -> bool:
     return float(getattr(cfg.loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0) > 0.0
 
@@ -158,6 +174,14 @@ class Stack:
             raise
         self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound())
 
+    def new_buffer(self) -> Any:
+        """Replace the replay buffer with an empty one (a rewind: puts still on their way to
+        the old one from a stopped collector must not reach the restored contents)."""
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.buffer, no_restart=True)
+        self.buffer = remote_buffer(self.cfg.grpo.async_grpo.age_bound())
+        return self.buffer
+
     # ------------------------------------------------------------ fleets
     def _start_trainer(self, cpus: float) -> Fleet:
         """The trainer fleet's actors (started, not waited for: ``step`` answers when ready)."""
@@ -180,6 +204,17 @@ class Stack:
             addr, port = self.ray.get(fleet.actors[0].address.remote())
             fleet.call("start", addr, port)  # not waited for: ``step`` answers once all joined
         return fleet
+
+    def restart_trainer(self) -> None:
+        """Kill every trainer rank and start the fleet again (fresh weights from
+        ``policy.model_name``; the caller loads a checkpoint). Survivors are killed too: they
+        would wait in a collective for the dead rank."""
+        self.trainer.restart_all()
+        world = len(self.trainer)
+        if world > 1:
+            addr, port = self.ray.get(self.trainer.actors[0].address.remote())
+            self.trainer.call("start", addr, port)
+        gather_ranks(self.trainer.call("step"))
 
     def _start_engines(self, cpus: float) -> Fleet:
         """The inference fleet's actors (started, not waited for: ``ready`` loads the engine)."""
@@ -280,20 +315,24 @@ class Stack:
             kind, tx, rx = self._transport(i)
             recv = self.engines.actors[i].update_weights.remote(rx, version)
             sent = [a.send_weights.remote(kind, tx, version, bucket) for a in self.trainer.actors]
-            try:
-                self.ray.get(recv)
-            except self.ray.exceptions.RayActorError:
+            try:  # whichever side fails first is reported at once, not at the other's timeout
+                answers = gather_ranks(sent, also=recv)
+            except TrainerLost as e:
+                e.engines.append(i)  # its weights are partial
+                raise
+            except _EngineLost:
                 lost.append(i)  # died mid-sync: the senders fail on their own timeout
                 with contextlib.suppress(self.ray.exceptions.RayTaskError):
-                    self.ray.get(sent)
+                    gather_ranks(sent)
                 continue
-            total += float(self.ray.get(sent)[0])
+            total += float(answers[0])
         return total, lost
 
     # ------------------------------------------------------------ trainer calls
     def trainer_call(self, method: str, *args: Any) -> Any:
-        """Call a worker method on every rank; rank 0's answer."""
-        return self.ray.get([a.call.remote(method, *args) for a in self.trainer.actors])[0]
+        """Call a worker method on every rank; rank 0's answer (:class:`TrainerLost` if a
+        rank died)."""
+        return gather_ranks([a.call.remote(method, *args) for a in self.trainer.actors])[0]
 
     def shutdown(self) -> None:
         for fleet in (getattr(self, "engines", None), getattr(self, "trainer", None)):
@@ -304,6 +343,31 @@ class Stack:
                 fleet.shutdown()
         if self.sandbox is not None:
             self.sandbox.shutdown()
+
+
+def gather_ranks(refs: list[Any], also: Any = None) -> list[Any]:
+    """The answers of one call on every trainer rank (``refs`` in rank order), waiting on them
+    together with ``also`` (an engine's side of a weight sync). A rank that died raises
+    :class:`TrainerLost` as soon as Ray reports it — its peers would otherwise wait in a
+    collective until their timeout; a dead ``also`` raises ``_EngineLost``; any other error
+    is raised as Ray raises it, also as soon as it is known."""
+    ray = require_ray()
+    died = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+    rank = {r: i for i, r in enumerate(refs)}
+    pending = [*refs, *([also] if also is not None else [])]
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(ready[0])
+        except died as e:
+            if ready[0] in rank:
+                raise TrainerLost(rank[ready[0]], e) from e
+            raise _EngineLost() from e
+    return ray.get(refs)
+
+
+class _EngineLost(Exception):
+    """The engine side of a weight sync died (the push records it and goes on)."""
 
 
 def _free_port() -> int:

@@ -160,6 +160,17 @@ class Fleet:
         self.restarts += 1
         return self.actors[index]
 
+    def restart_all(self) -> list[Any]:
+        """Kill every member, then start each again in its bundle (a fleet whose members
+        depend on each other, like trainer ranks in one process group: a survivor would wait
+        in a collective for the dead one). Returns the new handles."""
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                self.ray.kill(a, no_restart=True)
+        for i in range(len(self.actors)):
+            self.restart(i)
+        return list(self.actors)
+
     def shutdown(self) -> None:
         from ray.util.placement_group import remove_placement_group
 

@@ -85,6 +85,9 @@ class PolicyHost:
     def step(self) -> int:
         return int(self.worker.step)
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def send_weights(
         self, transport: str, sender_kwargs: dict[str, Any], version: int, bucket_bytes: int
     ) -> float:
