@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -443,6 +444,8 @@ def _save(
     stack: Any, collector: Any, root: Path, step: int, history: list[dict[str, float]], cfg: Any
 ) -> _RestorePoint:
     folder = ckpt.step_dir(root, step)
+    if folder.exists() and not (folder / "done").exists():
+        shutil.rmtree(folder)  # a save cut short (its trainer rank died): start it afresh
     folder.mkdir(parents=True, exist_ok=True)
     stack.trainer_call("save_checkpoint", str(folder / "policy"), {"step": step})
     ckpt.save_driver_state(folder, _driver_state(stack, collector, step, history))

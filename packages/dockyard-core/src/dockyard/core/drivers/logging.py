@@ -57,7 +57,9 @@ class MetricsLogger:
             self._jsonl = self.jsonl_path.open("a")
         self._tb = None
         if logger_cfg.tensorboard_enabled:
-            self._tb = _tensorboard_writer(self.dir / "tensorboard", initial_step)
+            # events after the resumed-from step are the abandoned run's: purged
+            purge = initial_step + 1 if initial_step else None
+            self._tb = _tensorboard_writer(self.dir / "tensorboard", purge)
         self._wandb = None
         if logger_cfg.wandb_enabled:
             self._wandb = _wandb_run(logger_cfg, self.dir, config_dict or {}, initial_step)
@@ -101,7 +103,7 @@ class MetricsLogger:
             self._jsonl = self.jsonl_path.open("a")
         if self._tb is not None:
             self._tb.close()
-            self._tb = _tensorboard_writer(self.dir / "tensorboard", step)
+            self._tb = _tensorboard_writer(self.dir / "tensorboard", step + 1)
         if self._bar is not None:
             self._bar.n = step
             self._bar.refresh()
@@ -145,15 +147,14 @@ def read_jsonl_metrics(path: str | Path) -> list[dict[str, float]]:
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
 
 
-def _tensorboard_writer(folder: Path, initial_step: int) -> Any:
+def _tensorboard_writer(folder: Path, purge_step: int | None) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as e:
         raise ImportError(
             "logger.tensorboard_enabled needs torch and tensorboard: pip install torch tensorboard"
         ) from e
-    # events of steps after ``initial_step`` are from the abandoned run: purged
-    return SummaryWriter(str(folder), purge_step=initial_step + 1 if initial_step else None)
+    return SummaryWriter(str(folder), purge_step=purge_step)
 
 
 def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
