@@ -159,13 +159,14 @@ def train(
                 if lost_trainer is not None:  # a rank died: restart the fleet, rewind to `restore`
                     log.write(
                         f"dockyard: {lost_trainer} at step {step + 1}: restarting every trainer "
-                        f"rank ({restarts} of cluster.max_trainer_restarts="
-                        f"{cfg.cluster.max_trainer_restarts}) and rewinding to "
+                        f"rank (restart {restarts} of {cfg.cluster.max_trainer_restarts}, "
+                        "cluster.max_trainer_restarts) and rewinding to "
                         + (f"step {restore.step}" if restore.folder else "the start")
                     )
                     collector, history, step = _recover(
-                        stack, collector, cfg, tasks, restore, lost_trainer, log
+                        stack, collector, cfg, tasks, restore, lost_trainer
                     )
+                    log.rewind(step)
                     lost_trainer = None
                     continue
                 timer, t_step = _Timer(), time.perf_counter()
@@ -342,7 +343,6 @@ def _recover(
     tasks: list[dict[str, Any]],
     point: _RestorePoint,
     lost: Any,
-    log: MetricsLogger,
 ) -> tuple[Any, list[dict[str, float]], int]:
     """After a trainer rank died: restart the whole trainer fleet, replace engines whose weight
     sync it broke, and rewind the run to ``point`` with a new collector and an empty buffer
@@ -361,7 +361,6 @@ def _recover(
     collector = _new_collector(stack, cfg, tasks)
     history, step = _restore(stack, collector, point)
     ray.get(collector.start.remote())
-    log.rewind(step)
     return collector, history, step
 
 
