@@ -22,6 +22,8 @@ two modes alternate, so drifting machine load hits both alike. Two regimes:
   (``cluster.trainer_cpus`` = the first half of the machine's cores, ``cluster.inference_cpus``
   = the second half), in both modes — the topology of a GPU cluster, whose trainer and
   inference GPUs are disjoint: in sync mode each fleet's cores idle while the other works.
+  32 new tokens per sample (not 48): the engine generates on half the cores, and sync's
+  generation and training stay comparable.
   After both ``balanced`` and ``disjoint`` the bench also compares the fastest async with the
   fastest sync over the two placements.
 
@@ -50,8 +52,11 @@ ASYNC = (
 SYNC = "grpo.async_grpo={enabled: false}"
 
 
-def balanced_config(out: Path, args: argparse.Namespace) -> Path:
-    """The ``balanced`` regime's config (and its model), written under ``out``."""
+NEW_TOKENS = {"balanced": 48, "disjoint": 32}  # sync's generation ≈ training, 2-core box
+
+
+def balanced_config(out: Path, args: argparse.Namespace, regime: str) -> Path:
+    """The ``balanced`` / ``disjoint`` regime's config (and its model), written under ``out``."""
     import yaml
 
     from dockyard.torch.testing import build_tiny_model
@@ -76,7 +81,7 @@ def balanced_config(out: Path, args: argparse.Namespace) -> Path:
             "optimizer": {"name": "adamw", "lr": 1.0e-4, "weight_decay": 0.0},
             "generation": {
                 "backend": "vllm",
-                "max_new_tokens": args.new_tokens,
+                "max_new_tokens": args.new_tokens or NEW_TOKENS[regime],
                 "vllm_cfg": {
                     "gpu_memory_utilization": 0.1,
                     "enforce_eager": True,
@@ -97,7 +102,7 @@ def balanced_config(out: Path, args: argparse.Namespace) -> Path:
         "checkpointing": {"enabled": False},
         "data_plane": {"weight_transport": {"type": "shm", "timeout_s": 120}},
     }
-    path = out / "balanced.yaml"
+    path = out / f"{regime}.yaml"
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -125,7 +130,7 @@ def command(regime: str, mode: str, out: Path, args: argparse.Namespace) -> list
             "checkpointing.enabled=false",
             *common,
         ]
-    cfg = balanced_config(Path(args.output), args)
+    cfg = balanced_config(Path(args.output), args, regime)
     mode_override = SYNC if mode == "sync" else ASYNC
     if regime == "disjoint":
         common = [*disjoint_cores(), *common]
@@ -210,7 +215,13 @@ def main() -> int:
     ap.add_argument("--output", default="results/bench_async_vs_sync")
     ap.add_argument("--hidden", type=int, default=128, help="balanced regime: model width")
     ap.add_argument("--layers", type=int, default=2, help="balanced regime: model depth")
-    ap.add_argument("--new-tokens", type=int, default=48, help="balanced regime: tokens/sample")
+    ap.add_argument(
+        "--new-tokens",
+        type=int,
+        default=None,
+        help="balanced/disjoint regimes: tokens per sample (default 48 / 32: generation on one "
+        "core of two is slower, so disjoint generates less to stay ≈ training)",
+    )
     ap.add_argument("overrides", nargs="*", help="config overrides applied to both modes")
     args = ap.parse_args()
     print(
