@@ -59,9 +59,23 @@ def uninterrupted_sync(module_quickstart_cfg, ray_session) -> list[dict]:
     return _rows(cfg)
 
 
-def _same_run(a: list[dict], b: list[dict]) -> None:
+def _same_run(a: list[dict], b: list[dict], first_redone: int) -> None:
+    """Run ``b`` (resumed or rewound, redoing steps from ``first_redone``) trained what ``a``
+    did. A sample masked as ``infra_error`` (a sandbox hiccup, masked by design) in either
+    run changes that step's batch, and the weights after it: comparable are the steps before
+    the first such step."""
     assert [r["step"] for r in b] == [r["step"] for r in a]
+    masked = [
+        ra["step"]
+        for ra, rb in zip(a, b, strict=True)
+        if ra.get("infra_error_fraction", 0) or rb.get("infra_error_fraction", 0)
+    ]
+    upto = min(masked, default=a[-1]["step"] + 1)
+    if upto <= first_redone:
+        pytest.skip(f"a sample was masked as infra_error at step {upto}: runs not comparable")
     for ra, rb in zip(a, b, strict=True):
+        if ra["step"] >= upto:
+            break
         for key in ("reward/mean", "pass_rate", "response_length/mean"):
             assert ra[key] == pytest.approx(rb[key], abs=1e-6), (ra["step"], key)
         assert ra["train/loss"] == pytest.approx(rb["train/loss"], rel=1e-3, abs=1e-5)
@@ -88,7 +102,7 @@ def test_sync_resume_reproduces_the_uninterrupted_run(
     train(resumed, resume=True, progress=False)
     rows = _rows(resumed)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    _same_run(uninterrupted_sync, rows)
+    _same_run(uninterrupted_sync, rows, first_redone=3)
 
 
 def test_a_sigkilled_trainer_rank_is_restarted_and_the_run_rewinds(
@@ -118,7 +132,7 @@ def test_a_sigkilled_trainer_rank_is_restarted_and_the_run_rewinds(
     assert pids[4] == pids[3]
     assert all(r["trajectories"] == 64 for r in rows)
     # rewound to the checkpoint, a synchronous run trains exactly what it would have
-    _same_run(uninterrupted_sync, rows)
+    _same_run(uninterrupted_sync, rows, first_redone=3)
 
 
 def test_async_resume_keeps_staleness_accounting(quickstart_cfg, ray_session, tmp_path) -> None:
