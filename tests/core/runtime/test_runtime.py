@@ -24,30 +24,36 @@ def test_bundles_name_the_role() -> None:
     assert FleetSpec("sandbox", cpus=0).bundles() == [{"fleet:sandbox": 1.0}]
 
 
+@pytest.fixture
+def local_ray():
+    """A local Ray for one test (the ``ray`` module), shut down after it."""
+    ray = pytest.importorskip("ray")
+    from dockyard.core.runtime.cluster import init_ray
+
+    init_ray(None)
+    yield ray
+    ray.shutdown()
+
+
 class Echo:
     def pid(self) -> int:
         return os.getpid()
 
 
 @pytest.mark.slow
-def test_fleet_detects_a_killed_actor_and_restarts_it() -> None:
-    ray = pytest.importorskip("ray")
-    from dockyard.core.runtime.cluster import init_ray
+def test_fleet_detects_a_killed_actor_and_restarts_it(local_ray) -> None:
     from dockyard.core.runtime.fleets import Fleet
 
-    init_ray(None)
-    try:
-        fleet = Fleet(FleetSpec("inference", size=1, cpus=0.5), Echo, lambda i: ((), {}))
-        pid = ray.get(fleet.actors[0].pid.remote())
-        os.kill(pid, signal.SIGKILL)
-        assert not fleet.alive(0, timeout_s=30)
-        fleet.restart(0)
-        assert fleet.alive(0)
-        assert ray.get(fleet.actors[0].pid.remote()) != pid
-        assert fleet.restarts == 1
-        fleet.shutdown()
-    finally:
-        ray.shutdown()
+    ray = local_ray
+    fleet = Fleet(FleetSpec("inference", size=1, cpus=0.5), Echo, lambda i: ((), {}))
+    pid = ray.get(fleet.actors[0].pid.remote())
+    os.kill(pid, signal.SIGKILL)
+    assert not fleet.alive(0, timeout_s=30)
+    fleet.restart(0)
+    assert fleet.alive(0)
+    assert ray.get(fleet.actors[0].pid.remote()) != pid
+    assert fleet.restarts == 1
+    fleet.shutdown()
 
 
 class Rank:
@@ -70,33 +76,28 @@ class Rank:
 
 
 @pytest.mark.slow
-def test_a_dead_rank_is_reported_while_its_peer_waits_and_the_fleet_restarts() -> None:
-    ray = pytest.importorskip("ray")
+def test_a_dead_rank_is_reported_while_its_peer_waits_and_the_fleet_restarts(local_ray) -> None:
     import time
 
     from dockyard.core.drivers.stack import TrainerLost, gather_ranks
-    from dockyard.core.runtime.cluster import init_ray
     from dockyard.core.runtime.fleets import Fleet
 
-    init_ray(None)
-    try:
-        fleet = Fleet(FleetSpec("trainer", size=2, cpus=0.25), Rank, lambda i: ((), {}))
-        pids = ray.get(fleet.call("pid"))
-        t0 = time.monotonic()
-        # an ordinary error is raised as soon as it is known, not after the peer's wait
-        with pytest.raises(ray.exceptions.RayTaskError, match="bad batch"):
-            gather_ranks([fleet.actors[0].collective.remote(), fleet.actors[1].fail.remote()])
-        with pytest.raises(TrainerLost, match="trainer rank 1 died") as info:
-            gather_ranks([fleet.actors[0].collective.remote(), fleet.actors[1].die.remote()])
-        assert info.value.rank == 1
-        assert time.monotonic() - t0 < 120  # not the peer's 600 s
-        fleet.restart_all()  # the waiting survivor is killed too
-        new = ray.get(fleet.call("pid"))
-        assert set(new).isdisjoint(pids)
-        assert fleet.restarts == 2
-        fleet.shutdown()
-    finally:
-        ray.shutdown()
+    ray = local_ray
+    fleet = Fleet(FleetSpec("trainer", size=2, cpus=0.25), Rank, lambda i: ((), {}))
+    pids = ray.get(fleet.call("pid"))
+    t0 = time.monotonic()
+    # an ordinary error is raised as soon as it is known, not after the peer's wait
+    with pytest.raises(ray.exceptions.RayTaskError, match="bad batch"):
+        gather_ranks([fleet.actors[0].collective.remote(), fleet.actors[1].fail.remote()])
+    with pytest.raises(TrainerLost, match="trainer rank 1 died") as info:
+        gather_ranks([fleet.actors[0].collective.remote(), fleet.actors[1].die.remote()])
+    assert info.value.rank == 1
+    assert time.monotonic() - t0 < 120  # not the peer's 600 s
+    fleet.restart_all()  # the waiting survivor is killed too
+    new = ray.get(fleet.call("pid"))
+    assert set(new).isdisjoint(pids)
+    assert fleet.restarts == 2
+    fleet.shutdown()
 
 
 def test_fleet_cpu_binding_checks_the_cores_and_binds() -> None:
