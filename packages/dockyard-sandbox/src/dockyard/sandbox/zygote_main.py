@@ -30,6 +30,7 @@ runner, pytest and the stdlib modules they import.
 import array
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -203,6 +204,91 @@ def _serve(ctl: socket.socket) -> None:
             os.close(fd)
 
 
+_WARM_TEST = """\
+import pytest
+
+
+@pytest.fixture
+def two():
+    return 2
+
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_param(x, two):
+    assert x <= two
+
+
+def test_fails():
+    assert [1, 2] == [1, 3], "an explained failure"
+"""
+
+
+def _warm_up() -> None:
+    """Run the runner's ``pytest`` mode once, here, on a test file of our own.
+
+    Beyond the imports above, pytest's first run in a process imports a good deal lazily
+    (assertion rewriting, fixtures, parametrisation, failure reports, the terminal writer):
+    done once here, every fork starts with it in memory. The run mirrors a jail's (plugin
+    autoload off, ``--pycache-prefix``, ``--select``); its traces (its module, path entries,
+    caches, the prefix) are removed again, and the process-wide state pytest sets up it
+    restores itself when the session ends.
+    """
+    import linecache
+    import shutil
+    import tempfile
+
+    runner = sys.modules["runner"]
+    keep_path, keep_meta, keep_modules = list(sys.path), list(sys.meta_path), set(sys.modules)
+    keep_argv, keep_cwd, keep_ws = sys.argv, os.getcwd(), runner.WORKSPACE
+    saved = [os.dup(1), os.dup(2)]
+    tmp = tempfile.mkdtemp(prefix="dockyard-zygote-warm-")
+    try:
+        with open(os.path.join(tmp, "test_warm.py"), "w") as f:
+            f.write(_WARM_TEST)
+        with open(os.path.join(tmp, "pytest.ini"), "w") as f:
+            f.write("[pytest]\n")
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.chdir(tmp)
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # as in every jail (jail.py)
+        runner.WORKSPACE = tmp
+        cfg = ["-p", "no:cacheprovider", "-c", f"{tmp}/pytest.ini", "--rootdir", tmp]
+        cfg += ["--confcutdir", tmp, "-q", "--color=no", "-o", "console_output_style=classic"]
+        ids = ["test_warm.py::test_param[1]", "test_warm.py::test_fails"]
+        opts = ["--pycache-prefix", f"{tmp}/pycache", "--select", str(len(ids))]
+        sys.argv = ["runner.py", "pytest", str(null), *opts, *cfg, *ids]
+        runner.main()  # closes `null`; reports to its private copy of it
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        if runner._out is not None:
+            os.close(runner._out)
+            runner._out = None
+        runner.WORKSPACE = keep_ws
+        os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        sys.argv = keep_argv
+        sys.pycache_prefix = None
+        os.chdir(keep_cwd)
+        shutil.rmtree(tmp, ignore_errors=True)
+        sys.path[:] = keep_path
+        sys.meta_path[:] = keep_meta
+        for name in set(sys.modules) - keep_modules:
+            if name == "test_warm" or name.startswith("test_warm."):
+                del sys.modules[name]
+        for key in [k for k in sys.path_importer_cache if k.startswith(tmp)]:
+            del sys.path_importer_cache[key]
+        linecache.clearcache()
+    gc.collect()
+    # Objects that exist now are never scanned again by the collector, here or in a fork:
+    # pytest collects at exit, and over the whole inherited heap that was ~50 ms a phase.
+    gc.freeze()
+
+
 def main() -> None:
     ctl_fd = int(sys.argv[1])
     sys.path.extend(p for p in sys.argv[2].split(":") if p)
@@ -217,6 +303,7 @@ def main() -> None:
     for name in default_plugins:
         with contextlib.suppress(ImportError):
             importlib.import_module(f"_pytest.{name}")
+    _warm_up()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if len(os.listdir("/proc/self/task")) != 1:  # keepers join cgroups thread-wise (tasks)
         raise SystemExit("runner zygote: imports started a thread; refusing to serve")
