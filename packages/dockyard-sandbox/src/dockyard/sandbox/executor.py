@@ -13,6 +13,7 @@ Trust boundaries in order:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dockyard.sandbox import integrity, patches
+from dockyard.sandbox import integrity, patches, pycache
 from dockyard.sandbox.cgroups import Probe
 from dockyard.sandbox.jail import Cancel, JailOutcome, JailSpec
 from dockyard.sandbox.jail import run as jail_run
@@ -92,25 +93,46 @@ class _Run:
     timings: Timings = field(default_factory=Timings)
 
 
+@functools.cache
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
+
+
+def _as_uid(argv: list[str], uid: int) -> tuple[list[str], dict]:
+    """``argv`` run as ``uid`` (no groups) when the service is root. Through ``setpriv`` where
+    there is one: ``subprocess`` given ``user=`` must ``fork`` the whole service process (no
+    ``vfork`` with a uid change), tens of ms for a large one, in every task."""
+    if os.geteuid() != 0:
+        return argv, {}
+    if (sp := _setpriv()) is not None:
+        return [sp, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv], {}
+    return argv, {"user": uid, "group": uid, "extra_groups": []}
+
+
 def git_apply(ws: Path, patch: str, uid: int) -> None:
     """Apply ``patch`` as ``uid`` (git apply, then GNU patch with fuzz); raise Rejected."""
     if not patch.strip():
         return
     if not patch.endswith("\n"):
         patch += "\n"
-    kw = {"cwd": ws, "env": _GIT_ENV, "capture_output": True, "timeout": 120}
-    if os.geteuid() == 0:
-        kw.update(user=uid, group=uid, extra_groups=[])
-    r = subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", "--recount", "-"], input=patch.encode(), **kw
+    # The workspace's own repository (the base tree's, copied: no task code has run yet),
+    # named so that git does not look for it up the path: the task uid may not traverse the
+    # service's work dir, and git's discovery then fails ("failed to stat") before applying.
+    env = (
+        {**_GIT_ENV, "GIT_DIR": ".git", "GIT_WORK_TREE": "."}
+        if (ws / ".git").is_dir()
+        else _GIT_ENV
     )
+    kw = {"cwd": ws, "env": env, "capture_output": True, "timeout": 120}
+    argv, as_uid = _as_uid(["git", "apply", "--whitespace=nowarn", "--recount", "-"], uid)
+    r = subprocess.run(argv, input=patch.encode(), **kw, **as_uid)
     if r.returncode == 0:
         return
-    r2 = subprocess.run(
+    argv, as_uid = _as_uid(
         ["patch", "--batch", "--fuzz=5", "-p1", "--no-backup-if-mismatch", "-r", "-", "--forward"],
-        input=patch.encode(),
-        **kw,
+        uid,
     )
+    r2 = subprocess.run(argv, input=patch.encode(), **kw, **as_uid)
     if r2.returncode != 0:
         raise Rejected(f"patch does not apply: {r.stderr.decode(errors='replace')[:1000]}")
 
@@ -309,7 +331,12 @@ def _test_argv(
             "console_output_style=classic",
             *ids,
         ]
-        return [*py, "pytest", "{REPORT_FD}", *args], ids, True
+        prefix = run.trusted / pycache.PREFIX_DIR
+        prefix.mkdir(mode=0o755)
+        pycache.write_held_out(run.ws, run.ro_files, prefix, run.trusted / cfg)
+        runner_opts = ["--pycache-prefix", f"{TASK_MOUNT}/{pycache.PREFIX_DIR}"]
+        runner_opts += ["--select", str(len(ids))]  # the ids, last: see runner._selecting
+        return [*py, "pytest", "{REPORT_FD}", *runner_opts, *args], ids, True
     if ft is not None:
         spec = {
             "module": ft.module,

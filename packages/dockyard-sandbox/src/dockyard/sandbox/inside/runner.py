@@ -1,6 +1,6 @@
 """The in-sandbox test runner (stdlib + pytest only; mounted read-only at /opt/dockyard).
 
-    python -I /opt/dockyard/runner.py pytest <report_fd> <pytest args...>
+    python -I /opt/dockyard/runner.py pytest <report_fd> [--pycache-prefix DIR] [--select N] <pytest args...>
     python -I /opt/dockyard/runner.py plain  <report_fd> <file.py::test_name ...>
     python -I /opt/dockyard/runner.py calls  <report_fd> <calls.json>
     python -I /opt/dockyard/runner.py split  <report_fd> <file.py::test_name ...>  (split.py)
@@ -94,11 +94,80 @@ class _Reporter:
         emit({"k": "end", "exit": int(exitstatus)})
 
 
+def _selecting(ids: list[str]):
+    """pytest plugin: run exactly the tests ``ids`` name, building only those items.
+
+    pytest gets the ids' files, not the ids: given node ids it aborts the whole run when one
+    of them matches nothing ("not found"), and it still builds every function of their modules
+    and every parametrisation of their functions before dropping the rest — in a test file
+    with hundreds of parametrised cases, most of a test phase. Here a function no id leads to
+    is never built, a parametrised one only with its named cases (all of them if none of its
+    cases is named, or its id has none), and the items left are those the ids name (an id that
+    names a file, class or function selects everything under it). An id that names nothing is
+    missing; the others run.
+    """
+    import pytest
+
+    ids_set = set(ids)
+    whole = {i for i in ids if "[" not in i}  # a file, class or function: all under it
+    wanted: set[str] = set()  # every node on the way to an id
+    for i in ids:
+        parts = i.split("[", 1)[0].split("::")
+        wanted.update("::".join(parts[:k]) for k in range(1, len(parts) + 1))
+
+    def under_whole(nodeid: str) -> bool:
+        parts = nodeid.split("[", 1)[0].split("::")
+        return any("::".join(parts[:k]) in whole for k in range(1, len(parts) + 1))
+
+    class Selecting:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_pycollect_makeitem(self, collector, name, obj):
+            node = f"{collector.nodeid}::{name}"
+            if node in wanted or under_whole(node):
+                return None  # collected as usual
+            return []  # not on the way to any id: nothing to build
+
+        @pytest.hookimpl(trylast=True)  # after every parametrize() call
+        def pytest_generate_tests(self, metafunc):
+            base = metafunc.definition.nodeid
+            calls = metafunc._calls
+            if not calls or under_whole(base):
+                return
+            keep = [
+                c
+                for c in calls
+                if (f"{base}[{c.id}]" if getattr(c, "_idlist", True) else base) in ids_set
+            ]
+            if keep:
+                calls[:] = keep
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(self, config, items):
+            keep = [it for it in items if it.nodeid in ids_set or under_whole(it.nodeid)]
+            if len(keep) != len(items):
+                chosen = set(map(id, keep))
+                config.hook.pytest_deselected(items=[it for it in items if id(it) not in chosen])
+                items[:] = keep
+
+    return Selecting()
+
+
 def run_pytest(args: list[str]) -> int:
     import pytest
 
+    plugins: list[object] = [_Reporter()]
+    while args[:1] in (["--pycache-prefix"], ["--select"]):
+        opt, value, args = args[0], args[1], args[2:]
+        if opt == "--pycache-prefix":
+            # Bytecode is looked up there, never in the workspace's __pycache__ folders: the
+            # service puts pytest's rewritten held-out test modules there (see pycache.py).
+            sys.pycache_prefix = value
+        elif int(value):  # --select N: the last N arguments are the node ids to run
+            ids, args = args[-int(value) :], args[: -int(value)]
+            plugins.append(_selecting(ids))
+            args += list(dict.fromkeys(i.split("::", 1)[0] for i in ids))
     sys.path.insert(0, WORKSPACE)
-    return int(pytest.main(args, plugins=[_Reporter()]))
+    return int(pytest.main(args, plugins=plugins))
 
 
 def run_plain(ids: list[str]) -> int:
