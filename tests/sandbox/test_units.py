@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import tarfile
 from pathlib import Path
 
@@ -165,3 +166,21 @@ def test_task_validation_names_the_field() -> None:
         Task(patch="")
     with pytest.raises(ValueError, match="only one of path / tarball / git"):
         Task(repo={"path": "/x", "tarball": "eA=="}, test_command="true")
+
+
+def test_the_service_tmpfs_is_mounted_replaced_and_released(tmp_path: Path) -> None:
+    from dockyard.sandbox.workspace import Workspaces
+
+    ws = Workspaces(tmp_path / "ws")
+    if not ws.tmpfs:
+        pytest.skip("the service may not mount here (not root): a plain directory is used")
+    trusted = ws.service_tmpfs(tmp_path / "trusted")
+    assert os.path.ismount(trusted)
+    assert oct(os.stat(trusted).st_mode & 0o777) == "0o711"
+    (trusted / "left-by-a-killed-service").write_text("x")
+    again = Workspaces(tmp_path / "ws")  # the next service, same work dir
+    again.service_tmpfs(tmp_path / "trusted")
+    assert os.listdir(trusted) == [], "a stale mount is replaced by an empty one"
+    ws._mounts.clear()  # the first service's mount was detached by the second
+    again.close()
+    assert not os.path.ismount(trusted)

@@ -88,7 +88,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         cache=RepoCache(cache_dir, cfg.cache_max_bytes),
         workspaces=workspaces,
         uids=UidPool(cfg.uid_base, 4096),
-        trusted_root=work / "trusted",
+        trusted_root=workspaces.service_tmpfs(work / "trusted"),
         allow_network=cfg.allow_network,
         isolation=str(cfg.isolation.mode),
         zygote=_zygote(cfg),
@@ -115,6 +115,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             await asyncio.to_thread(state["sessions"].close)
             if ctx.zygote is not None:
                 ctx.zygote.close()
+            workspaces.close()
 
     app = FastAPI(
         title="dockyard-sandbox",

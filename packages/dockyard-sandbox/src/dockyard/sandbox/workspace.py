@@ -65,6 +65,7 @@ class Workspaces:
         os.chmod(root, 0o711)  # task uids may traverse to their own workspace, not list others
         self.cleanup_stale()
         self.tmpfs = self._can_mount()
+        self._mounts: list[Path] = []
         self.warning = (
             ""
             if self.tmpfs
@@ -86,6 +87,25 @@ class Workspaces:
         finally:
             with contextlib.suppress(OSError):
                 probe.rmdir()
+
+    def service_tmpfs(self, path: Path, size_mb: int = 1024) -> Path:
+        """A root-only (0711) tmpfs at ``path`` for the service's own per-task files (trusted
+        configs, pre-rewritten bytecode): files made and removed in every task cost inode
+        allocations on a disk file system, none here. A plain directory where mounts fail.
+        Unmounted by :meth:`close`; one a killed service left is replaced."""
+        if os.path.ismount(path):
+            _umount(path)
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o711)
+        if self.tmpfs:
+            _mount_tmpfs(path, f"size={size_mb}m,mode=0711")
+            self._mounts.append(path)
+        return path
+
+    def close(self) -> None:
+        for p in self._mounts:
+            _umount(p)
+        self._mounts.clear()
 
     def create(self, name: str, uid: int, disk_mb: int, inodes: int) -> Path:
         ws = self.root / name
