@@ -2,7 +2,7 @@
 
 For each worker count N (default 1, 2, 4, 8) a fresh ``dockyard-sandbox serve --workers N``
 is started; the code environment scores HumanEval canonical solutions and the swe environment
-scores gold patches of the shipped tasks, with 2·N requests in flight from one asyncio client.
+scores gold patches of the shipped tasks (the libraries in turn), with 2·N requests in flight from one asyncio client.
 Each cell is the median of ``--repeats`` runs (after one warm-up run). Every scored sample must
 come back with reward 1 (the run fails loudly otherwise), so the figures are of real verdicts.
 
@@ -54,14 +54,18 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--code-samples", type=int, default=32)
-    ap.add_argument("--swe-samples", type=int, default=12)
+    ap.add_argument("--swe-samples", type=int, default=24)
     args = ap.parse_args()
 
     he = load_humaneval()
     code_samples = [
         (t, "```python\n" + t["canonical_solution"] + "```") for t in he[: args.code_samples]
     ]
-    swe_tasks = load_shipped_tasks()[: args.swe_samples]
+    by_repo: dict[str, list[dict]] = {}
+    for t in load_shipped_tasks():
+        by_repo.setdefault(t["repo"], []).append(t)
+    interleaved = [t for group in zip(*by_repo.values(), strict=False) for t in group]
+    swe_tasks = interleaved[: args.swe_samples]  # every shipped library, in turn
     swe_samples = [(t, "```diff\n" + materialize(t).patch + "```") for t in swe_tasks]
 
     rows = []
