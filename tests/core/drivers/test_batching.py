@@ -78,3 +78,38 @@ def test_dynamic_sampling_drops_all_equal_groups(group_factory, traj_factory) ->
     assert b_all.shape[0] == 6
     assert b_kept.shape[0] == 2
     assert np.count_nonzero(b_kept.advantages[:, -1]) == 2
+
+
+def test_masked_samples_are_reported_with_their_reasons(traj_factory) -> None:
+    from dockyard.core.drivers.metrics import infra_reasons, infra_report
+
+    def masked(why: dict) -> object:
+        t = traj_factory("a", 0.0, infra=True)
+        t.metadata.update(why)
+        return t
+
+    g = Group(
+        "a",
+        [
+            traj_factory("a", 1.0),
+            masked({"infra_reason": "sandbox   unreachable:\nconnection refused"}),
+            masked({"infra_reason": "sandbox unreachable: connection refused"}),
+            masked({"error": "TimeoutError: scoring took too long"}),
+            masked({}),
+        ],
+        metadata={"uid": "a"},
+    )
+    assert infra_reasons([g]) == [
+        ("sandbox unreachable: connection refused", 2),
+        ("TimeoutError: scoring took too long", 1),
+        ("no reason given", 1),
+    ]
+    line = infra_report([g], step=7, shown=2)
+    assert line is not None
+    assert line.startswith("dockyard: step 7: 4 of 5 samples masked")
+    assert "sandbox unreachable: connection refused (×2)" in line
+    assert line.endswith(
+        "1 more reasons"
+    )
+    clean = Group("b", [traj_factory("b", 1.0)], metadata={"uid": "b"})
+    assert infra_report([clean], step=1) is None

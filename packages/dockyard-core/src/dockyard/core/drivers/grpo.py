@@ -50,7 +50,12 @@ from dockyard.core.drivers.batching import (
     trainer_view,
 )
 from dockyard.core.drivers.logging import MetricsLogger, plot_rewards
-from dockyard.core.drivers.metrics import mismatch_metrics, rollout_metrics, train_metrics
+from dockyard.core.drivers.metrics import (
+    infra_report,
+    mismatch_metrics,
+    rollout_metrics,
+    train_metrics,
+)
 
 
 @dataclass
@@ -230,6 +235,8 @@ def train(
                 metrics["time/step_s"] = time.perf_counter() - t_step
                 metrics["trainer/restarts"] = float(restarts)
                 history.append(metrics)
+                if (masked := infra_report(groups, step + 1)) is not None:
+                    log.write(masked)
                 log.log(step + 1, metrics)
                 step += 1
                 if on_step is not None:

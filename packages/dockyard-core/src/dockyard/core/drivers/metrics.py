@@ -6,6 +6,7 @@
 ``pass_rate``              fraction of valid trajectories that solved their task
 ``response_length/mean``   policy tokens per trajectory (``/max``; ``truncated_fraction``)
 ``infra_error_fraction``   trajectories masked because the reward could not be computed
+                           (the driver also prints why: :func:`infra_report`)
 ``staleness/mean|max``     age = trainer step − oldest policy version of a trajectory;
 ``staleness/hist_<k>``     the histogram of ages (k = 0..max_age); ``in_flight_fraction``:
                            trajectories whose tokens span several policy versions
@@ -63,6 +64,38 @@ def rollout_metrics(groups: list[Group], step: int, max_age: int) -> dict[str, f
     out["sandbox/latency_mean_s"] = float(env_s.mean())
     out["sandbox/latency_max_s"] = float(env_s.max())
     return out
+
+
+def infra_reasons(groups: list[Group], width: int = 160) -> list[tuple[str, int]]:
+    """Why the masked (``infra_error``) trajectories of ``groups`` could not be scored: each
+    distinct reason (an environment's ``infra_reason``, or the exception scoring raised) with
+    its count, most frequent first."""
+    counts: dict[str, int] = {}
+    for g in groups:
+        for t in g.trajectories:
+            if t.infra_error:
+                why = str(
+                    t.metadata.get("infra_reason") or t.metadata.get("error") or "no reason given"
+                )
+                why = " ".join(why.split())
+                why = why if len(why) <= width else why[: width - 1] + "…"
+                counts[why] = counts.get(why, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def infra_report(groups: list[Group], step: int, shown: int = 3) -> str | None:
+    """One log line for the masked samples of a step (None when there are none)."""
+    reasons = infra_reasons(groups)
+    if not reasons:
+        return None
+    n = sum(c for _, c in reasons)
+    total = sum(len(g.trajectories) for g in groups)
+    listed = "; ".join(f"{why} (×{c})" for why, c in reasons[:shown])
+    more = f"; {len(reasons) - shown} more reasons" if len(reasons) > shown else ""
+    return (
+        f"dockyard: step {step}: {n} of {total} samples masked (infra_error: their reward could "
+        f"not be computed, so they are left out, not scored 0): {listed}{more}"
+    )
 
 
 def mismatch_metrics(batch: Batch) -> dict[str, float]:
