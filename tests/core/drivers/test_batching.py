@@ -108,8 +108,6 @@ def test_masked_samples_are_reported_with_their_reasons(traj_factory) -> None:
     assert line is not None
     assert line.startswith("dockyard: step 7: 4 of 5 samples masked")
     assert "sandbox unreachable: connection refused (×2)" in line
-    assert line.endswith(
-        "1 more reasons"
-    )
+    assert line.endswith("1 more reasons")
     clean = Group("b", [traj_factory("b", 1.0)], metadata={"uid": "b"})
     assert infra_report([clean], step=1) is None
