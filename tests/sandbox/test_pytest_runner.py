@@ -236,14 +236,11 @@ def _binary_patch(tmp_path: Path, rel: str, data: bytes) -> str:
     """A ``git diff --binary`` patch that adds ``rel`` with content ``data``."""
     repo = tmp_path / "forge"
     repo.mkdir()
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "a",
-        "GIT_AUTHOR_EMAIL": "a@b",
-        "GIT_COMMITTER_NAME": "a",
-    }
-    env["GIT_COMMITTER_EMAIL"] = "a@b"
-    run = lambda *a: subprocess.run(["git", *a], cwd=repo, env=env, check=True, capture_output=True)  # noqa: E731
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        git = ["git", "-c", "user.name=a", "-c", "user.email=a@b", *args]
+        return subprocess.run(git, cwd=repo, check=True, capture_output=True)
+
     (repo / "README.md").write_text("many\n")
     run("init", "-q")
     run("add", "-A")
