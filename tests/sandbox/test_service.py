@@ -240,3 +240,21 @@ def test_repo_cache_hits(sandbox: SandboxClient) -> None:
             == "same"
         )
     assert hits(sandbox.metrics()) >= hits(before) + 2
+
+
+def test_idle_connections_outlive_the_clients_pool_expiry(sandbox_service: ServiceHandle) -> None:
+    """The service keeps an idle keep-alive connection open past httpx's 5 s pool expiry, so it
+    never closes one just as a client sends on it (uvicorn's own default is 5 s)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    u = urlsplit(sandbox_service.url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    try:
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read()
+        time.sleep(6.0)
+        conn.request("GET", "/healthz")  # the same socket: it fails if the service closed it
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()

@@ -16,6 +16,8 @@ import socket
 import sys
 from pathlib import Path
 
+KEEP_ALIVE_S = 75  # seconds an idle HTTP connection is kept open
+
 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -138,6 +140,9 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=int(args.drain_timeout) + 5,
         limit_concurrency=None,
         backlog=2048,
+        # Idle keep-alive connections stay open well past clients' pool expiry (httpx: 5 s),
+        # so the service never closes one as a client sends on it (uvicorn's default is 5 s).
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     server = uvicorn.Server(config)
 

@@ -44,6 +44,9 @@ from dockyard.sandbox.models import (
 )
 
 _TRANSPORT_ERRORS = (httpx.TransportError, httpx.TimeoutException)
+# The connection went away before a response: the service closed an idle keep-alive connection
+# as the request went out on it, a proxy dropped it, or the service died mid-request.
+_DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class SandboxRequestError(ValueError):
@@ -130,12 +133,27 @@ class SandboxClient(_Base):
 
     # -- plumbing -------------------------------------------------------------------------------
     def _request(
-        self, method: str, path: str, *, timeout: httpx.Timeout | None = None, **kw: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: httpx.Timeout | None = None,
+        rerun_ok: bool = False,
+        **kw: Any,
     ) -> httpx.Response:
-        """One request, retrying 429 until ``max_wait_s``. Transport errors propagate."""
+        """One request, retrying 429 until ``max_wait_s``; a dropped connection is retried
+        once, on a new one, for reads and where running the request twice is harmless
+        (``rerun_ok``: a one-shot task). Other transport errors propagate."""
         deadline = time.monotonic() + self.max_wait_s
+        dropped = 0
         while True:
-            resp = self._http.request(method, path, timeout=timeout or self._http.timeout, **kw)
+            try:
+                resp = self._http.request(method, path, timeout=timeout or self._http.timeout, **kw)
+            except _DROPPED:
+                dropped += 1
+                if dropped > 1 or not (rerun_ok or method == "GET"):
+                    raise
+                continue
             if resp.status_code != 429 or time.monotonic() >= deadline:
                 return resp
             time.sleep(min(_retry_after(resp), max(0.0, deadline - time.monotonic())))
@@ -150,6 +168,7 @@ class SandboxClient(_Base):
                 "/v1/tasks:run",
                 json=t.model_dump(mode="json"),
                 timeout=_http_timeout(t.timeout_s),
+                rerun_ok=True,  # a task is a pure function of its inputs
             )
         except _TRANSPORT_ERRORS as e:
             return TaskResult.infra(
@@ -322,13 +341,27 @@ class AsyncSandboxClient(_Base):
         await self.aclose()
 
     async def _request(
-        self, method: str, path: str, *, timeout: httpx.Timeout | None = None, **kw: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: httpx.Timeout | None = None,
+        rerun_ok: bool = False,
+        **kw: Any,
     ) -> httpx.Response:
+        """See :meth:`SandboxClient._request`."""
         deadline = time.monotonic() + self.max_wait_s
+        dropped = 0
         while True:
-            resp = await self._http.request(
-                method, path, timeout=timeout or self._http.timeout, **kw
-            )
+            try:
+                resp = await self._http.request(
+                    method, path, timeout=timeout or self._http.timeout, **kw
+                )
+            except _DROPPED:
+                dropped += 1
+                if dropped > 1 or not (rerun_ok or method == "GET"):
+                    raise
+                continue
             if resp.status_code != 429 or time.monotonic() >= deadline:
                 return resp
             await asyncio.sleep(min(_retry_after(resp), max(0.0, deadline - time.monotonic())))
@@ -341,6 +374,7 @@ class AsyncSandboxClient(_Base):
                 "/v1/tasks:run",
                 json=t.model_dump(mode="json"),
                 timeout=_http_timeout(t.timeout_s),
+                rerun_ok=True,  # a task is a pure function of its inputs
             )
         except _TRANSPORT_ERRORS as e:
             return TaskResult.infra(
