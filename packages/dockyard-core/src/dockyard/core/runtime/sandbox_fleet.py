@@ -54,6 +54,7 @@ class SandboxHost:
     def restart(self) -> str:
         """Start the service again on the same port (after it died); returns its URL."""
         self.handle.kill()
+        self.handle.stop()  # already dead: unmounts what it left (tmpfs) and removes its dir
         self.handle = self._start_service(host=self._host, port=self._port, workers=self._workers)
         return self.handle.url
 
@@ -64,6 +65,7 @@ class SandboxHost:
         try:
             if self.handle.proc.poll() is None:
                 os.kill(self.handle.pid, signal.SIGKILL)
+            self.handle.stop()  # dead now: only its mounts and temp dir to remove
         except Exception:
             pass
 
