@@ -2,13 +2,16 @@
 
 ``sandbox_service`` starts ``dockyard-sandbox serve`` on a free loopback port with
 :func:`dockyard.sandbox.launch.start_service`; ``sandbox`` is a sync client to it. Other
-packages' tests can copy these two fixtures.
+packages' tests can copy these two fixtures. ``repo_root`` is the one directory that service
+takes server repositories from (``--repo-root``): tests that name a ``repo.path`` make it there.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,9 +25,16 @@ def _need_bwrap() -> None:
 
 
 @pytest.fixture(scope="module")
-def sandbox_service() -> Iterator[ServiceHandle]:
+def repo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("repos")
+    os.chmod(root, 0o755)  # what is under it must be open to every user (SourcePolicy)
+    return root
+
+
+@pytest.fixture(scope="module")
+def sandbox_service(repo_root: Path) -> Iterator[ServiceHandle]:
     _need_bwrap()
-    with start_service(workers=2) as svc:
+    with start_service(workers=2, repo_roots=[repo_root]) as svc:
         yield svc
 
 

@@ -228,7 +228,7 @@ def test_repo_cache_hits(sandbox: SandboxClient) -> None:
             next(
                 line.split()[1]
                 for line in m.splitlines()
-                if line.startswith("dockyard_sandbox_cache_hits ")
+                if line.startswith("dockyard_sandbox_cache_hits_total ")
             )
         )
 

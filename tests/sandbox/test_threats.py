@@ -158,13 +158,15 @@ def test_row07_patch_paths_outside_the_tree(sandbox: SandboxClient, path: str) -
     assert not Path("/etc/dockyard-pwned").exists()
 
 
-def test_row08_symlinks_out_of_the_tree(sandbox: SandboxClient, tmp_path: Path) -> None:
+def test_row08_symlinks_out_of_the_tree(
+    sandbox: SandboxClient, tmp_path: Path, repo_root: Path
+) -> None:
     add_link = "diff --git a/out b/out\nnew file mode 120000\n--- /dev/null\n+++ b/out\n@@ -0,0 +1 @@\n+/etc\n\\ No newline at end of file\n"
     assert sandbox.run_task(calc_task(patch=add_link)).verdict == Verdict.patch_rejected
     # a (server-side) repository that already holds a link leaving the tree: writing through it
     outside = tmp_path / "outside"
     outside.mkdir()
-    repo = tmp_path / "repo"
+    repo = repo_root / "row08"
     (repo / "calc").mkdir(parents=True)
     for rel, text in CALC_REPO.items():
         (repo / rel).write_text(text)
@@ -350,7 +352,7 @@ def test_row13_other_tasks_secrets_history(tmp_path: Path) -> None:
     (repo / "calc/__init__.py").write_text(CALC_REPO["calc/__init__.py"].replace("a - b", "a + b"))
     git("commit", "-qam", "THE FIX")
     fix = git("rev-parse", "HEAD")
-    with start_service(workers=2, token=token) as svc, svc.client() as c:
+    with start_service(workers=2, token=token, repo_roots=[tmp_path]) as svc, svc.client() as c:
         assert (
             httpx.post(f"{svc.url}/v1/tasks:run", json={"test_command": "true"}).status_code == 401
         )

@@ -1,27 +1,34 @@
 """The HTTP service (FastAPI). Routes are thin: the work is in tasks.py, sessions.py, executor.py.
 
-Auth: with a token configured, every route except ``/healthz`` and the OpenAPI schema needs
+Auth: with a token configured, every route except ``/healthz``, the OpenAPI schema and its
+pages (``/docs``, ``/redoc``, their assets under ``/docs/static``) needs
 ``Authorization: Bearer <token>`` (compared in constant time).
 """
 
 import asyncio
+import atexit
 import contextlib
 import hmac
 import logging
-import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import fastapi_offline
+import prometheus_client
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from dockyard.sandbox import __version__
+from dockyard.sandbox.bodylimit import MaxBodySize
 from dockyard.sandbox.cgroups import probe
 from dockyard.sandbox.executor import Context
 from dockyard.sandbox.isolation import Isolation, Mode, check_reachable
-from dockyard.sandbox.metrics import Metrics
+from dockyard.sandbox.lifecycle import WorkDir
+from dockyard.sandbox.metrics import Live, Metrics
 from dockyard.sandbox.models import (
     ExecRequest,
     ExecResult,
@@ -35,14 +42,17 @@ from dockyard.sandbox.models import (
     TaskStatus,
 )
 from dockyard.sandbox.paths import UnsafePath
-from dockyard.sandbox.repos import RepoCache, RepoError
-from dockyard.sandbox.sessions import SessionManager, SessionNotFound
+from dockyard.sandbox.repos import RepoCache, RepoError, SourcePolicy, SourceRefused
+from dockyard.sandbox.sessions import SessionManager, SessionNotFound, WorkspaceFull
 from dockyard.sandbox.tasks import TaskManager
 from dockyard.sandbox.workspace import UidPool, Workspaces
 from dockyard.sandbox.zygote import Zygote
 from dockyard.sandbox.zygote import supported as zygote_supported
 
 log = logging.getLogger("dockyard.sandbox")
+
+# swagger-ui / redoc assets shipped in the fastapi-offline wheel: /docs needs no CDN
+_DOCS_ASSETS = Path(fastapi_offline.__file__).parent / "static"
 
 
 @dataclass
@@ -59,6 +69,13 @@ class ServiceConfig:
     uid_base: int = 200_000
     isolation: Isolation = field(default_factory=lambda: Isolation(Mode.bwrap))
     zygote: bool = True  # test phases in pre-started interpreters (bwrap, as root; zygote.py)
+    # where repo.path and server-path repo.git may lie; URL schemes repo.git may use (repos.py)
+    repo_roots: list[Path] = field(default_factory=list)
+    git_schemes: list[str] = field(default_factory=list)
+    max_request_bytes: int = 64 << 20  # larger request bodies get 413 before they are read
+    keep_results: int = 1000  # finished results kept for GET .../result: at most this many,
+    keep_results_bytes: int = 256 << 20  # ... holding at most this much output,
+    result_ttl_s: float = 3600.0  # ... for at most this long
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -72,20 +89,39 @@ def _zygote(cfg: ServiceConfig) -> Zygote | None:
     return Zygote()
 
 
+async def _quietly(what: str, fn: Any, *args: Any) -> None:
+    """Await ``fn(*args)`` at shutdown: an exception is logged, not raised."""
+    try:
+        await fn(*args)
+    except Exception:
+        log.exception("shutdown: %s failed", what)
+
+
 def create_app(cfg: ServiceConfig) -> FastAPI:
-    work = cfg.work_dir or Path(tempfile.mkdtemp(prefix="dockyard-sandbox-"))
-    work.mkdir(parents=True, exist_ok=True)
-    if cfg.isolation.mode == Mode.none:
-        check_reachable(work)
-    cache_dir = cfg.cache_dir or work / "cache"
-    pr = probe()
-    workspaces = Workspaces(work / "ws")
+    # The work dir is locked for this process and what a killed service left there reclaimed
+    # (WorkDirInUse if a live one holds it); WorkDir.close removes it all again (lifecycle.py).
+    owner = WorkDir.claim(cfg.work_dir, cfg.cache_dir)
+    atexit.register(owner.close)  # a start that fails below; a no-op after the lifespan's
+    try:
+        work, cache_dir = owner.path, owner.cache_dir
+        if cfg.isolation.mode == Mode.none:
+            check_reachable(work)
+        pr = probe()
+        owner.record_cgroups([c.base for c in pr.controllers.values()])
+        workspaces = Workspaces(work / "ws")
+    except BaseException:
+        owner.close()
+        raise
     warnings = [w for w in (cfg.isolation.warning, pr.warning, workspaces.warning) if w]
     for w in warnings:
         log.warning(w)
     ctx = Context(
         probe=pr,
-        cache=RepoCache(cache_dir, cfg.cache_max_bytes),
+        cache=RepoCache(
+            cache_dir,
+            cfg.cache_max_bytes,
+            SourcePolicy(tuple(map(str, cfg.repo_roots)), frozenset(cfg.git_schemes)),
+        ),
         workspaces=workspaces,
         uids=UidPool(cfg.uid_base, 4096),
         trusted_root=workspaces.service_tmpfs(work / "trusted"),
@@ -98,12 +134,21 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state["tasks"] = TaskManager(ctx, cfg.workers, cfg.queue_size, metrics)
+        state["tasks"] = TaskManager(
+            ctx,
+            cfg.workers,
+            cfg.queue_size,
+            metrics,
+            keep_results=max(1, cfg.keep_results),
+            keep_bytes=cfg.keep_results_bytes,
+            result_ttl_s=cfg.result_ttl_s,
+        )
         state["sessions"] = SessionManager(ctx, cfg.max_sessions)
 
         async def reaper() -> None:
             while True:
                 await asyncio.sleep(1.0)
+                state["tasks"].evict()  # results past their time
                 await asyncio.to_thread(state["sessions"].reap)
 
         reap = asyncio.create_task(reaper())
@@ -111,11 +156,16 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             yield
         finally:
             reap.cancel()
-            await state["tasks"].drain(cfg.drain_timeout_s)
-            await asyncio.to_thread(state["sessions"].close)
-            if ctx.zygote is not None:
-                ctx.zygote.close()
-            workspaces.close()
+            try:  # each step logs its failure and the next still runs
+                await _quietly("draining the tasks", state["tasks"].drain, cfg.drain_timeout_s)
+                await _quietly("closing the sessions", asyncio.to_thread, state["sessions"].close)
+                if ctx.zygote is not None:
+                    await _quietly(
+                        "stopping the runner zygote", asyncio.to_thread, ctx.zygote.close
+                    )
+                await _quietly("unmounting the trusted tmpfs", asyncio.to_thread, workspaces.close)
+            finally:  # cgroups, mounts, work dir, lock (never raises)
+                await asyncio.to_thread(owner.close)
 
     app = FastAPI(
         title="dockyard-sandbox",
@@ -123,6 +173,13 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         description="Hardened task executor: runs untrusted patches against held-out tests in "
         "bubblewrap jails and returns structured verdicts.",
         lifespan=lifespan,
+        docs_url=None,  # served below from local assets (the default page loads a CDN)
+        redoc_url=None,
+    )
+    app.add_middleware(
+        MaxBodySize,  # type: ignore[arg-type]
+        max_bytes=cfg.max_request_bytes,
+        on_reject=lambda: metrics.rejected("too_large"),
     )
 
     def auth(request: Request) -> None:
@@ -148,24 +205,44 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
     def _admit() -> TaskManager:
         t = tm()
         if t.draining:
+            metrics.rejected("draining")
             raise HTTPException(
                 503, "service is draining (shutting down)", headers={"Retry-After": "5"}
             )
         if t.full():
-            metrics.rejected_429 += 1
+            metrics.rejected("queue_full")
             raise HTTPException(429, "queue full", headers={"Retry-After": str(t.retry_after())})
         return t
+
+    window = (
+        f"the newest {cfg.keep_results} finished results, at most "
+        f"{cfg.keep_results_bytes >> 20} MiB of them, are kept for {cfg.result_ttl_s:g} s"
+    )
+
+    def _allowed(task: Task) -> Task:
+        """422 for what the operator does not allow (a host source, a network), before the
+        task is queued."""
+        try:
+            ctx.cache.policy.check(task.repo)
+        except SourceRefused as e:
+            raise HTTPException(422, str(e)) from e
+        if task.network and not cfg.allow_network:
+            raise HTTPException(
+                422,
+                "network: the task asks for a network; the service runs without --allow-network",
+            )
+        return task
 
     @app.post("/v1/tasks", status_code=202, response_model=Submitted)
     async def submit(task: Task, _: Auth) -> Submitted:
         """Queue a task; poll ``/v1/tasks/{id}/result``."""
-        return Submitted(task_id=_admit().submit(task).id)
+        return Submitted(task_id=_admit().submit(_allowed(task)).id)
 
     @app.post("/v1/tasks:run", response_model=TaskResult)
     async def run_task(task: Task, _: Auth) -> TaskResult:
         """Run a task and wait for its result."""
         t = _admit()
-        rec = t.submit(task)
+        rec = t.submit(_allowed(task))
         await rec.done.wait()
         assert rec.result is not None
         return rec.result
@@ -174,7 +251,9 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
     async def status(task_id: str, _: Auth) -> TaskStatus:
         rec = tm().records.get(task_id)
         if rec is None:
-            raise HTTPException(404, f"no task {task_id} (unknown, expired, or lost in a restart)")
+            raise HTTPException(
+                404, f"no task {task_id} (unknown, expired or lost in a restart: {window})"
+            )
         return TaskStatus(
             task_id=task_id, state=rec.state, verdict=rec.result.verdict if rec.result else None
         )
@@ -190,7 +269,9 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         """The result; with ``wait_s`` long-polls. 202 with the state while not done."""
         rec = tm().records.get(task_id)
         if rec is None:
-            raise HTTPException(404, f"no task {task_id} (unknown, expired, or lost in a restart)")
+            raise HTTPException(
+                404, f"no task {task_id} (unknown, expired or lost in a restart: {window})"
+            )
         if not await tm().wait(rec, wait_s):
             return JSONResponse(
                 TaskStatus(task_id=task_id, state=rec.state).model_dump(mode="json"),
@@ -213,6 +294,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         if isinstance(e, UnsafePath | RepoError | ValueError):
             return HTTPException(422, str(e))
         if isinstance(e, OverflowError):
+            metrics.rejected("sessions_full")
             return HTTPException(429, str(e), headers={"Retry-After": "10"})
         raise e
 
@@ -238,7 +320,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         body = await request.body()
         try:
             await asyncio.to_thread(sm().put_file, sid, path, body)
-        except (SessionNotFound, UnsafePath) as e:
+        except (SessionNotFound, UnsafePath, WorkspaceFull) as e:
             raise _sess_errors(e) from e
         return Response(status_code=204)
 
@@ -287,18 +369,61 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             },
         )
 
-    @app.get("/metrics", response_class=PlainTextResponse)
-    async def metrics_(_: Auth) -> str:
-        t = tm()
-        return metrics.render(
-            {
-                "queue_depth": t.queued,
-                "running": t.running,
-                "workers": t.workers,
-                "sessions": len(sm().sessions),
-                "cache_hits": ctx.cache.hits,
-                "cache_misses": ctx.cache.misses,
+    def _live() -> Live | None:
+        t, ss = state.get("tasks"), state.get("sessions")
+        if t is None or ss is None:
+            return None
+        return Live(
+            queue_depth=t.queued,
+            running=t.running,
+            workers=t.workers,
+            sessions=len(ss.sessions),
+            cache_hits=ctx.cache.hits,
+            cache_misses=ctx.cache.misses,
+        )
+
+    metrics.live = _live
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={
+            200: {
+                "content": {prometheus_client.CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}
             }
+        },
+    )
+    async def metrics_(_: Auth) -> Response:
+        """Prometheus text exposition: verdicts, rejections, cache, queue, latencies."""
+        return Response(
+            prometheus_client.generate_latest(metrics.registry),
+            media_type=prometheus_client.CONTENT_TYPE_LATEST,
+        )
+
+    # -- docs: Swagger UI and ReDoc from local assets (air-gapped nodes), no auth -------------
+    app.mount("/docs/static", StaticFiles(directory=_DOCS_ASSETS), name="docs-static")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{root}/docs/static/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}/docs/static/swagger-ui.css",
+            swagger_favicon_url=f"{root}/docs/static/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None},  # no badge from validator.swagger.io
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}/docs/static/redoc.standalone.js",
+            redoc_favicon_url=f"{root}/docs/static/favicon.png",
+            with_google_fonts=False,
         )
 
     return app

@@ -9,6 +9,7 @@ Where no controller is writable, :func:`probe` says so and the sandbox falls bac
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -75,17 +76,67 @@ class Probe:
         }
 
 
+def _kill_procs(d: Path, rounds: int = 50) -> None:
+    """SIGKILL every process in the cgroup ``d`` (not its children) until it is empty."""
+    with contextlib.suppress(OSError):  # v2 (5.14+): the kernel kills the whole subtree
+        (d / "cgroup.kill").write_text("1")
+    with contextlib.suppress(OSError):  # v1: a task frozen at its memory limit may die again
+        (d / "memory.oom_control").write_text("0")
+    for i in range(rounds):
+        try:
+            pids = [int(t) for t in (d / "cgroup.procs").read_text().split() if t.isdigit()]
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(min(0.02, 0.0005 * 2**i))
+
+
+def remove_tree(d: Path) -> bool:
+    """Kill every process in the cgroup ``d`` and below it, then remove its folders deepest
+    first (a cgroup with processes or children cannot be removed). True when ``d`` is gone."""
+    try:
+        children = [c for c in d.iterdir() if c.is_dir() and not c.is_symlink()]
+    except FileNotFoundError:
+        return True
+    except OSError:
+        children = []
+    for child in children:
+        remove_tree(child)
+    for i in range(100):
+        _kill_procs(d)
+        try:
+            d.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as e:
+            if e.errno != errno.EBUSY:  # not ours to remove (EACCES, EPERM): no use waiting
+                return False
+            time.sleep(0.02 if i < 50 else 0.1)  # EBUSY while the killed processes exit
+    return not d.exists()
+
+
+def is_service_dir(d: Path) -> bool:
+    """``d`` looks like a service's cgroup parent: ``<cgroup mount>/…/dockyard-sandbox/svc-<pid>``
+    (what a state file may name; anything else there is not ours to kill or remove)."""
+    d = Path(os.path.normpath(d))
+    if d.parent.name != _PARENT or not d.name.startswith("svc-") or not d.name[4:].isdigit():
+        return False
+    return any(d.is_relative_to(mnt) and d != mnt for _, mnt, _ in _mounts())
+
+
 def _remove_stale(top: Path) -> None:
-    """Remove the (empty) cgroups of service processes that no longer exist."""
+    """Remove the cgroups of service processes that no longer exist, with any task cgroups
+    left in them (their processes are killed first). A service whose pid was reused meanwhile
+    is found by the next start on its work dir instead (its state file names its folders)."""
     for d in top.glob("svc-*"):
         pid = d.name[4:]
         if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            for child in d.iterdir():
-                if child.is_dir():
-                    with contextlib.suppress(OSError):
-                        child.rmdir()
-            with contextlib.suppress(OSError):
-                d.rmdir()
+            remove_tree(d)
 
 
 def probe() -> Probe:

@@ -48,10 +48,58 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-dir", type=Path, help="Repository cache (default: inside --work-dir).")
     s.add_argument("--cache-max-gb", type=float, default=20.0)
     s.add_argument(
-        "--work-dir", type=Path, help="Workspaces and per-task files (default: a temp dir)."
+        "--work-dir",
+        type=Path,
+        help="Workspaces and per-task files (default: a temp dir). One live service per work "
+        "dir; what a killed one left there is reclaimed at start, and all the service made is "
+        "removed at shutdown (a dir that existed before stays in place).",
     )
     s.add_argument(
         "--allow-network", action="store_true", help="Let tasks that ask for it use the network."
+    )
+    s.add_argument(
+        "--repo-root",
+        dest="repo_roots",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="Directory under which clients may name server repositories (repo.path, a server "
+        "path in repo.git); repeatable. None by default: clients send repo.tarball. Only what "
+        "every user of the host could read is copied into a task.",
+    )
+    s.add_argument(
+        "--allow-git-scheme",
+        dest="git_schemes",
+        action="append",
+        default=[],
+        metavar="SCHEME",
+        help="URL scheme repo.git may use (https, http, ssh, git); repeatable. None by default. "
+        "Tasks clone as root from wherever such a URL points: allow it only for trusted clients.",
+    )
+    s.add_argument(
+        "--max-request-mb",
+        type=float,
+        default=64.0,
+        help="Largest request body accepted (MiB); larger ones get 413 before they are read.",
+    )
+    s.add_argument(
+        "--keep-results",
+        type=int,
+        default=1000,
+        help="Finished results kept for GET /v1/tasks/{id}/result (oldest dropped first).",
+    )
+    s.add_argument(
+        "--keep-results-mb",
+        type=float,
+        default=256.0,
+        help="Total size of the finished results kept (MiB; oldest dropped first).",
+    )
+    s.add_argument(
+        "--result-ttl",
+        type=float,
+        default=3600.0,
+        help="Seconds a finished result stays fetchable.",
     )
     s.add_argument(
         "--drain-timeout", type=float, default=60.0, help="Seconds to finish tasks on shutdown."
@@ -108,6 +156,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn  # imported here: `--help` stays fast
 
     from dockyard.sandbox.app import ServiceConfig, create_app
+    from dockyard.sandbox.lifecycle import WorkDirInUse
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -123,10 +172,20 @@ def serve(args: argparse.Namespace) -> int:
         cache_max_bytes=int(args.cache_max_gb * (1 << 30)),
         isolation=isolation,
         zygote=args.zygote,
+        repo_roots=args.repo_roots,
+        git_schemes=args.git_schemes,
+        max_request_bytes=int(args.max_request_mb * (1 << 20)),
+        keep_results=args.keep_results,
+        keep_results_bytes=int(args.keep_results_mb * (1 << 20)),
+        result_ttl_s=args.result_ttl,
     )
+    for root in args.repo_roots:
+        if not root.is_dir():
+            print(f"dockyard-sandbox: --repo-root {root}: no such directory", file=sys.stderr)
+            return 2
     try:
         app = create_app(cfg)
-    except IsolationError as e:
+    except (IsolationError, ValueError, WorkDirInUse) as e:
         print(f"dockyard-sandbox: {e}", file=sys.stderr)
         return 2
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

@@ -13,6 +13,8 @@ Trust boundaries in order:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import logging
@@ -22,7 +24,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +79,67 @@ class Rejected(Exception):
 
 class Infra(Exception):
     """Something trusted failed (setup, test patch, repo): verdict ``infra_error``."""
+
+
+class LimitHit(Exception):
+    """The task's own content ran out of its workspace: verdict ``resource_limit`` (threat 21:
+    never ``infra_error``, which the trainer masks instead of scoring)."""
+
+
+# errno values of a write that ran out of room: space or inodes (ENOSPC), quota, file size.
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+def _full_detail(ws: Path | None, limits: Limits, what: str) -> str:
+    which = f"limits.disk_mb = {limits.disk_mb} MiB"
+    if ws is not None:
+        with contextlib.suppress(OSError):
+            if os.statvfs(ws).f_favail == 0:
+                which = f"limits.inodes = {limits.inodes}"
+    return f"workspace full while {what} ({which})"
+
+
+@contextlib.contextmanager
+def _room(run: _Run, what: str) -> Iterator[None]:
+    """Turn a write that ran out of the workspace's space or inodes into :class:`LimitHit`."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in _FULL:
+            raise LimitHit(_full_detail(run.ws, run.task.limits, what)) from e
+        raise
+
+
+class TestsBlocked(Exception):
+    """The policy's changes keep the held-out tests from being put in place: verdict
+    ``failed`` with ``tests_tampered`` (never ``infra_error``: that would mask the sample)."""
+
+    __test__ = False
+
+
+def _applies_to(base: Path, patch: str) -> bool:
+    """Does ``patch`` apply to the (root-owned, cached) base tree? ``--check`` writes nothing."""
+    r = subprocess.run(
+        ["git", "apply", "--check", "--whitespace=nowarn", "--recount", "-"],
+        input=patch.encode() if patch.endswith("\n") else (patch + "\n").encode(),
+        cwd=base,
+        env={**_GIT_ENV, "GIT_DIR": ".git", "GIT_WORK_TREE": "."},
+        capture_output=True,
+        timeout=120,
+    )
+    return r.returncode == 0
+
+
+def _out_of_room(ws: Path, stderr: str) -> bool:
+    """Did a git apply / patch of ours fail for want of room (not for the patch itself)?"""
+    if any(t in stderr for t in _FULL_TEXT):
+        return True
+    try:
+        st = os.statvfs(ws)
+    except OSError:
+        return False
+    return st.f_bavail == 0 or st.f_favail == 0
 
 
 @dataclass
@@ -134,7 +197,12 @@ def git_apply(ws: Path, patch: str, uid: int) -> None:
     )
     r2 = subprocess.run(argv, input=patch.encode(), **kw, **as_uid)
     if r2.returncode != 0:
-        raise Rejected(f"patch does not apply: {r.stderr.decode(errors='replace')[:1000]}")
+        err = r.stderr.decode(errors="replace")
+        if _out_of_room(
+            ws, err + r2.stdout.decode(errors="replace") + r2.stderr.decode(errors="replace")
+        ):
+            raise OSError(errno.ENOSPC, f"applying the patch: {err[:300]}")
+        raise Rejected(f"patch does not apply: {err[:1000]}")
 
 
 def patch_apply_fn(task: Task) -> ApplyFn:
@@ -367,6 +435,11 @@ def execute(
         _execute(run, res, apply_fn or patch_apply_fn(task))
     except Rejected as e:
         res.verdict, res.detail = Verdict.patch_rejected, str(e)
+    except LimitHit as e:
+        res.verdict, res.detail = Verdict.resource_limit, str(e)
+    except TestsBlocked as e:
+        res.verdict, res.detail = Verdict.failed, str(e)
+        run.tamper.append("<test_patch>")
     except UnsafePath as e:
         res.verdict, res.detail = Verdict.patch_rejected, f"unsafe path: {e}"
     except (Infra, RepoError) as e:
@@ -399,18 +472,34 @@ def _execute(run: _Run, res: TaskResult, apply_fn: ApplyFn) -> None:
     run.base = ctx.cache.get(task.repo)
     name = uuid.uuid4().hex[:16]
     run.ws = ctx.workspaces.create(name, run.uid, task.limits.disk_mb, task.limits.inodes)
-    ctx.cache.copy_to(run.base, run.ws, run.uid)
+    with _room(run, "copying the repository into it"):
+        ctx.cache.copy_to(run.base, run.ws, run.uid)
     run.trusted = ctx.trusted_root / name
     run.trusted.mkdir(mode=0o755)
     if task.setup_command:
         o = _jail(run, ["/bin/sh", "-c", task.setup_command], task.timeout_s, task.limits)
         if o.exit_code != 0:
+            if ctx.workspaces.full(run.ws):
+                raise LimitHit(_full_detail(run.ws, task.limits, "running setup_command"))
             raise Infra(f"setup_command failed (exit {o.exit_code}): {o.stderr[-2000:]}")
     run.timings.setup_s = time.monotonic() - t0
 
     t1 = time.monotonic()
-    touched = apply_fn(run.ws, run.uid)
+    with _room(run, "writing the patch and files"):
+        touched = apply_fn(run.ws, run.uid)
     res.patch_applied = True
+    with _room(run, "restoring the held-out tests"):
+        _restore_tests(run, touched)
+    run.timings.apply_s = time.monotonic() - t1
+    _run_tests(run, res)
+
+
+def _restore_tests(run: _Run, touched: list[str]) -> None:
+    """Neutralise what the patch touched that it may not, then write the held-out tests
+    (``test_files``, ``test_patch``) root-owned over whatever is there."""
+    task = run.task
+    assert run.ws is not None
+    assert run.base is not None
     run.tamper += integrity.check_touched(run.ws, run.base, touched, run.uid)
     touched_set = set(touched)
     for rel, content in task.test_files.items():
@@ -430,6 +519,10 @@ def _execute(run: _Run, res: TaskResult, apply_fn: ApplyFn) -> None:
         try:
             git_apply(run.ws, task.test_patch, run.uid)
         except Rejected as e:
+            if _applies_to(run.base, task.test_patch):  # the policy's changes are in its way
+                raise TestsBlocked(
+                    f"the patch keeps the held-out test_patch from applying: {e}"
+                ) from e
             raise Infra(f"test_patch does not apply to the base tree: {e}") from e
         for rel in tinfo.touched:
             p = run.ws / rel
@@ -437,8 +530,12 @@ def _execute(run: _Run, res: TaskResult, apply_fn: ApplyFn) -> None:
                 os.chown(p, 0, 0)
                 os.chmod(p, 0o644)
                 run.ro_files.append(rel)
-    run.timings.apply_s = time.monotonic() - t1
 
+
+def _run_tests(run: _Run, res: TaskResult) -> None:
+    """The test phase in a fresh jail; the verdict from its report and the limits it hit."""
+    task, ctx = run.task, run.ctx
+    assert run.ws is not None
     t2 = time.monotonic()
     argv, ids, report = _test_argv(run, task.tests, task.function_tests, task.test_command)
     ro = [(str(run.ws / rel), f"{WORKSPACE}/{rel}") for rel in dict.fromkeys(run.ro_files)]

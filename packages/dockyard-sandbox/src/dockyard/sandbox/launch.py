@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,15 @@ class ServiceHandle:
         return self.proc.returncode
 
     def _cleanup(self) -> None:
-        """Unmount workspaces a killed service left behind, then remove the temp dir."""
+        """Reclaim what a killed service left (its cgroups, mounts and work dir, as its next
+        start would: ``lifecycle.reclaim``; nothing after a clean stop, and nothing while
+        another live service holds the work dir), then remove the temp dir."""
+        from dockyard.sandbox.lifecycle import reclaim
+
+        try:
+            reclaim(self.work_dir)
+        except Exception as e:  # still remove what we can below
+            print(f"dockyard-sandbox launch: reclaiming {self.work_dir}: {e!r}", file=sys.stderr)
         root = os.path.realpath(self._tmp.name)
         try:
             with open("/proc/self/mounts") as f:
@@ -107,6 +116,8 @@ def start_service(
     *,
     queue_size: int = 256,
     work_dir: str | os.PathLike[str] | None = None,
+    repo_roots: Sequence[str | os.PathLike[str]] | None = None,
+    git_schemes: Sequence[str] | None = None,
     extra_args: list[str] | None = None,
     start_timeout_s: float = 180.0,  # importing fastapi alone can take a minute on a loaded CI box
     generate_token: bool = False,
@@ -137,6 +148,10 @@ def start_service(
     ]
     if cache_dir is not None:
         args += ["--cache-dir", str(cache_dir)]
+    for root in repo_roots or []:
+        args += ["--repo-root", str(root)]
+    for scheme in git_schemes or []:
+        args += ["--allow-git-scheme", scheme]
     if token is not None:
         (d / "token").write_text(token)
         os.chmod(d / "token", 0o600)

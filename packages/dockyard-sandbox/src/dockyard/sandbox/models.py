@@ -17,10 +17,45 @@ Verdicts (``Verdict``):
 
 from __future__ import annotations
 
+import json
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_METADATA_BYTES = 64 << 10
+"""``metadata`` is echoed back with every result: its JSON is capped at this size (64 KiB)."""
+
+# A commit id (4-40 hex digits) or a ref name as `git check-ref-format` allows one, never an
+# option: it is passed to git after --end-of-options all the same (threat 18).
+_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./+-]{0,254}")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_ref(v: str) -> str:
+    _check_arg(v, "repo.commit")
+    if (
+        not _REF.fullmatch(v)
+        or ".." in v
+        or "//" in v
+        or v.endswith((".", "/", ".lock"))
+        or "/." in v
+    ):
+        raise ValueError(
+            f"{v[:80]!r} is not a commit id or a ref name (hex digits, or letters, digits and "
+            "'._/+-' not starting with '-' or '.')"
+        )
+    return v
+
+
+def _check_arg(v: str, what: str) -> str:
+    """A client string that reaches a command line as one argument: never an option."""
+    if v.startswith("-"):
+        raise ValueError(f"{what} {v[:80]!r} starts with '-' (refused: it would read as an option)")
+    if any(c in v for c in "\x00\n\r"):
+        raise ValueError(f"{what} {v[:80]!r} holds a NUL or line break")
+    return v
 
 
 class Verdict(StrEnum):
@@ -56,16 +91,38 @@ class _Model(BaseModel):
 class RepoSpec(_Model):
     """Where the repository comes from: exactly one of ``path``, ``tarball``, ``git``.
 
-    ``path`` is a directory on the *server*; ``tarball`` a base64-encoded ``.tar.gz``
-    (members with ``..``, absolute paths or links leaving the tree are rejected); ``git`` a
-    URL or server path checked out at ``commit``. An empty spec means an empty repository.
-    History is always cut: the sandbox sees one commit holding the base tree.
+    ``path`` is an absolute directory on the *server*, accepted only under a directory the
+    operator allows (``--repo-root``); ``tarball`` a base64-encoded ``.tar.gz`` (members with
+    ``..``, absolute paths or links leaving the tree are rejected); ``git`` a server path
+    (under a ``--repo-root`` too) or a URL of a scheme the operator allows
+    (``--allow-git-scheme``), checked out at ``commit`` (a commit id or ref name). An empty
+    spec means an empty repository. History is always cut: the sandbox sees one commit holding
+    the base tree.
     """
 
-    path: str | None = None
+    path: str | None = Field(None, max_length=4096)
     tarball: str | None = None
-    git: str | None = None
-    commit: str | None = None
+    git: str | None = Field(None, max_length=4096)
+    commit: str | None = Field(None, max_length=255)
+
+    @field_validator("path")
+    @classmethod
+    def _abs_path(cls, v: str | None) -> str | None:
+        if v is not None:
+            _check_arg(v, "repo.path")
+            if not v.startswith("/"):
+                raise ValueError(f"repo.path {v[:80]!r}: give an absolute path on the server")
+        return v
+
+    @field_validator("git")
+    @classmethod
+    def _git_source(cls, v: str | None) -> str | None:
+        return None if v is None else _check_arg(v, "repo.git")
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, v: str | None) -> str | None:
+        return None if v is None else _check_ref(v)
 
     @model_validator(mode="after")
     def _one_source(self) -> RepoSpec:
@@ -74,6 +131,8 @@ class RepoSpec(_Model):
             raise ValueError(f"repo: give only one of path / tarball / git (got {given})")
         if self.commit and not self.git:
             raise ValueError("repo.commit needs repo.git (a URL or server path of a git repo)")
+        if self.git and not self.commit:
+            raise ValueError("repo.git needs repo.commit (a commit id or ref name)")
         return self
 
 
@@ -110,6 +169,20 @@ class FunctionTests(_Model):
     function: str
     cases: list[FunctionCase] = Field(..., min_length=1)
 
+    @field_validator("module")
+    @classmethod
+    def _module(cls, v: str) -> str:
+        if not all(_IDENT.fullmatch(p) for p in v.split(".")):
+            raise ValueError(f"{v[:80]!r} is not a dotted module name")
+        return v
+
+    @field_validator("function")
+    @classmethod
+    def _function(cls, v: str) -> str:
+        if not _IDENT.fullmatch(v):
+            raise ValueError(f"{v[:80]!r} is not a function name")
+        return v
+
 
 class TestsSpec(_Model):
     """Held-out tests, identified by pytest node ids relative to the repository root."""
@@ -125,6 +198,15 @@ class TestsSpec(_Model):
         "cross as plain data), so the code under test cannot forge the report. Needs every "
         "test file to be held out (test_files / test_patch).",
     )
+
+    @field_validator("fail_to_pass", "pass_to_pass")
+    @classmethod
+    def _ids(cls, v: list[str]) -> list[str]:
+        for tid in v:
+            if not tid:
+                raise ValueError("an empty test id")
+            _check_arg(tid, "test id")
+        return v
 
     @model_validator(mode="after")
     def _some(self) -> TestsSpec:
@@ -155,7 +237,31 @@ class Task(_Model):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     limits: Limits = Field(default_factory=Limits)
     network: bool = Field(False, description="Give the task a network (needs --allow-network).")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed back untouched.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description=f"Echoed back untouched (JSON of at most {MAX_METADATA_BYTES} bytes).",
+    )
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_metadata(v)
+
+    @model_validator(mode="after")
+    def _fits_its_limits(self) -> Task:
+        """Files that cannot fit the workspace the task asks for: a 422, not a verdict."""
+        files = [*self.files.values(), *self.test_files.values()]
+        size = sum(len(c.encode()) for c in files)
+        if size > self.limits.disk_mb << 20:
+            raise ValueError(
+                f"files and test_files hold {size} bytes, over limits.disk_mb = "
+                f"{self.limits.disk_mb} MiB: raise the limit or send less"
+            )
+        if len(files) >= self.limits.inodes:
+            raise ValueError(
+                f"{len(files)} files and test_files, over limits.inodes = {self.limits.inodes}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _how_to_test(self) -> Task:
@@ -166,6 +272,16 @@ class Task(_Model):
                 f"(got {modes or 'none'})"
             )
         return self
+
+
+def _check_metadata(v: dict[str, Any]) -> dict[str, Any]:
+    try:
+        size = len(json.dumps(v, default=str).encode())
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"metadata is not JSON: {e}") from e
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"metadata is {size} bytes of JSON, over the cap of {MAX_METADATA_BYTES}")
+    return v
 
 
 class Timings(_Model):
@@ -269,6 +385,11 @@ class FinishRequest(_Model):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     limits: Limits | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_metadata(v)
 
 
 class Health(_Model):

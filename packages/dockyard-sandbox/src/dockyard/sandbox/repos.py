@@ -6,7 +6,14 @@ history (threat 13: ``git log --all`` finds nothing the task should not see). So
 * ``path``    a directory on the server (its ``.git`` is dropped);
 * ``tarball`` base64 ``.tar.gz``; members with absolute paths, ``..``, links leaving the tree,
   devices or fifos are rejected (threat 16: zip-slip);
-* ``git``     URL or server path, exported at ``commit`` with ``git archive``.
+* ``git``     URL or server path, cloned and exported at ``commit`` with ``git archive``.
+
+The service runs as root and its clients are not trusted (threats 18, 19): a :class:`SourcePolicy`
+says which host sources a client may name — server paths only under the operator's
+``--repo-root`` directories, and of those only what any user of the host could read; git URLs
+only of the schemes the operator allows (``--allow-git-scheme``; none by default). Client
+strings reach git only as operands after ``--`` / ``--end-of-options``, and git itself is held
+to the allowed transports (``GIT_ALLOW_PROTOCOL``).
 
 Entries are evicted least-recently-used once the cache exceeds ``max_bytes``.
 """
@@ -15,15 +22,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import io
 import os
+import re
 import shutil
 import stat
 import subprocess
 import tarfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from dockyard.sandbox.models import RepoSpec
 from dockyard.sandbox.paths import UnsafePath, check_rel
@@ -48,6 +59,128 @@ _GIT_ENV = {
 
 class RepoError(ValueError):
     """The repository could not be materialised (bad source, unsafe archive)."""
+
+
+class SourceRefused(RepoError):
+    """The request names a host source the operator does not allow: HTTP 422."""
+
+
+# Transports git must never use for a client's URL, whatever the operator allows.
+_NEVER = {"ext", "fd"}
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def git_transport(url: str) -> tuple[str, str | None]:
+    """(scheme, server path or None) of a ``repo.git`` value, as git reads it: an absolute
+    path or ``file://`` URL is a server path, ``scheme://…`` that scheme, ``host:path`` ssh."""
+    if url.startswith("/"):
+        return "file", url
+    if m := _SCHEME.match(url):
+        scheme = m.group(1).lower()
+        return (scheme, unquote(urlsplit(url).path)) if scheme == "file" else (scheme, None)
+    if "::" in url:  # <transport>::<address>: a remote helper (ext:: runs any command)
+        return url.split("::", 1)[0].lower(), None
+    if ":" in url.split("/", 1)[0]:
+        return "ssh", None  # scp-like [user@]host:path
+    raise SourceRefused(f"repo.git {url[:200]!r}: give a URL or an absolute path on the server")
+
+
+@dataclass(frozen=True)
+class SourcePolicy:
+    """Which host sources a client may name. ``roots``: directories (the operator's
+    ``--repo-root``) under which ``repo.path`` and server-path ``repo.git`` may lie;
+    ``schemes``: URL schemes ``repo.git`` may use (``--allow-git-scheme``). Both empty by
+    default: only ``repo.tarball`` (and an empty repository) then works."""
+
+    roots: tuple[str, ...] = ()
+    schemes: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "roots", tuple(os.path.realpath(r) for r in self.roots))
+        object.__setattr__(self, "schemes", frozenset(s.lower() for s in self.schemes))
+        if bad := self.schemes & (_NEVER | {"file"}):
+            raise ValueError(
+                f"--allow-git-scheme {sorted(bad)}: remote helpers run commands and file:// "
+                "reads the host: allow server paths with --repo-root instead"
+            )
+
+    def check(self, spec: RepoSpec) -> None:
+        """Raise :class:`SourceRefused` (naming the field and how to allow it) unless ``spec``
+        names only what this policy allows."""
+        if spec.path:
+            self.server_path(spec.path, "repo.path")
+        elif spec.git:
+            scheme, local = git_transport(spec.git)
+            if local is not None:
+                self.server_path(local, "repo.git")
+            elif scheme in _NEVER or scheme not in self.schemes:
+                allowed = ", ".join(sorted(self.schemes)) or "none"
+                raise SourceRefused(
+                    f"repo.git: the {scheme!r} transport is not allowed by this service (allowed: "
+                    f"{allowed}); the operator allows one with --allow-git-scheme {scheme}, or send "
+                    "the repository as repo.tarball"
+                )
+
+    def server_path(self, path: str, what: str) -> str:
+        """The real path of ``path`` if it lies under an allowed root and every directory from
+        the root down to it can be traversed (and it read) by any user: the service copies as
+        root, so a private directory would otherwise become readable in a task."""
+        if not self.roots:
+            raise SourceRefused(
+                f"{what} {path[:200]!r}: this service takes no server paths; the operator allows "
+                "the repositories under a directory with --repo-root DIR (or send repo.tarball)"
+            )
+        real = os.path.realpath(path)
+        root = next(
+            (r for r in self.roots if real == r or real.startswith(r.rstrip("/") + "/")), None
+        )
+        if root is None:
+            raise SourceRefused(
+                f"{what} {path[:200]!r} is not under a directory this service allows "
+                f"(--repo-root: {', '.join(self.roots)})"
+            )
+        if not os.path.isdir(real):
+            raise SourceRefused(f"{what} {path[:200]!r} is not a directory on the server")
+        below = real[len(root) :].strip("/")
+        cur = root
+        for part in below.split("/") if below else []:
+            cur = os.path.join(cur, part)
+            mode = os.stat(cur).st_mode
+            need = stat.S_IXOTH | (stat.S_IROTH if cur == real else 0)
+            if mode & need != need:
+                raise SourceRefused(
+                    f"{what} {path[:200]!r}: {cur} (mode {stat.S_IMODE(mode):04o}) is not open "
+                    "to every user, and the sandbox copies only what any user could read"
+                )
+        return real
+
+
+def copy_readable(src: str, dest: Path) -> None:
+    """Copy the tree at ``src`` into ``dest`` without following links, keeping only what any
+    user could read: directories others cannot list and enter, and files others cannot read,
+    are left out (with everything under them), as are ``.git`` folders, devices, fifos and
+    sockets. Symlinks are copied as links (a task resolves them inside its own jail)."""
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+        rel = os.path.relpath(dirpath, src)
+        out = dest if rel == "." else dest / rel
+        keep = []
+        for name in dirnames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(p), out / name)
+            elif name != ".git" and st.st_mode & 0o005 == 0o005:
+                os.mkdir(out / name, 0o755)
+                keep.append(name)
+        dirnames[:] = keep
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(p), out / name)
+            elif stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IROTH:
+                shutil.copyfile(p, out / name, follow_symlinks=False)
+                os.chmod(out / name, stat.S_IMODE(st.st_mode))
 
 
 def safe_extract(
@@ -90,9 +223,9 @@ def safe_extract(
         tf.extractall(dest, filter="data")
 
 
-def _git(args: list[str], cwd: Path) -> str:
+def _git(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     r = subprocess.run(
-        ["git", *args], cwd=cwd, env=_GIT_ENV, capture_output=True, text=True, timeout=600
+        ["git", *args], cwd=cwd, env=env or _GIT_ENV, capture_output=True, text=True, timeout=600
     )
     if r.returncode != 0:
         raise RepoError(f"git {' '.join(args[:2])} failed: {r.stderr.strip()[:500]}")
@@ -102,9 +235,12 @@ def _git(args: list[str], cwd: Path) -> str:
 class RepoCache:
     """Cache of materialised base trees keyed by source and commit."""
 
-    def __init__(self, root: Path, max_bytes: int = 20 << 30):
+    def __init__(
+        self, root: Path, max_bytes: int = 20 << 30, policy: SourcePolicy | None = None
+    ) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.policy = policy or SourcePolicy()
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o700)
         self._locks: dict[str, threading.Lock] = {}
@@ -119,8 +255,6 @@ class RepoCache:
             h.update(b"tar\0")
             h.update(spec.tarball.encode())
         elif spec.git:
-            if not spec.commit:
-                raise RepoError("repo.git needs repo.commit (a full or abbreviated commit id)")
             h.update(f"git\0{spec.git}\0{spec.commit}".encode())
         elif spec.path:
             h.update(f"path\0{os.path.realpath(spec.path)}".encode())
@@ -129,7 +263,10 @@ class RepoCache:
         return h.hexdigest()[:32]
 
     def get(self, spec: RepoSpec) -> Path:
-        """The cached base tree for ``spec`` (materialised on first use). Root-owned: copy it."""
+        """The cached base tree for ``spec`` (materialised on first use). Root-owned: copy it.
+        Raises :class:`SourceRefused` for a source the policy does not allow (checked on every
+        call: a cached entry is no way around it)."""
+        self.policy.check(spec)
         key = self.key(spec)
         entry = self.root / key
         with self._lock:
@@ -164,33 +301,9 @@ class RepoCache:
                 raise RepoError(f"repo.tarball: not valid base64 ({e})") from e
             safe_extract(data, dest)
         elif spec.git:
-            src = spec.git
-            clone = dest.parent / "clone"
-            if not os.path.isdir(src):
-                _git(["clone", "-q", "--no-checkout", src, str(clone)], dest.parent)
-                src = str(clone)
-            archive = subprocess.run(
-                ["git", "-C", src, "archive", "--format=tar", spec.commit or "HEAD"],
-                env=_GIT_ENV,
-                capture_output=True,
-                timeout=600,
-            )
-            if archive.returncode != 0:
-                raise RepoError(
-                    f"repo.git: cannot export {spec.commit!r}: {archive.stderr.decode()[:300]}"
-                )
-            safe_extract(archive.stdout, dest)
-            shutil.rmtree(clone, ignore_errors=True)
+            self._export_git(spec.git, spec.commit or "HEAD", dest)
         elif spec.path:
-            if not os.path.isdir(spec.path):
-                raise RepoError(f"repo.path: {spec.path!r} is not a directory on the server")
-            shutil.copytree(
-                spec.path,
-                dest,
-                symlinks=True,
-                dirs_exist_ok=True,
-                ignore=shutil.ignore_patterns(".git"),
-            )
+            copy_readable(self.policy.server_path(spec.path, "repo.path"), dest)
         for dirpath, dirnames, filenames in os.walk(dest):
             for n in dirnames:
                 if not os.path.islink(os.path.join(dirpath, n)):
@@ -200,6 +313,53 @@ class RepoCache:
                 if not os.path.islink(p):
                     mode = os.lstat(p).st_mode
                     os.chmod(p, 0o755 if mode & 0o111 else 0o644)
+
+    def _export_git(self, url: str, commit: str, dest: Path) -> None:
+        """Clone ``url`` (never run git inside a server-side repository: its config could run
+        commands as root), resolve ``commit`` there and unpack its tree into ``dest``."""
+        scheme, local = git_transport(url)
+        src = self.policy.server_path(local, "repo.git") if local is not None else url
+        env = {
+            **_GIT_ENV,
+            "GIT_ALLOW_PROTOCOL": scheme,  # git itself refuses any other transport (redirects too)
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+        }
+        clone = dest.parent / "clone"
+        try:
+            _git(
+                ["clone", "-q", "--no-checkout", "--no-hardlinks", "--", src, str(clone)],
+                dest.parent,
+                env,
+            )
+            try:
+                sha = _git(
+                    [
+                        "rev-parse",
+                        "--verify",
+                        "--quiet",
+                        "--end-of-options",
+                        f"{commit}^{{commit}}",
+                    ],
+                    clone,
+                    env,
+                ).strip()
+            except RepoError as e:
+                raise RepoError(f"repo.git: no commit {commit!r} in {url[:200]!r}") from e
+            archive = subprocess.run(
+                ["git", "archive", "--format=tar", sha],
+                cwd=clone,
+                env=env,
+                capture_output=True,
+                timeout=600,
+            )
+            if archive.returncode != 0:
+                raise RepoError(
+                    f"repo.git: cannot export {commit!r}: {archive.stderr.decode()[:300]}"
+                )
+            safe_extract(archive.stdout, dest)
+        finally:
+            shutil.rmtree(clone, ignore_errors=True)
 
     def _evict(self, keep: str) -> None:
         entries = []
@@ -232,7 +392,10 @@ class RepoCache:
                 timeout=600,
             )
             if r.returncode != 0:
-                raise RepoError(f"copying the repository failed: {r.stderr.decode()[:300]}")
+                err = r.stderr.decode(errors="replace")[:300]
+                if "No space left on device" in err or "Disk quota exceeded" in err:
+                    raise OSError(errno.ENOSPC, f"copying the repository: {err}")
+                raise RepoError(f"copying the repository failed: {err}")
             r = subprocess.run(
                 ["chown", "-R", "-h", f"{uid}:{uid}", str(dest)], capture_output=True, timeout=600
             )

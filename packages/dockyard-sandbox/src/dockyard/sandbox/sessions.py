@@ -9,11 +9,14 @@ held-out tests. Sessions idle for longer than their ``ttl_s`` are reaped.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from dockyard.sandbox.models import (
     ExecRequest,
     ExecResult,
     FinishRequest,
+    Limits,
     SessionCreate,
     Task,
     TaskResult,
@@ -45,6 +49,23 @@ _SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
 
 class SessionNotFound(KeyError):
     pass
+
+
+class WorkspaceFull(ValueError):
+    """A write the session's workspace has no room for (its disk_mb / inodes): HTTP 422."""
+
+
+@contextlib.contextmanager
+def _room(limits: Limits, what: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise WorkspaceFull(
+                f"the workspace is full while {what} (limits.disk_mb = {limits.disk_mb} MiB, "
+                f"limits.inodes = {limits.inodes})"
+            ) from e
+        raise
 
 
 @dataclass
@@ -137,7 +158,8 @@ class SessionManager:
             ws = self.ctx.workspaces.create(
                 f"s-{sid[:16]}", uid, spec.limits.disk_mb, spec.limits.inodes
             )
-            self.ctx.cache.copy_to(base, ws, uid)
+            with _room(spec.limits, "copying the repository into it"):
+                self.ctx.cache.copy_to(base, ws, uid)
             s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base)
             if spec.setup_command:
                 r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
@@ -207,7 +229,7 @@ class SessionManager:
         s = self.get(sid)
         if len(data) > MAX_FILE_BYTES:
             raise UnsafePath(f"file of {len(data)} bytes is over the {MAX_FILE_BYTES}-byte cap")
-        with s.lock:
+        with s.lock, _room(s.spec.limits, f"writing {path!r}"):
             resolve_in(s.ws, path)
             force_write(s.ws, path, data, uid=s.uid, gid=s.uid, mode=0o644)
 

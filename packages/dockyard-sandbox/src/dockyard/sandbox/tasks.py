@@ -2,13 +2,16 @@
 
 ``workers`` tasks run at once (each in a thread that drives its jail); up to ``queue_size``
 more wait. Beyond that, submissions get HTTP 429 with a ``Retry-After`` estimated from the
-recent task time. Finished results are kept (bounded, oldest first out) for ``GET .../result``.
+recent task time. Finished results are kept for ``GET .../result`` within a window bounded by
+count, bytes and age (oldest first out); a finished task's request (its files and patch) is
+dropped at once, so the service's memory does not grow with what it has run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import time
 import uuid
@@ -25,7 +28,7 @@ from dockyard.sandbox.models import Task, TaskResult, TaskState
 @dataclass
 class Record:
     id: str
-    task: Task
+    task: Task | None  # dropped once the task is done
     created: float
     state: TaskState = TaskState.queued
     result: TaskResult | None = None
@@ -40,14 +43,21 @@ class TaskManager:
         workers: int,
         queue_size: int,
         metrics: Metrics,
-        keep_results: int = 10_000,
+        keep_results: int = 1000,
+        keep_bytes: int = 256 << 20,
+        result_ttl_s: float = 3600.0,
     ):
         self.ctx = ctx
         self.workers = workers
         self.queue_size = queue_size
         self.metrics = metrics
         self.keep_results = keep_results
-        self.records: OrderedDict[str, Record] = OrderedDict()
+        self.keep_bytes = keep_bytes
+        self.result_ttl_s = result_ttl_s
+        self.records: dict[str, Record] = {}
+        # finished ids, oldest first: (finished at, approximate bytes of the result)
+        self._finished: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self.kept_bytes = 0
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-task")
         self._sem = asyncio.Semaphore(workers)
         self._futs: set[asyncio.Task[None]] = set()
@@ -73,21 +83,37 @@ class TaskManager:
         fut = asyncio.get_running_loop().create_task(self._run(rec))
         self._futs.add(fut)
         fut.add_done_callback(self._futs.discard)
-        self._evict()
+        self.evict()
         return rec
 
-    def _evict(self) -> None:
-        while len(self.records) > self.keep_results:
-            oldest_id, oldest = next(iter(self.records.items()))
-            if oldest.state not in (TaskState.done, TaskState.cancelled):
-                self.records.move_to_end(oldest_id)
+    def _finish(self, rec: Record, result: TaskResult) -> None:
+        rec.result = result
+        rec.task = None  # the request (files, patch, tests) is not needed any more
+        size = result_bytes(result)
+        self._finished[rec.id] = (time.monotonic(), size)
+        self.kept_bytes += size
+        self.evict()
+
+    def evict(self) -> None:
+        """Drop the oldest finished results beyond ``keep_results``, ``keep_bytes`` or
+        ``result_ttl_s`` (their ids then answer 404; the newest is kept whatever its size).
+        Queued and running tasks are never dropped (they are bounded by the queue)."""
+        now = time.monotonic()
+        while self._finished:
+            rid, (t, size) = next(iter(self._finished.items()))
+            over = len(self._finished) > self.keep_results or self.kept_bytes > self.keep_bytes
+            # the newest result stays (for its own GET) even when it alone is over the bytes
+            if now - t <= self.result_ttl_s and not (over and len(self._finished) > 1):
                 break
-            del self.records[oldest_id]
+            del self._finished[rid]
+            self.kept_bytes -= size
+            self.records.pop(rid, None)
 
     async def _run(self, rec: Record) -> None:
         result: TaskResult | None = None
         try:
             async with self._sem:
+                assert rec.task is not None
                 if rec.cancel.is_set():
                     result = TaskResult.infra(
                         "cancelled before it started", rec.id, rec.task.metadata
@@ -98,10 +124,11 @@ class TaskManager:
                     try:
                         queued_s = time.monotonic() - rec.created
                         loop = asyncio.get_running_loop()
+                        task = rec.task
                         result = await loop.run_in_executor(
                             self.pool,
                             lambda: execute(
-                                rec.task,
+                                task,
                                 self.ctx,
                                 task_id=rec.id,
                                 cancel=rec.cancel,
@@ -111,14 +138,17 @@ class TaskManager:
                     finally:
                         self.running -= 1
         except BaseException as e:  # shutdown while queued/running: the client sees infra_error
-            result = TaskResult.infra(f"service shutting down: {e!r}", rec.id, rec.task.metadata)
+            meta = rec.task.metadata if rec.task else {}
+            result = TaskResult.infra(f"service shutting down: {e!r}", rec.id, meta)
             if not isinstance(e, asyncio.CancelledError):
                 raise
         finally:
             self.pending -= 1
             if result is None:
-                result = TaskResult.infra("task lost", rec.id, rec.task.metadata)
-            rec.result = result
+                result = TaskResult.infra(
+                    "task lost", rec.id, rec.task.metadata if rec.task else {}
+                )
+            self._finish(rec, result)
             rec.state = TaskState.cancelled if rec.cancel.is_set() else TaskState.done
             self._avg_s = 0.9 * self._avg_s + 0.1 * max(
                 0.01, result.timings.total_s - result.timings.queue_s
@@ -154,3 +184,16 @@ class TaskManager:
             if left:
                 await asyncio.wait(left, timeout=30)
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def result_bytes(r: TaskResult) -> int:
+    """About what a kept result costs in memory: its output, detail, per-test map, metadata."""
+    return (
+        1024
+        + len(r.stdout)
+        + len(r.stderr)
+        + len(r.detail)
+        + sum(len(k) + 16 for k in r.tests)
+        + sum(len(p) for p in r.tamper_paths)
+        + (len(json.dumps(r.metadata, default=str)) if r.metadata else 0)
+    )

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import threading
 import uuid
@@ -33,6 +34,37 @@ def _mount_tmpfs(path: Path, options: str) -> None:
 
 def _umount(path: Path) -> None:
     _libc.umount2(os.fsencode(path), _MNT_DETACH)
+
+
+def _unescape(field: str) -> str:
+    """A /proc/self/mounts field: space, tab, newline and backslash are octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts_under(path: Path, include_self: bool = True) -> list[Path]:
+    """Mount points below (and at) ``path`` in this mount namespace, deepest (latest) first."""
+    root = os.path.realpath(path)
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [_unescape(line.split()[1]) for line in f if len(line.split()) > 1]
+    except OSError:
+        return []
+    found = [
+        m for m in points if (include_self and m == root) or m.startswith(root.rstrip("/") + "/")
+    ]
+    order = sorted(enumerate(found), key=lambda im: (im[1].count("/"), im[0]), reverse=True)
+    return [Path(m) for _, m in order]
+
+
+def unmount_all(path: Path, include_self: bool = True) -> list[Path]:
+    """Detach every mount below (and at) ``path``, stacked ones too; returns those still there."""
+    for _ in range(8):  # a mount point can hold several stacked mounts
+        found = mounts_under(path, include_self)
+        if not found:
+            return []
+        for m in found:
+            _umount(m)
+    return mounts_under(path, include_self)
 
 
 class UidPool:
@@ -93,8 +125,7 @@ class Workspaces:
         configs, pre-rewritten bytecode): files made and removed in every task cost inode
         allocations on a disk file system, none here. A plain directory where mounts fail.
         Unmounted by :meth:`close`; one a killed service left is replaced."""
-        if os.path.ismount(path):
-            _umount(path)
+        unmount_all(path)
         path.mkdir(parents=True, exist_ok=True)
         os.chmod(path, 0o711)
         if self.tmpfs:
@@ -135,7 +166,6 @@ class Workspaces:
 
     def cleanup_stale(self) -> None:
         """Unmount and remove workspaces left behind by a previous run of the service."""
+        unmount_all(self.root, include_self=False)
         for p in self.root.iterdir():
-            if os.path.ismount(p):
-                _umount(p)
             shutil.rmtree(p, ignore_errors=True)
