@@ -79,6 +79,10 @@ class ClusterConfig(ConfigModel):
     """dockyard-sandbox services the runtime starts for a code-executing environment that lists no ``sandbox_urls`` (placed on the sandbox nodes)."""
     sandbox_workers: PositiveInt | None = None
     """Executor workers per started sandbox service (null: twice the node's CPUs, at most 16: an evaluation partly waits on process start-up, so workers past the core count still add throughput)."""
+    sandbox_repo_roots: list[str] = Field(default_factory=list)
+    """Directories on the sandbox nodes under which a dataset's ``repo_path`` / server-path ``repo_git`` may lie (each started service's ``--repo-root``; none: repositories travel as tarballs). Only what every user of the node could read is copied into a task."""
+    sandbox_git_schemes: list[str] = Field(default_factory=list)
+    """URL schemes a dataset's ``repo_git`` may use on the started services (``https``, ``ssh``, …: ``--allow-git-scheme``; none by default)."""
 
     @field_validator("trainer_cpus", "inference_cpus", mode="before")
     @classmethod

@@ -158,7 +158,11 @@ class Stack:
 
             workers = cfg.cluster.sandbox_workers or min(16, 2 * (os.cpu_count() or 1))
             self.sandbox = SandboxFleet(
-                num_services=cfg.cluster.sandbox_services, workers=workers, wait=False
+                num_services=cfg.cluster.sandbox_services,
+                workers=workers,
+                wait=False,
+                repo_roots=cfg.cluster.sandbox_repo_roots,
+                git_schemes=cfg.cluster.sandbox_git_schemes,
             )
         self.model_path = cfg.policy.model_name
         cpus = float(self.ray.cluster_resources().get("CPU", 1))

@@ -26,7 +26,14 @@ SANDBOX_HINT = (
 class SandboxHost:
     """Ray actor: one sandbox service process on this node (restartable on the same port)."""
 
-    def __init__(self, workers: int = 2, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        repo_roots: list[str] | None = None,
+        git_schemes: list[str] | None = None,
+    ) -> None:
         try:
             from dockyard.sandbox.launch import start_service
         except ImportError as e:  # pragma: no cover
@@ -34,7 +41,11 @@ class SandboxHost:
         self._start_service = start_service
         self._workers = workers
         self._host = host
-        self.handle = start_service(host=host, port=port, workers=workers)
+        self._roots = list(repo_roots or [])
+        self._schemes = list(git_schemes or [])
+        self.handle = start_service(
+            host=host, port=port, workers=workers, repo_roots=self._roots, git_schemes=self._schemes
+        )
         self._port = int(self.handle.url.rsplit(":", 1)[1])
 
     def url(self) -> str:
@@ -55,7 +66,13 @@ class SandboxHost:
         """Start the service again on the same port (after it died); returns its URL."""
         self.handle.kill()
         self.handle.stop()  # already dead: unmounts what it left (tmpfs) and removes its dir
-        self.handle = self._start_service(host=self._host, port=self._port, workers=self._workers)
+        self.handle = self._start_service(
+            host=self._host,
+            port=self._port,
+            workers=self._workers,
+            repo_roots=self._roots,
+            git_schemes=self._schemes,
+        )
         return self.handle.url
 
     def stop(self) -> None:
@@ -79,6 +96,9 @@ class SandboxFleet:
         urls: external service URLs (health-checked, not managed).
         cpus: CPUs reserved per started service (0: share the node; the service's own
             workers bound its load).
+        repo_roots: directories the started services take server repositories from
+            (``--repo-root``; ``repo_path`` / server ``repo_git`` in a dataset).
+        git_schemes: URL schemes their ``repo.git`` may use (``--allow-git-scheme``).
         wait: wait here until the started services answer (else :attr:`urls` waits).
     """
 
@@ -90,6 +110,8 @@ class SandboxFleet:
         urls: list[str] | None = None,
         cpus: float = 0.0,
         wait: bool = True,
+        repo_roots: list[str] | None = None,
+        git_schemes: list[str] | None = None,
     ) -> None:
         self.external = list(urls or [])
         self.fleet: Fleet | None = None
@@ -101,7 +123,10 @@ class SandboxFleet:
         self.fleet = Fleet(
             FleetSpec("sandbox", size=num_services, cpus=cpus),
             SandboxHost,
-            lambda i: ((), {"workers": workers}),
+            lambda i: (
+                (),
+                {"workers": workers, "repo_roots": repo_roots, "git_schemes": git_schemes},
+            ),
         )
         self._pending = self.fleet.call("url")
         if wait:
