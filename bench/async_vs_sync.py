@@ -109,7 +109,7 @@ def balanced_config(out: Path, args: argparse.Namespace, regime: str) -> Path:
 
 
 def command(regime: str, mode: str, out: Path, args: argparse.Namespace) -> list[str]:
-    cli = [sys.executable, "-m", "dockyard.core.cli"]
+    cli = [sys.executable, "-m", "dockyard.train.cli"]
     common = [f"logger.log_dir={out}/logs", *args.overrides]
     if regime == "quickstart":
         return [

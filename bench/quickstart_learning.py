@@ -25,7 +25,7 @@ def run_seed(seed: int, steps: int, out: str, extra: list[str]) -> tuple[float, 
     cmd = [
         sys.executable,
         "-m",
-        "dockyard.core.cli",
+        "dockyard.train.cli",
         "quickstart",
         "--seed",
         str(seed),

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from dockyard.core.cli import main
 from dockyard.core.config import (
     ClippedPGLossConfig,
     ConfigError,
@@ -22,6 +21,7 @@ from dockyard.core.config import (
     load_config,
 )
 from dockyard.core.rl import PolicyLoss
+from dockyard.train.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "examples" / "configs" / "base.yaml"
@@ -337,7 +337,7 @@ def test_cli_check_ok_and_errors(tmp_path, capsys):
 def test_cli_subprocess_exit_codes_and_no_heavy_imports(tmp_path):
     bad = write(tmp_path, "bad.yaml", "policy: {jax_cfg: {enabled: true}}\n")
     code = (
-        "import sys; from dockyard.core.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from dockyard.train.cli import main; rc = main(sys.argv[1:]); "
         "heavy = [m for m in ('torch', 'jax', 'ray', 'vllm') if m in sys.modules]; "
         "assert not heavy, heavy; sys.exit(rc)"
     )

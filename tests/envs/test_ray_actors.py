@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from dockyard.core.runtime.cluster import init_ray, shutdown_ray
 from dockyard.envs.code import CodeEnvironment, load_humaneval
 from dockyard.envs.math import ArithmeticGenerator, MathEnvironment
+from dockyard.train.runtime.cluster import init_ray, shutdown_ray
 
 ray = pytest.importorskip("ray")
 

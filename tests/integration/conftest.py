@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The quickstart's tiny model after a short SFT warm start (shared by the session)."""
-    from dockyard.core.drivers.quickstart import build_model, warm_start
+    from dockyard.train.cli.quickstart import build_model, warm_start
 
     out = tmp_path_factory.mktemp("sft")
     return warm_start(build_model(out, 0), out / "model", seed=0, steps=60, progress=False)
@@ -19,7 +19,7 @@ def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def make_quickstart_cfg(sft_model: Path, root: Path, *overrides: str):
     """A validated quickstart ``MasterConfig`` on ``sft_model`` writing under ``root``."""
     from dockyard.core.config import apply_overrides, config_from_dict, merge
-    from dockyard.core.drivers.quickstart import QUICKSTART_CONFIG
+    from dockyard.train.cli.quickstart import QUICKSTART_CONFIG
 
     d = merge(
         QUICKSTART_CONFIG,
@@ -56,7 +56,7 @@ def quickstart_cfg(sft_model: Path, tmp_path: Path):
 @pytest.fixture(scope="module")
 def ray_session():
     """One local Ray per test module (the stacks inside are built and torn down per test)."""
-    from dockyard.core.runtime.cluster import init_ray, shutdown_ray
+    from dockyard.train.runtime.cluster import init_ray, shutdown_ray
 
     init_ray(None)
     yield

@@ -15,7 +15,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 @pytest.mark.parametrize("name", ["grpo_math", "grpo_code", "grpo_swe", "grpo_terminal"])
 def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_session) -> None:
     from dockyard.core.config import load_config
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     cfg = load_config(
         CONFIGS / f"{name}.yaml",
@@ -39,7 +39,7 @@ def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_ses
 
 def test_quickstart_config_is_the_quickstarts() -> None:
     from dockyard.core.config import load_config
-    from dockyard.core.drivers.quickstart import QUICKSTART_CONFIG
+    from dockyard.train.cli.quickstart import QUICKSTART_CONFIG
 
     cfg = load_config(CONFIGS / "grpo_quickstart.yaml", [])
     q = QUICKSTART_CONFIG

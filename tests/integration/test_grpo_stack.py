@@ -21,7 +21,7 @@ def _rows(cfg) -> list[dict]:
 
 
 def test_async_run_respects_the_age_bound_and_logs(quickstart_cfg, ray_session) -> None:
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     cfg = quickstart_cfg("grpo.max_num_steps=4")
     res = train(cfg, progress=False)
@@ -52,7 +52,7 @@ SYNC = ("grpo.async_grpo={enabled: false}", "grpo.max_num_steps=4")
 @pytest.fixture(scope="module")
 def uninterrupted_sync(module_quickstart_cfg, ray_session) -> list[dict]:
     """The metrics rows of a 4-step synchronous run, uninterrupted (shared by this module)."""
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     cfg = module_quickstart_cfg(*SYNC)
     train(cfg, progress=False)
@@ -84,7 +84,7 @@ def _same_run(a: list[dict], b: list[dict], first_redone: int) -> None:
 def test_sync_resume_reproduces_the_uninterrupted_run(
     quickstart_cfg, uninterrupted_sync, ray_session, tmp_path
 ) -> None:
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     part = quickstart_cfg(
         "grpo.async_grpo={enabled: false}",
@@ -110,7 +110,7 @@ def test_a_sigkilled_trainer_rank_is_restarted_and_the_run_rewinds(
 ) -> None:
     import ray
 
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     pids: dict[int, int] = {}
     killed: list[int] = []
@@ -136,8 +136,8 @@ def test_a_sigkilled_trainer_rank_is_restarted_and_the_run_rewinds(
 
 
 def test_async_resume_keeps_staleness_accounting(quickstart_cfg, ray_session, tmp_path) -> None:
-    from dockyard.core.drivers import checkpoint as ckpt
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train import checkpoint as ckpt
+    from dockyard.train.algorithms.grpo import train
 
     part = quickstart_cfg("grpo.max_num_steps=2")
     train(part, progress=False)
@@ -156,7 +156,7 @@ def test_async_resume_keeps_staleness_accounting(quickstart_cfg, ray_session, tm
 def test_engine_and_sandbox_sigkill_recover(quickstart_cfg, ray_session) -> None:
     import ray
 
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     killed = {}
 

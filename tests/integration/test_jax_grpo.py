@@ -48,7 +48,7 @@ def test_jax_trainer_grpo_with_vllm_and_shm_weight_push(
 ) -> None:
     import ray
 
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     cfg = quickstart_cfg(
         "policy.dtensor_cfg.enabled=false",

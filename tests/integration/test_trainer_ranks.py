@@ -17,7 +17,7 @@ def _rows(cfg) -> list[dict]:
 
 
 def test_two_trainer_ranks_train_like_one(quickstart_cfg, ray_session, tmp_path) -> None:
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     runs, fleet_sizes = {}, {}
     for ranks in (1, 2):
@@ -57,7 +57,7 @@ def test_a_dead_rank_restarts_the_whole_fleet(quickstart_cfg, ray_session, tmp_p
 
     import ray
 
-    from dockyard.core.drivers.grpo import train
+    from dockyard.train.algorithms.grpo import train
 
     seen: dict[int, list[int]] = {}
     first: list[int] = []

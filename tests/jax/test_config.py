@@ -62,7 +62,7 @@ def test_no_kl_penalty_no_reference_and_defaults() -> None:
 
 
 def test_stack_config_is_from_master_as_a_plain_dict() -> None:
-    from dockyard.core.drivers.stack import jax_worker_config
+    from dockyard.train.runtime.stack import jax_worker_config
 
     master = _master()
     d = jax_worker_config(master)

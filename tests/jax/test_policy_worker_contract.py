@@ -48,7 +48,7 @@ def _config(model_dir: Path) -> dict[str, Any]:
 
 
 def _build(backend: str, model_dir: Path) -> PolicyWorker:
-    from dockyard.core.runtime.hosts import load_object
+    from dockyard.train.runtime.hosts import load_object
 
     return load_object(FACTORIES[backend])(_config(model_dir))
 
@@ -181,8 +181,8 @@ def test_export_hf_loads_in_transformers(backend, model_dir, tmp_path) -> None:
 def test_policy_host_sends_the_export_through_shm(backend, model_dir) -> None:
     """``PolicyHost.send_weights`` (what the driver calls in the trainer's Ray actor) feeds the
     worker's export to the shm sender; the receiving side gets every tensor by HF name."""
-    from dockyard.core.runtime.hosts import PolicyHost
     from dockyard.serve.transports import open_receiver
+    from dockyard.train.runtime.hosts import PolicyHost
 
     host = PolicyHost(FACTORIES[backend], _config(model_dir))
     sock = os.path.join("/tmp", f"dockyard-contract-{uuid.uuid4().hex[:8]}.sock")

@@ -207,7 +207,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     if reason:
         pytest.skip(reason)
     if shutil.which("ray", path=str(Path(sys.executable).parent)) is None:
-        pytest.skip("ray is not installed in this environment: pip install 'dockyard-core[ray]'")
+        pytest.skip("ray is not installed in this environment: pip install dockyard-train")
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as env:
         env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
         yield env

@@ -45,7 +45,7 @@ def test_runtime_image_has_the_ray_the_manifests_declare() -> None:
     assert f"ARG RAY_VERSION={default_ray}" in lines
     run = " ".join(line for line in lines if line.startswith("RUN "))
     assert '"ray[default]==${RAY_VERSION}"' in run  # the job server KubeRay submits RayJobs through
-    assert "dockyard-core[ray]" in run
+    assert "dockyard-train" in run
     assert "dockyard-torch" in run
     assert "dockyard-serve[vllm]" in run
     assert "USER 1000" in lines

@@ -149,7 +149,7 @@ def test_ray_groups_carry_fleet_roles_and_gpus(objects) -> None:
         env = {e["name"]: e["value"] for e in c["env"]}
         assert env["DOCKYARD_FLEET_ROLE"] == role
         assert g["labels"] == {"dockyard.io/fleet-role": role}  # Ray node label
-        # the custom resource dockyard.core.runtime pins the fleet to, in KubeRay's quoting
+        # the custom resource dockyard.train.runtime pins the fleet to, in KubeRay's quoting
         assert g["rayStartParams"]["resources"] == '"{\\"fleet:' + role + '\\": 1000}"'
         assert g["template"]["metadata"]["labels"]["dockyard.io/fleet-role"] == role
         assert (

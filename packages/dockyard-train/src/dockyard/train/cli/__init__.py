@@ -1,0 +1,65 @@
+"""The `dockyard` command line.
+
+Sub-commands live in a small registry (``COMMANDS``): each entry names the module that implements
+it, imported only when that sub-command runs, so `dockyard --help` starts without importing torch,
+Ray or vLLM. To add a sub-command, write a module with ``add_arguments(parser)`` and
+``run(args) -> int`` and register it here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from importlib import metadata
+
+# name -> (module implementing it, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "config": (
+        "dockyard.train.cli.config",
+        "Validate a config (`dockyard config check FILE [overrides]`).",
+    ),
+    "train": ("dockyard.train.cli.train", "Run GRPO training from a config."),
+    "sft": ("dockyard.train.cli.sft", "Run supervised fine-tuning from a config."),
+    "quickstart": ("dockyard.train.cli.quickstart", "Run the CPU quickstart end to end."),
+}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("dockyard-train")
+    except metadata.PackageNotFoundError:  # running from a source tree without an install
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dockyard",
+        description="dockyard: asynchronous RL post-training with execution-grounded rewards.",
+    )
+    parser.add_argument("--version", action="version", version=f"dockyard {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    # Parse the command name first; the implementing module then adds its own arguments.
+    if argv and argv[0] in COMMANDS:
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+        sub = argparse.ArgumentParser(prog=f"dockyard {argv[0]}", description=COMMANDS[argv[0]][1])
+        module.add_arguments(sub)
+        return int(module.run(sub.parse_args(argv[1:])) or 0)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

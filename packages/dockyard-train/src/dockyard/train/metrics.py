@@ -1,0 +1,117 @@
+"""Per-step metrics of the GRPO loop (flat ``{name: float}``, names are stable log keys).
+
+=========================  ===============================================================
+``reward/mean|std``        scalar reward over valid trajectories; ``reward/<c>/mean`` per
+                           named component (``reward/tests``...)
+``pass_rate``              fraction of valid trajectories that solved their task
+``response_length/mean``   policy tokens per trajectory (``/max``; ``truncated_fraction``)
+``infra_error_fraction``   trajectories masked because the reward could not be computed
+                           (the driver also prints why: :func:`infra_report`)
+``staleness/mean|max``     age = trainer step − oldest policy version of a trajectory;
+``staleness/hist_<k>``     the histogram of ages (k = 0..max_age); ``in_flight_fraction``:
+                           trajectories whose tokens span several policy versions
+``train/*``                the loss's metrics (clip fraction, KL, IS weights...), grad norm
+``logprob_mismatch/*``     |log π_prev − log π_gen| over loss tokens (train vs generation)
+``tokens_per_s/gen|train`` generated tokens per second of generation wall time; trained
+                           tokens per second of training
+``time/*``                 wall-clock split: waiting for generation, logprobs, training,
+                           weight sync, checkpoint, sandbox (summed over samples)
+=========================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dockyard.core.experience import Batch, Group
+from dockyard.train.batching import passed, response_length
+
+
+def rollout_metrics(groups: list[Group], step: int, max_age: int) -> dict[str, float]:
+    trajs = [t for g in groups for t in g.trajectories]
+    valid = [t for t in trajs if not t.infra_error]
+    out: dict[str, float] = {
+        "groups": float(len(groups)),
+        "trajectories": float(len(trajs)),
+        "infra_error_fraction": 1.0 - len(valid) / max(len(trajs), 1),
+    }
+    if valid:
+        r = np.array([t.reward for t in valid])
+        out["reward/mean"] = float(r.mean())
+        out["reward/std"] = float(r.std())
+        comps = sorted({k for t in valid for k in t.rewards})
+        for c in comps:
+            v = np.array([t.rewards.get(c, 0.0) for t in valid])
+            out[f"{c}/mean"] = float(v.mean())
+            out[f"{c}/std"] = float(v.std())
+        out["pass_rate"] = float(np.mean([passed(t) for t in valid]))
+    lengths = np.array([response_length(t) for t in trajs]) if trajs else np.zeros(1)
+    out["response_length/mean"] = float(lengths.mean())
+    out["response_length/max"] = float(lengths.max())
+    out["truncated_fraction"] = float(np.mean([t.finish_reason == "length" for t in trajs] or [0]))
+    ages = np.array([step - t.min_version for t in trajs]) if trajs else np.zeros(1)
+    out["staleness/mean"] = float(ages.mean())
+    out["staleness/max"] = float(ages.max())
+    for k in range(max_age + 1):
+        out[f"staleness/hist_{k}"] = float(np.sum(ages == k))
+    spans = [len(set(t.policy_versions[t.policy_mask].tolist())) > 1 for t in trajs]
+    out["in_flight_fraction"] = float(np.mean(spans or [0]))
+    # scoring runs concurrently with generation, so these are per-sample latencies, not a share
+    # of the step's wall-clock (``time/*_s`` of the driver's own phases are)
+    env_s = np.array([t.metadata.get("env_s", 0.0) for t in trajs] or [0.0])
+    out["sandbox/latency_mean_s"] = float(env_s.mean())
+    out["sandbox/latency_max_s"] = float(env_s.max())
+    return out
+
+
+def infra_reasons(groups: list[Group], width: int = 160) -> list[tuple[str, int]]:
+    """Why the masked (``infra_error``) trajectories of ``groups`` could not be scored: each
+    distinct reason (an environment's ``infra_reason``, or the exception scoring raised) with
+    its count, most frequent first."""
+    counts: dict[str, int] = {}
+    for g in groups:
+        for t in g.trajectories:
+            if t.infra_error:
+                why = str(
+                    t.metadata.get("infra_reason") or t.metadata.get("error") or "no reason given"
+                )
+                why = " ".join(why.split())
+                why = why if len(why) <= width else why[: width - 1] + "…"
+                counts[why] = counts.get(why, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def infra_report(groups: list[Group], step: int, shown: int = 3) -> str | None:
+    """One log line for the masked samples of a step (None when there are none)."""
+    reasons = infra_reasons(groups)
+    if not reasons:
+        return None
+    n = sum(c for _, c in reasons)
+    total = sum(len(g.trajectories) for g in groups)
+    listed = "; ".join(f"{why} (×{c})" for why, c in reasons[:shown])
+    more = f"; {len(reasons) - shown} more reasons" if len(reasons) > shown else ""
+    return (
+        f"dockyard: step {step}: {n} of {total} samples masked (infra_error: their reward could "
+        f"not be computed, so they are left out, not scored 0): {listed}{more}"
+    )
+
+
+def mismatch_metrics(batch: Batch) -> dict[str, float]:
+    """Train-vs-generation logprob mismatch over loss tokens (needs ``prev_logprobs``)."""
+    if batch.prev_logprobs is None or not batch.loss_mask.any():
+        return {}
+    d = np.abs(batch.prev_logprobs - batch.gen_logprobs)[batch.loss_mask]
+    ratio = np.exp(batch.prev_logprobs - batch.gen_logprobs)[batch.loss_mask]
+    return {
+        "logprob_mismatch/mean": float(d.mean()),
+        "logprob_mismatch/max": float(d.max()),
+        "is_weight/mean": float(ratio.mean()),
+        "is_weight/max": float(ratio.max()),
+        "is_weight/min": float(ratio.min()),
+    }
+
+
+def train_metrics(m: dict[str, Any]) -> dict[str, float]:
+    return {f"train/{k}": float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}

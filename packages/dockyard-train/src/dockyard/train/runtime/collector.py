@@ -1,0 +1,384 @@
+"""The trajectory collector: keeps the inference fleet busy and fills the replay buffer.
+
+The driver *orders* groups: ``order(n, min_version)`` asks for n groups that may be generated
+once the engines serve policy version ``min_version`` or later. For training step ``s`` the
+driver orders P groups with ``min_version = s − max_age``; with ``max_age = 0`` generation for
+step ``s`` therefore starts only after the step-``s`` weights are loaded (synchronous GRPO),
+with ``max_age = k`` it runs up to k steps ahead while the trainer trains (asynchronous GRPO).
+The buffer enforces the bound exactly; orders only keep generation from running ahead of it.
+
+Faults: a group whose engine died (``RayActorError``) is re-queued with the same uid and task
+and the engine is set aside until the driver replaces it (:meth:`Collector.replace_engine`);
+nothing reaches the buffer twice, because a group enters it only once complete and the buffer
+refuses a uid it has seen. ``state()`` (loader position, orders, the tasks of groups in flight)
+is checkpointed; after a resume groups that were in flight are generated again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from dockyard.core.interfaces.generation import SamplingParams
+from dockyard.train.data import TaskLoader
+from dockyard.train.rollout import rollout_group
+
+
+@dataclass
+class Order:
+    """One group to generate: ``task``/``uid`` set for a re-queued group, else the next task."""
+
+    min_version: int
+    uid: str | None = None
+    task: dict[str, Any] | None = None
+
+
+MAX_ERRORS = 50  # failed rollouts (not engine deaths) before the run stops with the last error
+
+
+def prompt_too_long(e: BaseException) -> bool:
+    """The engine refused a prompt longer than its context (vLLM's validation error)."""
+    return "maximum context length" in str(e)
+
+
+def group_seed(seed: int, uid: str) -> int:
+    """A sampling seed per group, stable across restarts (so a resumed run samples the same)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{uid}".encode()).digest()[:4], "big")
+
+
+def is_engine_death(e: BaseException) -> bool:
+    """Whether ``e`` says the engine actor is gone (rather than a bad request); an engine whose
+    core died inside a live actor (vLLM's ``EngineDeadError``) counts as gone too."""
+    if "EngineDead" in type(e).__name__ or "EngineDeadError" in str(e)[:2000]:
+        return True
+    try:
+        import ray.exceptions
+
+        return isinstance(e, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError)
+    except ImportError:  # pragma: no cover
+        return False
+
+
+class RemoteEngine:
+    """An engine Ray actor seen as ``async generate(prompt_ids, params)``."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+        return await self.handle.generate.remote(prompt_ids, params)
+
+
+class Collector:
+    """See the module docstring.
+
+    Args:
+        engines: engine clients (``async generate``), e.g. :class:`RemoteEngine` s.
+        env: the :class:`~dockyard.core.interfaces.Environment` scoring the tasks.
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        loader: the training :class:`TaskLoader`.
+        buffer: the replay buffer (an actor handle with ``put.remote``, or a local buffer).
+        params: sampling settings; ``n`` is G.
+        seed: base seed for per-group sampling seeds.
+        max_turns: ``grpo.max_rollout_turns``.
+        max_groups_in_flight: groups generated at once over all engines.
+        reward_weights: ``env.<name>.reward_weights``.
+    """
+
+    def __init__(
+        self,
+        engines: list[Any],
+        env: Any,
+        tokenizer: Any,
+        loader: TaskLoader,
+        buffer: Any,
+        params: SamplingParams,
+        *,
+        seed: int = 0,
+        max_turns: int = 1,
+        max_groups_in_flight: int = 16,
+        reward_weights: dict[str, float] | None = None,
+        seeded: bool = True,
+    ) -> None:
+        self.seeded = seeded
+        self.engines = list(engines)
+        self.dead: set[int] = set()
+        self.env = env
+        self.tokenizer = tokenizer
+        self.loader = loader
+        self.buffer = buffer
+        self.params = params
+        self.seed = seed
+        self.max_turns = max_turns
+        self.max_in_flight = max_groups_in_flight
+        self.reward_weights = dict(reward_weights or {})
+        self.version = 0
+        self.orders: deque[Order] = deque()
+        self.in_flight: dict[str, tuple[Order, dict[str, Any], int]] = {}
+        self.exhausted = False
+        self.paused = False
+        self._load = [0] * len(self.engines)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._stats: dict[str, float] = {}
+        self.errors: list[str] = []
+        self.fatal: str | None = None
+        self.skipped_long = 0
+
+    # ----------------------------------------------------------- driver API
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    def order(self, n: int, min_version: int) -> None:
+        self.orders.extend(Order(min_version) for _ in range(n))
+        self._wake.set()
+
+    def set_version(self, version: int) -> None:
+        self.version = version
+        self._wake.set()
+
+    def replace_engine(self, index: int, handle: Any) -> None:
+        """Use ``handle`` (a restarted engine actor, weights loaded) for engine ``index``."""
+        self.engines[index] = RemoteEngine(handle)
+        self.dead.discard(index)
+        self._wake.set()
+
+    def report_exhausted(self) -> bool:
+        """True when the data ran out and nothing is left to generate."""
+        return self.exhausted and not self.in_flight and not any(o.task for o in self.orders)
+
+    def failure(self) -> str | None:
+        """Why the collector cannot go on (too many failed rollouts), else None."""
+        return self.fatal
+
+    def skipped_long_prompts(self) -> int:
+        """Tasks skipped because their prompt alone exceeds the engine's context."""
+        return self.skipped_long
+
+    def dead_engines(self) -> list[int]:
+        return sorted(self.dead)
+
+    def report(self) -> dict[str, float]:
+        """Counters since the last report (generation tokens/time, env time, re-queues)."""
+        out, self._stats = self._stats, {}
+        out["collector/in_flight"] = float(len(self.in_flight))
+        out["collector/orders_pending"] = float(len(self.orders))
+        out["collector/exhausted"] = float(self.exhausted)
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """Loader position and the work not yet in the buffer (orders + groups in flight)."""
+        pending = [Order(o.min_version, uid, task) for uid, (o, task, _) in self.in_flight.items()]
+        return {
+            "loader": self.loader.state_dict(),
+            "orders": [asdict(o) for o in [*pending, *self.orders]],
+            "version": self.version,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        self.orders = deque(Order(**o) for o in state["orders"])
+        self.version = int(state["version"])
+        self._wake.set()
+
+    # ---------------------------------------------------------------- loop
+    def _bump(self, key: str, v: float) -> None:
+        self._stats[key] = self._stats.get(key, 0.0) + v
+
+    def _pick_engine(self) -> int | None:
+        live = [i for i in range(len(self.engines)) if i not in self.dead]
+        return min(live, key=lambda i: self._load[i]) if live else None
+
+    def _next_order(self) -> tuple[Order, str, dict[str, Any]] | None:
+        if self.paused or not self.orders or self.orders[0].min_version > self.version:
+            return None
+        if len(self.in_flight) >= self.max_in_flight:
+            return None
+        o = self.orders[0]
+        if o.uid is not None and o.task is not None:
+            self.orders.popleft()
+            return o, o.uid, o.task
+        try:
+            uid, task = next(self.loader)
+        except StopIteration:
+            self.exhausted = True
+            return None
+        self.orders.popleft()
+        return o, uid, task
+
+    async def _run(self) -> None:
+        while True:
+            started = False
+            while True:
+                engine = self._pick_engine()
+                if engine is None:
+                    break
+                nxt = self._next_order()
+                if nxt is None:
+                    break
+                order, uid, task = nxt
+                self.in_flight[uid] = (order, task, engine)
+                self._load[engine] += 1
+                asyncio.get_running_loop().create_task(self._one(order, uid, task, engine))
+                started = True
+            if not started:
+                self._wake.clear()
+                await self._wake.wait()
+
+    async def _one(self, order: Order, uid: str, task: dict[str, Any], engine: int) -> None:
+        params = replace(self.params, seed=group_seed(self.seed, uid) if self.seeded else None)
+        t0 = time.perf_counter()
+        client = self.engines[engine]
+        try:
+            group = await rollout_group(
+                client, self.env, self.tokenizer, task, uid, params, self.max_turns
+            )
+        except Exception as e:
+            self._load[engine] -= 1
+            del self.in_flight[uid]
+            if is_engine_death(e):
+                if self.engines[engine] is client:  # not yet replaced by the driver
+                    self.dead.add(engine)
+                self._bump("collector/engine_failures", 1)
+            elif prompt_too_long(e):
+                # this task can never fit the context: another task takes its place
+                self.skipped_long += 1
+                self._bump("collector/skipped_long_prompts", 1)
+                self.orders.appendleft(Order(order.min_version))
+                self._wake.set()
+                return
+            else:
+                self.errors.append(f"{uid}: {type(e).__name__}: {e}")
+                self._bump("collector/errors", 1)
+                if len(self.errors) > MAX_ERRORS:
+                    self.fatal = f"{len(self.errors)} rollouts failed; the last: {self.errors[-1]}"
+                    return
+            self.orders.appendleft(Order(order.min_version, uid, task))  # re-queue, same uid
+            self._bump("collector/requeued", 1)
+            self._wake.set()
+            return
+        self._load[engine] -= 1
+        if self.reward_weights:
+            for t in group.trajectories:
+                t.rewards = {k: v * self.reward_weights.get(k, 1.0) for k, v in t.rewards.items()}
+        gen_tokens = sum(int(t.policy_mask.sum()) for t in group.trajectories)
+        self._bump("collector/gen_tokens", gen_tokens)
+        self._bump("collector/gen_s", float(group.metadata.get("gen_s", 0.0)))
+        self._bump("collector/env_s", sum(t.metadata.get("env_s", 0.0) for t in group.trajectories))
+        self._bump("collector/group_s", time.perf_counter() - t0)
+        self._bump("collector/groups", 1)
+        put = self.buffer.put.remote(group) if hasattr(self.buffer.put, "remote") else None
+        if put is not None:
+            await put
+        else:
+            self.buffer.put(group)
+        del self.in_flight[uid]
+        self._wake.set()
+
+
+class CollectorHost(Collector):
+    """The collector as a Ray actor: builds its environment, tokenizer and loader from the
+    config (``MasterConfig.model_dump()``) inside the actor process."""
+
+    def __init__(
+        self,
+        cfg_dict: dict[str, Any],
+        engines: list[Any],
+        buffer: Any,
+        sandbox_urls: list[str],
+        tasks: list[dict[str, Any]],
+    ) -> None:
+        from dockyard.core.config import MasterConfig
+        from dockyard.train.environments import build_environment
+
+        cfg = MasterConfig.model_validate(cfg_dict)
+        name = cfg.env_for_data()
+        assert name is not None
+        env = build_environment(name, cfg.env[name], sandbox_urls)
+        tokenizer = load_tokenizer(cfg)
+        g = cfg.policy.generation
+        params = SamplingParams(
+            n=cfg.grpo.num_generations_per_prompt,
+            max_tokens=g.max_new_tokens,
+            temperature=g.temperature,
+            top_p=g.top_p,
+            top_k=g.top_k,
+            stop=list(g.stop_strings),
+            stop_token_ids=list(g.stop_token_ids),
+        )
+        loader = TaskLoader(tasks, cfg.grpo.seed, cfg.data.shuffle, cfg.grpo.max_num_epochs)
+        P = cfg.grpo.num_prompts_per_step
+        super().__init__(
+            [RemoteEngine(e) for e in engines],
+            env,
+            tokenizer,
+            loader,
+            buffer,
+            params,
+            seed=cfg.grpo.seed,
+            max_turns=cfg.grpo.max_rollout_turns,
+            max_groups_in_flight=max(P * (cfg.grpo.async_grpo.age_bound() + 1), 4),
+            reward_weights=cfg.env[name].reward_weights,
+        )
+
+    async def validate(
+        self, tasks: list[dict[str, Any]], n: int, temperature: float
+    ) -> dict[str, float]:
+        """Pass rate (and mean reward) of ``n`` samples per task on the engines' current weights."""
+        params = replace(self.params, n=n, temperature=temperature, seed=None)
+        sem = asyncio.Semaphore(self.max_in_flight)
+
+        async def one(i: int, task: dict[str, Any]) -> Any:
+            async with sem:
+                live = [k for k in range(len(self.engines)) if k not in self.dead] or [0]
+                eng = self.engines[live[i % len(live)]]
+                seed = group_seed(self.seed + 1, f"val:{i}") if self.seeded else None
+                p = replace(params, seed=seed)
+                return await rollout_group(
+                    eng, self.env, self.tokenizer, task, f"val:{i}", p, self.max_turns
+                )
+
+        from dockyard.train.batching import passed
+
+        groups = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
+        trajs = [t for g in groups for t in g.trajectories if not t.infra_error]
+        if not trajs:
+            return {"val/pass_rate": float("nan"), "val/infra_errors": float(len(tasks) * n)}
+        return {
+            "val/pass_rate": sum(passed(t) for t in trajs) / len(trajs),
+            "val/reward": sum(t.reward for t in trajs) / len(trajs),
+            "val/samples": float(len(trajs)),
+        }
+
+    async def drain(self) -> None:
+        """Stop starting groups and wait until none is in flight (updates without in-flight)."""
+        self.paused = True
+        while self.in_flight:
+            await asyncio.sleep(0.01)
+
+    def set_version(self, version: int) -> None:
+        self.paused = False
+        super().set_version(version)
+
+
+def load_tokenizer(cfg: Any) -> Any:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            'the collector needs transformers: pip install "dockyard-rl[torch]"'
+        ) from e
+    return AutoTokenizer.from_pretrained(cfg.policy.tokenizer.name or cfg.policy.model_name)

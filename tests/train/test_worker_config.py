@@ -1,0 +1,105 @@
+"""The torch trainer's settings from a dockyard config: what it cannot honour is refused by key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dockyard.core.config import load_config
+from dockyard.train.runtime.stack import torch_worker_config
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "configs" / "grpo_quickstart.yaml"
+
+
+def test_maps_the_policy_keys() -> None:
+    cfg = load_config(
+        QUICKSTART,
+        ["policy.dtensor_cfg.tensor_parallel_size=2", "cluster.trainer_ranks=2", "grpo.seed=7"],
+    )
+    w = torch_worker_config(cfg)
+    assert w["tensor_parallel_size"] == 2
+    assert w["seed"] == 7
+    assert w["optimizer"]["lr"] == cfg.policy.optimizer.lr
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("policy.optimizer.name=sgd", "policy.optimizer.name"),
+        ("policy.precision=float16", "policy.precision"),
+        ("policy.scheduler.name=linear", "policy.scheduler.name"),
+    ],
+)
+def test_refuses_what_it_cannot_honour(override: str, key: str) -> None:
+    cfg = load_config(QUICKSTART, [override])
+    with pytest.raises(ValueError, match=key):
+        torch_worker_config(cfg)
+
+
+@pytest.mark.parametrize("section", ["sequence_packing", "dynamic_batching"])
+def test_batching_modes_reach_the_torch_worker(section: str) -> None:
+    cfg = load_config(
+        QUICKSTART, [f"policy.{section}.enabled=true", f"policy.{section}.train_mb_tokens=512"]
+    )
+    w = torch_worker_config(cfg)
+    assert w[section] == {"enabled": True, "train_mb_tokens": 512, "logprob_mb_tokens": 8192}
+    torch_config = pytest.importorskip("dockyard.torch.config")
+    parsed = torch_config.TorchPolicyConfig(**w)  # the worker accepts what the driver sends
+    assert getattr(parsed, section).enabled
+    assert getattr(parsed, section).train_mb_tokens == 512
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["policy.sequence_packing.enabled=true", "policy.dynamic_batching.enabled=true"],
+            "policy.sequence_packing.enabled and policy.dynamic_batching.enabled",
+        ),
+        (
+            [
+                "policy.sequence_packing.enabled=true",
+                "policy.jax_cfg.enabled=true",
+                "policy.dtensor_cfg.enabled=false",
+            ],
+            "torch-trainer options",
+        ),
+    ],
+)
+def test_batching_modes_refuse_what_cannot_run(overrides: list[str], message: str) -> None:
+    from dockyard.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(QUICKSTART, overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["cluster.trainer_ranks=3", "policy.dtensor_cfg.tensor_parallel_size=2"],
+            r"tensor_parallel_size=2 must divide cluster\.trainer_ranks=3",
+        ),
+        (
+            [
+                "cluster.trainer_ranks=2",
+                "policy.jax_cfg.enabled=true",
+                "policy.dtensor_cfg.enabled=false",
+            ],
+            r"set cluster\.trainer_ranks=1",
+        ),
+    ],
+)
+def test_trainer_ranks_must_fit_the_trainer(overrides: list[str], message: str) -> None:
+    from dockyard.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(QUICKSTART, overrides)
+
+
+def test_trainer_ranks_that_fit_are_accepted() -> None:
+    cfg = load_config(
+        QUICKSTART, ["cluster.trainer_ranks=4", "policy.dtensor_cfg.tensor_parallel_size=2"]
+    )
+    assert cfg.cluster.trainer_ranks == 4
