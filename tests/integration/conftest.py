@@ -18,17 +18,14 @@ def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def make_quickstart_cfg(sft_model: Path, root: Path, *overrides: str):
     """A validated quickstart ``MasterConfig`` on ``sft_model`` writing under ``root``."""
-    from dockyard.core.config import apply_overrides, config_from_dict, merge
-    from dockyard.train.cli.quickstart import QUICKSTART_CONFIG
+    from dockyard.core.config import apply_overrides, config_from_dict
+    from dockyard.train.cli.quickstart import quickstart_config
 
-    d = merge(
-        QUICKSTART_CONFIG,
-        {
-            "policy": {"model_name": str(sft_model)},
-            "grpo": {"max_num_steps": 3, "val_at_start": False, "max_val_samples": 8},
-            "logger": {"log_dir": str(root / "logs")},
-            "checkpointing": {"checkpoint_dir": str(root / "ckpt"), "save_period": 2},
-        },
+    d = quickstart_config(
+        sft_model,
+        grpo={"max_num_steps": 3, "val_at_start": False, "max_val_samples": 8},
+        logger={"log_dir": str(root / "logs")},
+        checkpointing={"checkpoint_dir": str(root / "ckpt"), "save_period": 2},
     )
     return config_from_dict(apply_overrides(d, list(overrides)))
 

@@ -38,13 +38,13 @@ def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_ses
 
 
 def test_quickstart_config_is_the_quickstarts() -> None:
+    """The quickstart reads the shipped example itself: one file, not a copy kept in step."""
     from dockyard.core.config import load_config
-    from dockyard.train.cli.quickstart import QUICKSTART_CONFIG
+    from dockyard.train.cli.quickstart import quickstart_yaml
 
-    cfg = load_config(CONFIGS / "grpo_quickstart.yaml", [])
-    q = QUICKSTART_CONFIG
-    assert cfg.grpo.num_prompts_per_step == q["grpo"]["num_prompts_per_step"]
-    assert cfg.grpo.num_generations_per_prompt == q["grpo"]["num_generations_per_prompt"]
+    shipped = quickstart_yaml()
+    assert shipped.resolve() == (CONFIGS / "grpo_quickstart.yaml").resolve()
+    cfg = load_config(shipped, [])
+    assert cfg.grpo.num_prompts_per_step == 8
     assert cfg.grpo.async_grpo.max_trajectory_age_steps == 1
-    assert cfg.policy.optimizer.lr == q["policy"]["optimizer"]["lr"]
-    assert cfg.policy.generation.max_new_tokens == q["policy"]["generation"]["max_new_tokens"]
+    assert cfg.env["expression"].type == "expression"

@@ -64,7 +64,7 @@ def test_jax_trainer_grpo_with_vllm_and_shm_weight_push(
         seen[step] = {
             "engine_version": ray.get(stack.engines.actors[0].policy_version.remote()),
             "trainer_step": ray.get(host.step.remote()),
-            "worker": ray.get(host.call.remote("__repr__")).split()[0].rsplit(".", 1)[-1],
+            "worker": ray.get(host.__ray_call__.remote(lambda h: type(h.worker).__name__)),
         }
         if step == 1:
             ray.get(host.export_to.remote(str(tmp_path / "v1")))

@@ -55,15 +55,13 @@ def test_a_dead_rank_restarts_the_whole_fleet(quickstart_cfg, ray_session, tmp_p
     import os
     import signal
 
-    import ray
-
     from dockyard.train.algorithms.grpo import train
 
     seen: dict[int, list[int]] = {}
     first: list[int] = []
 
     def on_step(step: int, stack) -> None:
-        seen[step] = ray.get(stack.trainer.call("pid"))
+        seen[step] = stack.trainer.pids()
         if step == 1 and not first:
             first.extend(seen[1])
             os.kill(first[1], signal.SIGKILL)

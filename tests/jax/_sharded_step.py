@@ -36,7 +36,7 @@ def main(model_dir: str, ckpt_dir: str) -> None:
     devices = jax.devices()
     cfg = {"model_name": model_dir, "train_micro_batch_size": 4, "logprob_batch_size": 8,
            "optimizer": {"lr": 1e-3, "weight_decay": 0.01},
-           "scheduler": {"type": "cosine", "warmup_steps": 1, "total_steps": 3}}  # fmt: skip
+           "scheduler": {"name": "cosine", "warmup_steps": 1, "total_steps": 3}}  # fmt: skip
     single = JaxPolicyWorker(cfg, mesh=make_mesh(1, 1, devices=devices[:1]))
     sharded = JaxPolicyWorker(cfg, mesh=make_mesh(2, 2, devices=devices))
     q = sharded.params["model"]["layers"][0]["self_attn"]["q_proj"]["kernel"]

@@ -45,7 +45,7 @@ def test_every_key_is_mapped() -> None:
         reference_policy=True,
         seed=7,
         optimizer={"lr": 2e-6, "weight_decay": 0.1, "betas": (0.8, 0.95), "eps": 1e-6},
-        scheduler={"type": "linear", "warmup_steps": 3, "total_steps": 40, "min_lr_ratio": 0.2},
+        scheduler={"name": "linear", "warmup_steps": 3, "total_steps": 40, "min_lr_ratio": 0.2},
         mesh={"fsdp_size": 2, "tensor_parallel_size": 2},
     )
 
@@ -74,9 +74,21 @@ def test_stack_config_is_from_master_as_a_plain_dict() -> None:
     ("policy", "match"),
     [
         ({"precision": "float16"}, "policy.precision=float16"),
-        ({"optimizer": {"name": "sgd", "lr": 1e-3}}, "policy.optimizer.name=sgd"),
+        ({"lora": {"enabled": True}}, "policy.lora.enabled"),
     ],
 )
 def test_unsupported_keys_are_named(policy: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         JaxPolicyConfig.from_master(_master(**policy))
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam", "sgd"])
+@pytest.mark.parametrize("scheduler", ["constant", "linear", "cosine"])
+def test_every_optimizer_and_schedule_the_schema_offers_is_taken(
+    optimizer: str, scheduler: str
+) -> None:
+    cfg = JaxPolicyConfig.from_master(
+        _master(optimizer={"name": optimizer}, scheduler={"name": scheduler, "total_steps": 9})
+    )
+    assert (cfg.optimizer.name, cfg.scheduler.name) == (optimizer, scheduler)
+    assert cfg.scheduler.total_steps == 9  # set in the run config: not grpo.max_num_steps

@@ -27,7 +27,7 @@ CONFIG = {
     "max_grad_norm": 0.5,  # below the first step's norm: clipping is exercised
     "generation_temperature": 0.9,
     "optimizer": {"lr": 1e-3, "weight_decay": 0.01, "betas": (0.9, 0.99), "eps": 1e-8},
-    "scheduler": {"type": "cosine", "warmup_steps": 1, "total_steps": 4, "min_lr_ratio": 0.1},
+    "scheduler": {"name": "cosine", "warmup_steps": 1, "total_steps": 4, "min_lr_ratio": 0.1},
 }
 
 

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dockyard.core.config.optim import SchedulerConfig, lr_factor
 from dockyard.core.interfaces import PolicyWorker
 from dockyard.core.rl import MaskedNLLLoss, PolicyLoss
 from dockyard.jax import JaxPolicyWorker
-from dockyard.jax.config import SchedulerConfig
-from dockyard.jax.optim import clip_by_global_norm, lr_factor
+from dockyard.jax.optim import clip_by_global_norm
 
 torch = pytest.importorskip("torch")
 
@@ -93,8 +93,8 @@ def test_update_independent_of_micro_batch_size(tiny_qwen2, make_grpo_batch) -> 
 
 @pytest.mark.parametrize("kind", ["constant", "cosine", "linear"])
 def test_lr_schedule_formula(kind: str) -> None:
-    cfg = SchedulerConfig(type=kind, warmup_steps=3, total_steps=13, min_lr_ratio=0.1)
-    got = [float(lr_factor(t, cfg)) for t in range(16)]
+    cfg = SchedulerConfig(name=kind, warmup_steps=3, total_steps=13, min_lr_ratio=0.1)
+    got = [float(lr_factor(jnp.asarray(t), cfg, jnp)) for t in range(16)]  # as optax calls it
     assert got[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])
     p = np.clip((np.arange(16) - 3) / 10, 0, 1)
     after = {"constant": np.ones(16), "cosine": 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * p)),
@@ -122,7 +122,7 @@ def test_clipping_matches_torch() -> None:
 def test_checkpoint_resume_is_exact(tiny_qwen2, make_grpo_batch, tmp_path) -> None:
     batch = make_grpo_batch(96)
     loss = MaskedNLLLoss()
-    sched = {"type": "cosine", "warmup_steps": 1, "total_steps": 4}
+    sched = {"name": "cosine", "warmup_steps": 1, "total_steps": 4}
     a = _worker(tiny_qwen2, scheduler=sched)
     a.train_step(batch, loss)
     a.save_checkpoint(str(tmp_path / "ck"), extra_state={"data_cursor": 7, "v": np.int64(3)})
@@ -198,7 +198,7 @@ def test_config_from_master_config() -> None:
     assert cfg.logprob_batch_size == 2
     assert cfg.generation_temperature == 0.8
     assert cfg.optimizer.lr == 3e-6
-    assert (cfg.scheduler.type, cfg.scheduler.total_steps) == ("cosine", 50)
+    assert (cfg.scheduler.name, cfg.scheduler.total_steps) == ("cosine", 50)
     assert cfg.mesh.tensor_parallel_size == 2
     with pytest.raises(ValueError, match="extra_key"):
         JaxPolicyConfig(model_name="/m", extra_key=1)

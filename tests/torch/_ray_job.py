@@ -33,12 +33,11 @@ def main() -> None:
             "dockyard.torch.worker:TorchPolicyWorker", {**config, "model_name": model}, threads=1
         )
         batch = random_batch(8, 24, seed=1)
-        call = host.call.remote
-        lp0 = ray.get(call("get_logprobs", batch), timeout=600)
-        ref = ray.get(call("get_reference_logprobs", batch), timeout=600)
-        metrics = ray.get(call("train_step", batch, PolicyLoss(options={"eps_low": 0.2})))
-        lp1 = ray.get(call("get_logprobs", batch), timeout=600)
-        ray.get(call("export_hf", str(out / "hf")), timeout=600)
+        lp0 = ray.get(host.get_logprobs.remote(batch), timeout=600)
+        ref = ray.get(host.get_reference_logprobs.remote(batch), timeout=600)
+        metrics = ray.get(host.train_step.remote(batch, PolicyLoss(options={"eps_low": 0.2})))
+        lp1 = ray.get(host.get_logprobs.remote(batch), timeout=600)
+        ray.get(host.export_to.remote(str(out / "hf")), timeout=600)
         results = {
             "metrics": metrics,
             "step": ray.get(host.step.remote()),

@@ -22,5 +22,5 @@ def base_config(qwen2_path):
         "logprob_batch_size": 4,
         "max_grad_norm": 1.0,
         "optimizer": {"lr": 1e-3, "weight_decay": 0.01},
-        "scheduler": {"type": "cosine", "warmup_steps": 2, "total_steps": 10},
+        "scheduler": {"name": "cosine", "warmup_steps": 2, "total_steps": 10},
     }

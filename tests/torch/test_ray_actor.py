@@ -27,7 +27,7 @@ CONFIG = {
     "logprob_batch_size": 4,
     "reference_policy": True,
     "optimizer": {"lr": 1e-3, "weight_decay": 0.01},
-    "scheduler": {"type": "constant", "warmup_steps": 0},
+    "scheduler": {"name": "constant", "warmup_steps": 0},
 }
 
 

@@ -29,7 +29,7 @@ CONFIG = {
     "logprob_batch_size": 4,
     "reference_policy": False,
     "optimizer": {"lr": 1e-3, "weight_decay": 0.01},
-    "scheduler": {"type": "cosine", "warmup_steps": 2, "total_steps": 10},
+    "scheduler": {"name": "cosine", "warmup_steps": 2, "total_steps": 10},
 }
 # 3% of one Adam step (lr 1e-3): the row-split projections sum their partial products in
 # another order (an all-reduce), and Adam's m/√v amplifies that where a gradient is near ε.

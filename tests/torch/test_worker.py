@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from dockyard.core.rl import MaskedNLLLoss, PolicyLoss
-from dockyard.torch.optim import lr_factor
 from dockyard.torch.testing import random_batch
 from dockyard.torch.worker import TorchPolicyWorker
 
@@ -148,18 +147,6 @@ def test_checkpoint_round_trip_restores_rng_and_step(base_config, batch, tmp_pat
         np.testing.assert_allclose(got[name], value, rtol=0, atol=1e-6, err_msg=name)
     with pytest.raises(FileNotFoundError, match="not a dockyard checkpoint"):
         other.load_checkpoint(str(tmp_path))
-
-
-def test_schedules():
-    from dockyard.torch.config import SchedulerConfig
-
-    const = SchedulerConfig(type="constant", warmup_steps=4)
-    assert [lr_factor(t, const) for t in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-    cos = SchedulerConfig(type="cosine", warmup_steps=2, total_steps=12, min_lr_ratio=0.1)
-    assert lr_factor(2, cos) == pytest.approx(1.0)
-    assert lr_factor(7, cos) == pytest.approx(0.1 + 0.9 * 0.5)
-    assert lr_factor(12, cos) == pytest.approx(0.1)
-    assert lr_factor(50, cos) == pytest.approx(0.1)
 
 
 def test_config_errors_name_the_key(qwen2_path):

@@ -23,18 +23,26 @@ def test_maps_the_policy_keys() -> None:
     assert w["optimizer"]["lr"] == cfg.policy.optimizer.lr
 
 
-@pytest.mark.parametrize(
-    ("override", "key"),
-    [
-        ("policy.optimizer.name=sgd", "policy.optimizer.name"),
-        ("policy.precision=float16", "policy.precision"),
-        ("policy.scheduler.name=linear", "policy.scheduler.name"),
-    ],
-)
+@pytest.mark.parametrize(("override", "key"), [("policy.precision=float16", "policy.precision")])
 def test_refuses_what_it_cannot_honour(override: str, key: str) -> None:
     cfg = load_config(QUICKSTART, [override])
     with pytest.raises(ValueError, match=key):
         torch_worker_config(cfg)
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam", "sgd"])
+@pytest.mark.parametrize("scheduler", ["constant", "linear", "cosine"])
+def test_every_optimizer_and_schedule_the_schema_offers_is_taken(
+    optimizer: str, scheduler: str
+) -> None:
+    """What the schema accepts the torch worker implements (tests/torch/test_optim.py)."""
+    torch_config = pytest.importorskip("dockyard.torch.config")
+    overrides = [f"policy.optimizer.name={optimizer}", f"policy.scheduler.name={scheduler}"]
+    cfg = load_config(QUICKSTART, [*overrides, "grpo.max_num_steps=11"])
+    parsed = torch_config.TorchPolicyConfig(**torch_worker_config(cfg))
+    assert (parsed.optimizer.name, parsed.scheduler.name) == (optimizer, scheduler)
+    assert parsed.optimizer == cfg.policy.optimizer
+    assert parsed.scheduler.total_steps == 11  # unset in the run config: grpo.max_num_steps
 
 
 @pytest.mark.parametrize("section", ["sequence_packing", "dynamic_batching"])

@@ -1,4 +1,5 @@
-"""Dependency boundaries (DESIGN.md): the light packages never pull in the ML frameworks.
+"""Dependency boundaries (docs/architecture.md, "Packages and their boundaries"): the light
+packages never pull in the ML frameworks, and core references no sibling package.
 
 Two independent checks: the *resolved* install closure (from the workspace lock, through
 `uv export`), and what an import actually loads (`sys.modules` in a fresh interpreter).

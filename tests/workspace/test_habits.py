@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,19 @@ def test_docs_build_with_warnings_as_errors(repo: Path, tmp_path: Path) -> None:
 def test_changelog_and_license(repo: Path) -> None:
     assert "Apache License" in (repo / "LICENSE").read_text()
     assert "## " in (repo / "CHANGELOG.md").read_text()
+
+
+MAX_FUNCTION_LINES = 100
+
+
+def test_no_function_over_100_lines(repo: Path) -> None:
+    """No function of ``packages/*/src`` (methods and nested functions included, decorators
+    not) runs past 100 lines: a longer one is split by meaning into named helpers."""
+    long = []
+    for path in sorted(repo.glob("packages/*/src/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(repo)}:{node.lineno} {node.name}: {n} lines")
+    assert not long, "split these by meaning into named helpers:\n" + "\n".join(long)

@@ -24,6 +24,20 @@ def test_bundles_name_the_role() -> None:
     assert FleetSpec("sandbox", cpus=0).bundles() == [{"fleet:sandbox": 1.0}]
 
 
+def test_the_trainer_client_offers_every_policy_worker_operation() -> None:
+    """Each ``PolicyWorker`` operation is a typed method of the client and of the rank's actor
+    (the weight export travels through ``PolicyHost.send_weights`` instead)."""
+    from dockyard.core.interfaces import PolicyWorker
+    from dockyard.train.runtime.hosts import PolicyHost
+    from dockyard.train.runtime.trainer import TrainerClient
+
+    ops = PolicyWorker.__abstractmethods__ - {"export_weights"}
+    assert ops <= set(dir(TrainerClient))
+    assert ops <= set(dir(PolicyHost))
+    assert hasattr(PolicyHost, "send_weights")
+    assert not hasattr(PolicyHost, "call")  # no method names passed as strings
+
+
 @pytest.fixture
 def local_ray():
     """A local Ray for one test (the ``ray`` module), shut down after it."""
@@ -80,7 +94,7 @@ def test_a_dead_rank_is_reported_while_its_peer_waits_and_the_fleet_restarts(loc
     import time
 
     from dockyard.train.runtime.placement import Fleet
-    from dockyard.train.runtime.stack import TrainerLost, gather_ranks
+    from dockyard.train.runtime.trainer import TrainerLost, gather_ranks
 
     ray = local_ray
     fleet = Fleet(FleetSpec("trainer", size=2, cpus=0.25), Rank, lambda i: ((), {}))

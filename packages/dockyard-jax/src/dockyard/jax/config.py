@@ -2,7 +2,8 @@
 
 ``JaxPolicyConfig(**d)`` from a dict (what a Ray actor receives) or
 :meth:`JaxPolicyConfig.from_master` from a validated ``MasterConfig``. Unknown keys are errors
-naming the key.
+naming the key. The optimizer and the schedule are the run config's own models
+(``dockyard.core.config.optim``).
 """
 
 from __future__ import annotations
@@ -11,32 +12,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class OptimizerConfig(_Strict):
-    """AdamW (Loshchilov & Hutter 2019): θ ← θ − η_t (m̂/(√v̂ + ε) + λθ), as ``torch.optim.AdamW``."""
-
-    lr: float = Field(1e-5, gt=0, description="peak learning rate η")
-    weight_decay: float = Field(0.0, ge=0, description="decoupled weight decay λ (all params)")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam (β1, β2)")
-    eps: float = Field(1e-8, gt=0, description="Adam ε")
-
-
-class SchedulerConfig(_Strict):
-    """Learning-rate schedule η_t = η · f(t), t = optimizer steps taken before this one.
-
-    Warm-up: f = (t+1)/W for t < W. Then ``constant``: f = 1; ``cosine``:
-    f = r + (1 − r)·½(1 + cos(π·p)); ``linear``: f = r + (1 − r)(1 − p), with
-    p = min((t − W)/(S − W), 1) and r = ``min_lr_ratio`` — the torch worker's ``lr_factor``.
-    """
-
-    type: Literal["constant", "cosine", "linear"] = "constant"
-    warmup_steps: int = Field(0, ge=0, description="W: linear warm-up steps")
-    total_steps: int = Field(1000, ge=1, description="S: the step where decay ends")
-    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="r: final lr / peak lr")
 
 
 class MeshConfig(_Strict):
@@ -67,8 +47,14 @@ class JaxPolicyConfig(_Strict):
         32, ge=1, description="pad micro-batch lengths up to a multiple of this (fewer compiles)"
     )
     seed: int = 0
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig, description="adamw / adam / sgd (policy.optimizer)"
+    )
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig,
+        description="constant / linear / cosine after warm-up (policy.scheduler; linear and "
+        "cosine need total_steps)",
+    )
     mesh: MeshConfig = Field(default_factory=MeshConfig)
 
     @classmethod
@@ -77,11 +63,10 @@ class JaxPolicyConfig(_Strict):
 
         Every ``policy`` key the JAX worker can honour is mapped (the table in
         ``docs/packages/jax.md``); ``reference_policy`` is on when
-        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and
+        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and an unset
         ``scheduler.total_steps`` is ``grpo.max_num_steps``. Keys it cannot honour are errors
-        naming the key and the fix: ``precision: float16``, ``lora.enabled``, an optimizer
-        other than ``adamw``. (A mesh larger than the devices JAX sees is refused when the
-        worker builds it.)"""
+        naming the key and the fix: ``precision: float16``, ``lora.enabled``. (A mesh larger
+        than the devices JAX sees is refused when the worker builds it.)"""
         p = master.policy
         if p.precision == "float16":
             raise ValueError("policy.precision=float16 is not supported by the JAX worker: "
@@ -89,11 +74,6 @@ class JaxPolicyConfig(_Strict):
         if p.lora.enabled:
             raise ValueError("policy.lora.enabled is not supported by the JAX worker: set "
                              "policy.lora.enabled=false or train with policy.dtensor_cfg")  # fmt: skip
-        if p.optimizer.name != "adamw":
-            raise ValueError(
-                f"policy.optimizer.name={p.optimizer.name} is not supported by the JAX worker: "
-                "use adamw (decoupled weight decay, as torch.optim.AdamW)"
-            )
         loss_fn = getattr(master, "loss_fn", None)
         beta = float(getattr(loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0)
         grpo = master.grpo
@@ -106,17 +86,9 @@ class JaxPolicyConfig(_Strict):
             generation_temperature=p.generation.temperature or 1.0,
             reference_policy=beta > 0.0,
             seed=int(grpo.seed),
-            optimizer=OptimizerConfig(
-                lr=p.optimizer.lr,
-                weight_decay=p.optimizer.weight_decay,
-                betas=p.optimizer.betas,
-                eps=p.optimizer.eps,
-            ),
-            scheduler=SchedulerConfig(
-                type=p.scheduler.name,
-                warmup_steps=p.scheduler.warmup_steps,
-                total_steps=max(int(grpo.max_num_steps), 1),
-                min_lr_ratio=p.scheduler.min_lr_ratio,
+            optimizer=p.optimizer,
+            scheduler=p.scheduler.model_copy(
+                update={"total_steps": p.scheduler.total_steps or max(int(grpo.max_num_steps), 1)}
             ),
             mesh=MeshConfig(
                 fsdp_size=p.jax_cfg.fsdp_size,

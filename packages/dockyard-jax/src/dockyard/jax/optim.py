@@ -1,58 +1,53 @@
-"""AdamW, the learning-rate schedule and grad-norm clipping, with the torch worker's semantics.
+"""The run config's optimizer and schedule (``dockyard.core.config.optim``) in optax, with the
+torch worker's semantics, and grad-norm clipping.
 
-* AdamW: ``optax.adamw`` (decay applied to all parameters, as ``torch.optim.AdamW`` with one
-  parameter group).
-* Schedule: :func:`lr_factor` — the same f(t) as ``dockyard.torch.optim.lr_factor``; optax
-  evaluates it at its update count t = 0, 1, …, i.e. the lr of the t-th step is η·f(t), as torch's
-  ``LambdaLR`` gives it to ``optimizer.step()``.
+=======  ============================================================================
+adamw    ``optax.adamw`` (decay on all parameters, as ``torch.optim.AdamW`` with one group)
+adam     ``add_decayed_weights`` then ``optax.adam``: L2, as ``torch.optim.Adam``
+sgd      ``add_decayed_weights`` then ``optax.sgd``: L2, as ``torch.optim.SGD`` (no momentum)
+=======  ============================================================================
+
+* Schedule: core's :func:`~dockyard.core.config.optim.lr_factor` over ``jax.numpy``; optax
+  evaluates it at its update count t = 0, 1, …, i.e. the lr of the t-th step is η·f(t), as
+  torch's ``LambdaLR`` gives it to ``optimizer.step()``.
 * Clipping, as ``torch.nn.utils.clip_grad_norm_``: with n = ‖g‖₂ over all parameters,
-  ``g ← g · min(1, c / (n + 1e-6))``; the reported grad norm is n (before clipping).
+  ``g ← g · min(1, c / (n + 1e-6))``; the reported grad norm is n (before clipping). It runs
+  before the optimizer, so the L2 term λθ is added to the clipped gradient, as in torch.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from dockyard.jax.config import OptimizerConfig, SchedulerConfig
-
-
-def lr_factor(step: Any, cfg: SchedulerConfig) -> Any:
-    """f(t) (see the module docstring); ``step`` may be an int or a traced integer array."""
-    W = cfg.warmup_steps
-    t = jnp.asarray(step, jnp.float32)
-    warm = (t + 1.0) / max(W, 1)
-    if cfg.type == "constant":
-        after = jnp.ones_like(t)
-    else:
-        span = max(cfg.total_steps - W, 1)
-        progress = jnp.clip((t - W) / span, 0.0, 1.0)
-        r = cfg.min_lr_ratio
-        if cfg.type == "cosine":
-            after = r + (1.0 - r) * 0.5 * (1.0 + jnp.cos(math.pi * progress))
-        else:
-            after = r + (1.0 - r) * (1.0 - progress)
-    return jnp.where(t < W, warm, after)
+from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig, lr_factor
 
 
 @functools.cache
 def build_optimizer(opt: OptimizerConfig, sched: SchedulerConfig) -> optax.GradientTransformation:
-    """``optax.adamw`` whose learning rate at update count t is ``opt.lr · lr_factor(t)``.
+    """``opt.name``'s optax transformation whose learning rate at update count t is
+    ``opt.lr · lr_factor(t)`` (see the module docstring).
 
     Cached: equal configs give the same (stateless) transformation, so workers share its
     compiled update."""
-    return optax.adamw(
-        learning_rate=lambda count: opt.lr * lr_factor(count, sched),
-        b1=opt.betas[0],
-        b2=opt.betas[1],
-        eps=opt.eps,
-        weight_decay=opt.weight_decay,
-    )
+
+    def lr(count: Any) -> Any:
+        return opt.lr * lr_factor(count, sched, jnp)
+
+    if opt.name == "adamw":
+        b1, b2 = opt.betas
+        return optax.adamw(lr, b1=b1, b2=b2, eps=opt.eps, weight_decay=opt.weight_decay)
+    if opt.name == "adam":
+        b1, b2 = opt.betas
+        adam = optax.adam(lr, b1=b1, b2=b2, eps=opt.eps)
+        return optax.chain(optax.add_decayed_weights(opt.weight_decay), adam)
+    if opt.name == "sgd":
+        return optax.chain(optax.add_decayed_weights(opt.weight_decay), optax.sgd(lr))
+    raise ValueError(f"policy.optimizer.name {opt.name!r} has no optax equivalent")
 
 
 def global_norm(tree: Any) -> jax.Array:

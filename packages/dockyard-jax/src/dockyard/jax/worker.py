@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dockyard.core.config.optim import lr_factor
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
 from dockyard.jax import checkpoint as ckpt
@@ -33,7 +34,7 @@ from dockyard.jax import sharding as shd
 from dockyard.jax.config import JaxPolicyConfig
 from dockyard.jax.models.config import ModelConfig
 from dockyard.jax.models.hf import abstract_model, iter_hf_weights, load_hf_params, save_hf
-from dockyard.jax.optim import build_optimizer, lr_factor
+from dockyard.jax.optim import build_optimizer
 from dockyard.jax.step import (
     make_grad_fn,
     make_logprob_fn,

@@ -7,9 +7,9 @@ Python API (the CLI, ``dockyard-k8s``, is a thin layer over it)::
     report = validate_objects(objects, kubernetes_version="1.31")
     write_manifests(objects, "out/")
 
-Depends on pydantic, pyyaml, jsonschema and kubernetes-validate only: no dockyard-core, torch,
-JAX, vLLM or Ray. The dockyard config is read as YAML (``defaults:`` chains and dotted
-overrides resolved the same way the trainer does).
+Depends on dockyard-core (the dockyard config is read and validated by the trainer's own
+loader), dockyard-envs (its environment registry says which environments need the sandbox),
+pydantic, pyyaml, jsonschema and kubernetes-validate: no torch, JAX, vLLM or Ray.
 """
 
 from dockyard.k8s.build import (

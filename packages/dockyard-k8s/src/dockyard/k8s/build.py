@@ -17,7 +17,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from dockyard.k8s import dockyard_config as dc
+from dockyard.core.config import loader
+from dockyard.core.config.errors import ConfigError
+from dockyard.envs import registry
 from dockyard.k8s.errors import SpecError, SpecErrors, from_pydantic
 from dockyard.k8s.infra import Infra
 from dockyard.k8s.quantity import parse_quantity
@@ -29,8 +31,25 @@ from dockyard.k8s.render.sandbox import render_sandbox
 from dockyard.k8s.validate import k8s_schema
 
 
+def load_yaml_mapping(path: Path, field: str) -> dict[str, Any]:
+    """A YAML file that must hold a mapping; errors name ``field`` (where the path came from)."""
+    if not path.is_file():
+        raise SpecError(field, f"file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SpecError(field, f"{path} is not valid YAML: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SpecError(
+            field, f"{path} must hold a mapping at the top level, got {type(data).__name__}"
+        )
+    return data
+
+
 def load_recipe(path: str | Path) -> Recipe:
-    data = dc.load_yaml_mapping(Path(path), "recipe")
+    data = load_yaml_mapping(Path(path), "recipe")
     try:
         return Recipe.model_validate(data)
     except ValidationError as e:
@@ -38,7 +57,7 @@ def load_recipe(path: str | Path) -> Recipe:
 
 
 def load_infra(path: str | Path) -> Infra:
-    data = dc.load_yaml_mapping(Path(path), "infra")
+    data = load_yaml_mapping(Path(path), "infra")
     try:
         infra = Infra.model_validate(data)
     except ValidationError as e:
@@ -88,8 +107,79 @@ def check_infra_objects(infra: Infra) -> None:
         raise SpecErrors(errors)
 
 
-SANDBOX_ENV_TYPES = ("code", "swe", "terminal")
-"""Environment kinds that execute model output in the sandbox service."""
+def get_dotted(config: dict[str, Any], key: str, default: Any = None) -> Any:
+    """``get_dotted(c, "cluster.num_nodes")``; ``default`` when any part is missing."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def set_dotted(config: dict[str, Any], key: str, value: Any, field: str) -> None:
+    """``set_dotted(c, "a.b", 1)`` sets ``c["a"]["b"] = 1``, creating mappings on the way."""
+    parts = key.split(".")
+    node = config
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise SpecError(
+                field, f"{'.'.join(parts[: i + 1])} is a {type(child).__name__}, not a mapping"
+            )
+        node = child
+    node[parts[-1]] = value
+
+
+def spec_errors(err: ConfigError, field: str) -> SpecError | SpecErrors:
+    """The trainer loader's problems (``"a.b: message"``) as errors naming ``field.a.b``."""
+    errors = []
+    for problem in err.problems:
+        path, sep, message = str(problem).partition(": ")
+        if sep and path and " " not in path:
+            errors.append(SpecError(f"{field}.{path}", message))
+        else:
+            errors.append(SpecError(field, str(problem)))
+    return errors[0] if len(errors) == 1 else SpecErrors(errors)
+
+
+def load_config(recipe: Recipe, recipe_dir: Path) -> dict[str, Any]:
+    """The recipe's dockyard config as a plain mapping, read by the trainer's own loader
+    (``dockyard.core.config.loader``): ``defaults:`` merged, then the recipe's overrides."""
+    try:
+        if isinstance(recipe.config, str):
+            config = loader.load_yaml(recipe_dir / recipe.config)
+        else:
+            config = loader.resolve_defaults(recipe.config, recipe_dir)
+    except ConfigError as e:
+        raise spec_errors(e, "recipe.config") from None
+    for i, item in enumerate(recipe.overrides):
+        try:
+            config = loader.apply_overrides(config, [item])
+        except ConfigError as e:
+            raise SpecError(f"recipe.overrides[{i}]", "; ".join(e.problems)) from None
+    return config
+
+
+def point_envs_at_sandbox(config: dict[str, Any], sandbox_url: str | None) -> None:
+    """Check every ``env.<name>.type`` against the environment registry of dockyard-envs and,
+    with a sandbox Service, set ``sandbox_urls`` of those that need one (the registry's
+    ``needs_sandbox``, or an entry that lists ``sandbox_urls``)."""
+    for name, env in (config.get("env") or {}).items():
+        if not isinstance(env, dict):
+            continue  # the schema check reports it
+        try:
+            sandboxed = registry.needs_sandbox(env.get("type") or name)
+        except registry.UnknownNameError as e:
+            raise SpecError(f"recipe.config.env.{name}.type", str(e)) from None
+        if sandbox_url is not None and (sandboxed or "sandbox_urls" in env):
+            env["sandbox_urls"] = [sandbox_url]
+    dataset = get_dotted(config, "data.dataset_name")
+    if isinstance(dataset, str) and dataset not in registry.dataset_names():
+        known = ", ".join(registry.dataset_names())
+        raise SpecError(
+            "recipe.config.data.dataset_name", f"unknown dataset {dataset!r}; known: {known}"
+        )
 
 
 def resolve_config(
@@ -101,59 +191,41 @@ def resolve_config(
     * ``cluster.address: auto`` (join the Ray cluster the pod runs in);
     * ``checkpointing.checkpoint_dir`` / ``logger.log_dir`` on the checkpoint volume
       (``<mount_path>/<name>/checkpoints`` and ``.../logs``) unless ``set_config_paths: false``;
-    * ``env.<name>.sandbox_urls: [<the sandbox Service URL>]`` for every environment that uses the
-      sandbox (type code / swe / terminal, or one that lists sandbox_urls);
+    * ``env.<name>.sandbox_urls: [<the sandbox Service URL>]`` for every environment that needs
+      the sandbox (see :func:`point_envs_at_sandbox`);
 
-    then ``${...}`` references are resolved. When dockyard-core is installed the result is also
-    validated with the trainer's own schema (``MasterConfig``).
+    then ``${...}`` references are resolved and the result is validated with the trainer's own
+    schema (``MasterConfig``). The result is one self-contained mapping (no ``defaults:``), so
+    the pods never need the parent files.
     """
-    if isinstance(recipe.config, str):
-        config = dc.load_config_file(recipe_dir / recipe.config, "recipe.config")
-    else:
-        config = dc.resolve_defaults(recipe.config, recipe_dir, "recipe.config")
-    config = dc.apply_overrides(config, recipe.overrides, "recipe.overrides")
-    dc.check_sections(config, "recipe.config")
-    dc.set_dotted(config, "cluster.address", "auto", "recipe.config")
+    config = load_config(recipe, recipe_dir)
+    set_dotted(config, "cluster.address", "auto", "recipe.config")
     if recipe.checkpoint.enabled and recipe.checkpoint.set_config_paths:
         base = f"{recipe.checkpoint.mount_path.rstrip('/')}/{recipe.name}"
-        dc.set_dotted(
+        set_dotted(
             config, "checkpointing.checkpoint_dir", f"{base}/checkpoints", "recipe.checkpoint"
         )
-        dc.set_dotted(config, "logger.log_dir", f"{base}/logs", "recipe.checkpoint")
-    if sandbox_url is not None:
-        for name, env in (config.get("env") or {}).items():
-            if not isinstance(env, dict):
-                continue
-            if (env.get("type") or name) in SANDBOX_ENV_TYPES or "sandbox_urls" in env:
-                env["sandbox_urls"] = [sandbox_url]
-    config = dc.resolve_references(config, "recipe.config")
+        set_dotted(config, "logger.log_dir", f"{base}/logs", "recipe.checkpoint")
+    point_envs_at_sandbox(config, sandbox_url)
+    try:
+        config = loader.resolve_references(config)
+    except ConfigError as e:
+        raise spec_errors(e, "recipe.config") from None
     _validate_with_core(config)
     return config
 
 
 def _validate_with_core(config: dict[str, Any]) -> None:
-    """The trainer's own validation, when dockyard-core is installed (it is not a dependency)."""
+    """The trainer's own validation (``MasterConfig``); problems name ``recipe.config.<key>``."""
     try:
-        from dockyard.core.config.errors import ConfigError
-        from dockyard.core.config.loader import config_from_dict
-    except ImportError:
-        return
-    try:
-        config_from_dict(config, "recipe.config")
+        loader.config_from_dict(config, "recipe.config")
     except ConfigError as e:
-        problems = getattr(e, "problems", None) or str(e).splitlines()
-        errors = []
-        for problem in problems:
-            path, sep, message = str(problem).partition(": ")
-            if sep and " " not in path:
-                errors.append(SpecError(f"recipe.config.{path}", message))
-            else:
-                errors.append(SpecError("recipe.config", str(problem)))
-        raise SpecErrors(errors) from None
+        err = spec_errors(e, "recipe.config")
+        raise (err if isinstance(err, SpecErrors) else SpecErrors([err])) from None
 
 
 def _config_int(config: dict[str, Any], key: str, minimum: int) -> int | None:
-    value = dc.get_dotted(config, key)
+    value = get_dotted(config, key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -224,12 +296,12 @@ def fit_trainer_ranks(config: dict[str, Any], shape: FleetShape) -> None:
     """One FSDP rank per trainer GPU: ``cluster.trainer_ranks`` is derived from the trainer
     fleet when the config leaves it out, and must agree with it when set. (Not for the JAX
     trainer: one process drives all of a node's devices; not for a CPU trainer fleet.)"""
-    if shape.trainer_gpus <= 0 or dc.get_dotted(config, "policy.jax_cfg.enabled") is True:
+    if shape.trainer_gpus <= 0 or get_dotted(config, "policy.jax_cfg.enabled") is True:
         return
     world = shape.trainer_nodes * shape.trainer_gpus
-    ranks = dc.get_dotted(config, "cluster.trainer_ranks")
+    ranks = get_dotted(config, "cluster.trainer_ranks")
     if ranks is None:
-        dc.set_dotted(config, "cluster.trainer_ranks", world, "recipe.ray.trainer")
+        set_dotted(config, "cluster.trainer_ranks", world, "recipe.ray.trainer")
         _validate_with_core(config)  # e.g. a multiple of tensor_parallel_size
     elif ranks != world:
         raise SpecError(
@@ -242,14 +314,14 @@ def fit_trainer_ranks(config: dict[str, Any], shape: FleetShape) -> None:
 
 def check_combination(ctx: Context) -> None:
     """Rules that span the recipe, the infra spec and the config."""
-    transport = dc.get_dotted(ctx.config, "data_plane.weight_transport.type")
+    transport = get_dotted(ctx.config, "data_plane.weight_transport.type")
     if transport == "shm":
         raise SpecError(
             "recipe.config.data_plane.weight_transport.type",
             "shm moves weights through one machine's /dev/shm, but on Kubernetes the trainer and "
             "inference fleets are separate pods: use collective or http",
         )
-    cpus = dc.get_dotted(ctx.config, "cluster.cpus_per_node")
+    cpus = get_dotted(ctx.config, "cluster.cpus_per_node")
     if isinstance(cpus, int):
         for role in ("trainer", "inference"):
             group = getattr(ctx.recipe.ray, role)

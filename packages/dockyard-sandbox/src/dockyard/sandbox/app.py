@@ -1,5 +1,10 @@
 """The HTTP service (FastAPI). Routes are thin: the work is in tasks.py, sessions.py, executor.py.
 
+:func:`create_app` builds the service's shared state (:class:`_Service`: the work dir, cgroups
+probe, repo cache, workspaces and runner zygote), its lifespan (the task and session managers,
+the reaper, the ordered shutdown) and its route groups: tasks, sessions, service (health and
+metrics), each an :class:`~fastapi.APIRouter` built by a small function, and the local docs.
+
 Auth: with a token configured, every route except ``/healthz``, the OpenAPI schema and its
 pages (``/docs``, ``/redoc``, their assets under ``/docs/static``) needs
 ``Authorization: Bearer <token>`` (compared in constant time).
@@ -17,7 +22,7 @@ from typing import Annotated, Any
 
 import fastapi_offline
 import prometheus_client
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -79,6 +84,30 @@ class ServiceConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def create_app(cfg: ServiceConfig) -> FastAPI:
+    svc = _Service.start(cfg)
+    app = FastAPI(
+        title="dockyard-sandbox",
+        version=__version__,
+        description="Hardened task executor: runs untrusted patches against held-out tests in "
+        "bubblewrap jails and returns structured verdicts.",
+        lifespan=svc.lifespan,
+        docs_url=None,  # served by _add_docs from local assets (the default page loads a CDN)
+        redoc_url=None,
+    )
+    app.add_middleware(
+        MaxBodySize,  # type: ignore[arg-type]
+        max_bytes=cfg.max_request_bytes,
+        on_reject=lambda: svc.metrics.rejected("too_large"),
+    )
+    app.include_router(_task_routes(svc))
+    app.include_router(_session_routes(svc))
+    app.include_router(_service_routes(svc))
+    _add_docs(app)
+    return app
+
+
+# -- the service's state ------------------------------------------------------------------------
 def _zygote(cfg: ServiceConfig) -> Zygote | None:
     if not cfg.zygote or cfg.isolation.mode != Mode.bwrap:
         return None
@@ -97,59 +126,112 @@ async def _quietly(what: str, fn: Any, *args: Any) -> None:
         log.exception("shutdown: %s failed", what)
 
 
-def create_app(cfg: ServiceConfig) -> FastAPI:
-    # The work dir is locked for this process and what a killed service left there reclaimed
-    # (WorkDirInUse if a live one holds it); WorkDir.close removes it all again (lifecycle.py).
-    owner = WorkDir.claim(cfg.work_dir, cfg.cache_dir)
-    atexit.register(owner.close)  # a start that fails below; a no-op after the lifespan's
-    try:
-        work, cache_dir = owner.path, owner.cache_dir
-        if cfg.isolation.mode == Mode.none:
-            check_reachable(work)
-        pr = probe()
-        owner.record_cgroups([c.base for c in pr.controllers.values()])
-        workspaces = Workspaces(work / "ws")
-    except BaseException:
-        owner.close()
-        raise
-    warnings = [w for w in (cfg.isolation.warning, pr.warning, workspaces.warning) if w]
-    for w in warnings:
-        log.warning(w)
-    ctx = Context(
-        probe=pr,
-        cache=RepoCache(
-            cache_dir,
-            cfg.cache_max_bytes,
-            SourcePolicy(tuple(map(str, cfg.repo_roots)), frozenset(cfg.git_schemes)),
-        ),
-        workspaces=workspaces,
-        uids=UidPool(cfg.uid_base, 4096),
-        trusted_root=workspaces.service_tmpfs(work / "trusted"),
-        allow_network=cfg.allow_network,
-        isolation=str(cfg.isolation.mode),
-        zygote=_zygote(cfg),
-    )
-    metrics = Metrics()
-    state: dict[str, Any] = {}
+@dataclass(eq=False)
+class _Service:
+    """What the routes share. ``tasks`` and ``sessions`` exist while the app runs (lifespan)."""
+
+    cfg: ServiceConfig
+    owner: WorkDir
+    ctx: Context
+    warnings: list[str]
+    metrics: Metrics
+    tasks: TaskManager | None = None
+    sessions: SessionManager | None = None
+
+    @classmethod
+    def start(cls, cfg: ServiceConfig) -> "_Service":
+        """Claim the work dir, probe the cgroups, set up workspaces, cache and zygote."""
+        # The work dir is locked for this process and what a killed service left there reclaimed
+        # (WorkDirInUse if a live one holds it); WorkDir.close removes it all again (lifecycle.py).
+        owner = WorkDir.claim(cfg.work_dir, cfg.cache_dir)
+        atexit.register(owner.close)  # a start that fails below; a no-op after the lifespan's
+        try:
+            work, cache_dir = owner.path, owner.cache_dir
+            if cfg.isolation.mode == Mode.none:
+                check_reachable(work)
+            pr = probe()
+            owner.record_cgroups([c.base for c in pr.controllers.values()])
+            workspaces = Workspaces(work / "ws")
+        except BaseException:
+            owner.close()
+            raise
+        warnings = [w for w in (cfg.isolation.warning, pr.warning, workspaces.warning) if w]
+        for w in warnings:
+            log.warning(w)
+        ctx = Context(
+            probe=pr,
+            cache=RepoCache(
+                cache_dir,
+                cfg.cache_max_bytes,
+                SourcePolicy(tuple(map(str, cfg.repo_roots)), frozenset(cfg.git_schemes)),
+            ),
+            workspaces=workspaces,
+            uids=UidPool(cfg.uid_base, 4096),
+            trusted_root=workspaces.service_tmpfs(work / "trusted"),
+            allow_network=cfg.allow_network,
+            isolation=str(cfg.isolation.mode),
+            zygote=_zygote(cfg),
+        )
+        svc = cls(cfg, owner, ctx, warnings, Metrics())
+        svc.metrics.live = svc.live
+        return svc
+
+    def auth(self, request: Request) -> None:
+        """The dependency of every protected route: 401 unless ``Bearer <token>`` (if set)."""
+        token = self.cfg.token
+        if token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(
+                401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    def tm(self) -> TaskManager:
+        if self.tasks is None:
+            raise RuntimeError("the service is not running (outside its lifespan)")
+        return self.tasks
+
+    def sm(self) -> SessionManager:
+        if self.sessions is None:
+            raise RuntimeError("the service is not running (outside its lifespan)")
+        return self.sessions
+
+    def live(self) -> Live | None:
+        """The gauges read at scrape time (None before the lifespan starts the managers)."""
+        t, ss = self.tasks, self.sessions
+        if t is None or ss is None:
+            return None
+        return Live(
+            queue_depth=t.queued,
+            running=t.running,
+            workers=t.workers,
+            sessions=len(ss.sessions),
+            cache_hits=self.ctx.cache.hits,
+            cache_misses=self.ctx.cache.misses,
+        )
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state["tasks"] = TaskManager(
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        """Start the managers and the reaper; on the way out drain, close, then release all."""
+        cfg, ctx = self.cfg, self.ctx
+        tasks = self.tasks = TaskManager(
             ctx,
             cfg.workers,
             cfg.queue_size,
-            metrics,
+            self.metrics,
             keep_results=max(1, cfg.keep_results),
             keep_bytes=cfg.keep_results_bytes,
             result_ttl_s=cfg.result_ttl_s,
         )
-        state["sessions"] = SessionManager(ctx, cfg.max_sessions)
+        sessions = self.sessions = SessionManager(ctx, cfg.max_sessions)
 
         async def reaper() -> None:
             while True:
                 await asyncio.sleep(1.0)
-                state["tasks"].evict()  # results past their time
-                await asyncio.to_thread(state["sessions"].reap)
+                tasks.evict()  # results past their time
+                await asyncio.to_thread(sessions.reap)
 
         reap = asyncio.create_task(reaper())
         try:
@@ -157,53 +239,32 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         finally:
             reap.cancel()
             try:  # each step logs its failure and the next still runs
-                await _quietly("draining the tasks", state["tasks"].drain, cfg.drain_timeout_s)
-                await _quietly("closing the sessions", asyncio.to_thread, state["sessions"].close)
+                await _quietly("draining the tasks", tasks.drain, cfg.drain_timeout_s)
+                await _quietly("closing the sessions", asyncio.to_thread, sessions.close)
                 if ctx.zygote is not None:
                     await _quietly(
                         "stopping the runner zygote", asyncio.to_thread, ctx.zygote.close
                     )
-                await _quietly("unmounting the trusted tmpfs", asyncio.to_thread, workspaces.close)
+                await _quietly(
+                    "unmounting the trusted tmpfs", asyncio.to_thread, ctx.workspaces.close
+                )
             finally:  # cgroups, mounts, work dir, lock (never raises)
-                await asyncio.to_thread(owner.close)
+                await asyncio.to_thread(self.owner.close)
 
-    app = FastAPI(
-        title="dockyard-sandbox",
-        version=__version__,
-        description="Hardened task executor: runs untrusted patches against held-out tests in "
-        "bubblewrap jails and returns structured verdicts.",
-        lifespan=lifespan,
-        docs_url=None,  # served below from local assets (the default page loads a CDN)
-        redoc_url=None,
+
+# -- routes -------------------------------------------------------------------------------------
+def _task_routes(svc: _Service) -> APIRouter:
+    """``/v1/tasks``: submit, run and wait, status, result (long-poll), cancel."""
+    cfg, metrics = svc.cfg, svc.metrics
+    router = APIRouter()
+    Auth = Annotated[None, Depends(svc.auth)]
+    window = (
+        f"the newest {cfg.keep_results} finished results, at most "
+        f"{cfg.keep_results_bytes >> 20} MiB of them, are kept for {cfg.result_ttl_s:g} s"
     )
-    app.add_middleware(
-        MaxBodySize,  # type: ignore[arg-type]
-        max_bytes=cfg.max_request_bytes,
-        on_reject=lambda: metrics.rejected("too_large"),
-    )
-
-    def auth(request: Request) -> None:
-        if cfg.token is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.encode(), cfg.token.encode()
-        ):
-            raise HTTPException(
-                401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
-            )
-
-    Auth = Annotated[None, Depends(auth)]
-
-    def tm() -> TaskManager:
-        return state["tasks"]
-
-    def sm() -> SessionManager:
-        return state["sessions"]
 
     def _admit() -> TaskManager:
-        t = tm()
+        t = svc.tm()
         if t.draining:
             metrics.rejected("draining")
             raise HTTPException(
@@ -214,16 +275,11 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             raise HTTPException(429, "queue full", headers={"Retry-After": str(t.retry_after())})
         return t
 
-    window = (
-        f"the newest {cfg.keep_results} finished results, at most "
-        f"{cfg.keep_results_bytes >> 20} MiB of them, are kept for {cfg.result_ttl_s:g} s"
-    )
-
     def _allowed(task: Task) -> Task:
         """422 for what the operator does not allow (a host source, a network), before the
         task is queued."""
         try:
-            ctx.cache.policy.check(task.repo)
+            svc.ctx.cache.policy.check(task.repo)
         except SourceRefused as e:
             raise HTTPException(422, str(e)) from e
         if task.network and not cfg.allow_network:
@@ -233,12 +289,12 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             )
         return task
 
-    @app.post("/v1/tasks", status_code=202, response_model=Submitted)
+    @router.post("/v1/tasks", status_code=202, response_model=Submitted)
     async def submit(task: Task, _: Auth) -> Submitted:
         """Queue a task; poll ``/v1/tasks/{id}/result``."""
         return Submitted(task_id=_admit().submit(_allowed(task)).id)
 
-    @app.post("/v1/tasks:run", response_model=TaskResult)
+    @router.post("/v1/tasks:run", response_model=TaskResult)
     async def run_task(task: Task, _: Auth) -> TaskResult:
         """Run a task and wait for its result."""
         t = _admit()
@@ -247,9 +303,9 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         assert rec.result is not None
         return rec.result
 
-    @app.get("/v1/tasks/{task_id}", response_model=TaskStatus)
+    @router.get("/v1/tasks/{task_id}", response_model=TaskStatus)
     async def status(task_id: str, _: Auth) -> TaskStatus:
-        rec = tm().records.get(task_id)
+        rec = svc.tm().records.get(task_id)
         if rec is None:
             raise HTTPException(
                 404, f"no task {task_id} (unknown, expired or lost in a restart: {window})"
@@ -258,7 +314,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             task_id=task_id, state=rec.state, verdict=rec.result.verdict if rec.result else None
         )
 
-    @app.get(
+    @router.get(
         "/v1/tasks/{task_id}/result",
         response_model=TaskResult,
         responses={202: {"model": TaskStatus}},
@@ -267,93 +323,110 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         task_id: str, _: Auth, wait_s: Annotated[float, Query(ge=0, le=300)] = 0.0
     ) -> Any:
         """The result; with ``wait_s`` long-polls. 202 with the state while not done."""
-        rec = tm().records.get(task_id)
+        rec = svc.tm().records.get(task_id)
         if rec is None:
             raise HTTPException(
                 404, f"no task {task_id} (unknown, expired or lost in a restart: {window})"
             )
-        if not await tm().wait(rec, wait_s):
+        if not await svc.tm().wait(rec, wait_s):
             return JSONResponse(
                 TaskStatus(task_id=task_id, state=rec.state).model_dump(mode="json"),
                 status_code=202,
             )
         return rec.result
 
-    @app.delete("/v1/tasks/{task_id}")
+    @router.delete("/v1/tasks/{task_id}")
     async def cancel(task_id: str, _: Auth) -> dict[str, bool]:
         """Cancel a queued or running task (its result becomes ``infra_error: cancelled``)."""
-        r = tm().cancel(task_id)
+        r = svc.tm().cancel(task_id)
         if r is None:
             raise HTTPException(404, f"no task {task_id}")
         return {"cancelled": r}
 
-    # -- sessions -----------------------------------------------------------------------------
-    def _sess_errors(e: Exception) -> HTTPException:
-        if isinstance(e, SessionNotFound):
-            return HTTPException(404, f"no session {e.args[0]} (unknown, deleted or reaped)")
-        if isinstance(e, UnsafePath | RepoError | ValueError):
-            return HTTPException(422, str(e))
-        if isinstance(e, OverflowError):
-            metrics.rejected("sessions_full")
-            return HTTPException(429, str(e), headers={"Retry-After": "10"})
-        raise e
+    return router
 
-    @app.post("/v1/sessions", status_code=201, response_model=SessionInfo)
+
+def _session_errors(e: Exception, metrics: Metrics) -> HTTPException:
+    """The HTTP error for a session call's failure (anything else is raised again)."""
+    if isinstance(e, SessionNotFound):
+        return HTTPException(404, f"no session {e.args[0]} (unknown, deleted or reaped)")
+    if isinstance(e, UnsafePath | RepoError | ValueError):
+        return HTTPException(422, str(e))
+    if isinstance(e, OverflowError):
+        metrics.rejected("sessions_full")
+        return HTTPException(429, str(e), headers={"Retry-After": "10"})
+    raise e
+
+
+def _session_routes(svc: _Service) -> APIRouter:
+    """``/v1/sessions``: create, exec, put/get a file, finish (evaluate), delete."""
+    metrics = svc.metrics
+    router = APIRouter()
+    Auth = Annotated[None, Depends(svc.auth)]
+
+    @router.post("/v1/sessions", status_code=201, response_model=SessionInfo)
     async def create_session(spec: SessionCreate, _: Auth) -> SessionInfo:
         try:
-            s = await asyncio.to_thread(sm().create, spec)
+            s = await asyncio.to_thread(svc.sm().create, spec)
         except (UnsafePath, RepoError, ValueError, OverflowError) as e:
-            raise _sess_errors(e) from e
+            raise _session_errors(e, metrics) from e
         return SessionInfo(session_id=s.id, ttl_s=spec.ttl_s)
 
-    @app.post("/v1/sessions/{sid}/exec", response_model=ExecResult)
+    @router.post("/v1/sessions/{sid}/exec", response_model=ExecResult)
     async def exec_(sid: str, req: ExecRequest, _: Auth) -> ExecResult:
         try:
-            r = await asyncio.to_thread(sm().exec, sid, req)
+            r = await asyncio.to_thread(svc.sm().exec, sid, req)
         except (SessionNotFound, UnsafePath) as e:
-            raise _sess_errors(e) from e
+            raise _session_errors(e, metrics) from e
         metrics.exec_seconds.observe(r.duration_s)
         return r
 
-    @app.put("/v1/sessions/{sid}/files", status_code=204)
+    @router.put("/v1/sessions/{sid}/files", status_code=204)
     async def put_file(sid: str, request: Request, _: Auth, path: str) -> Response:
         body = await request.body()
         try:
-            await asyncio.to_thread(sm().put_file, sid, path, body)
+            await asyncio.to_thread(svc.sm().put_file, sid, path, body)
         except (SessionNotFound, UnsafePath, WorkspaceFull) as e:
-            raise _sess_errors(e) from e
+            raise _session_errors(e, metrics) from e
         return Response(status_code=204)
 
-    @app.get("/v1/sessions/{sid}/files", response_class=Response)
+    @router.get("/v1/sessions/{sid}/files", response_class=Response)
     async def get_file(sid: str, _: Auth, path: str) -> Response:
         try:
-            data = await asyncio.to_thread(sm().get_file, sid, path)
+            data = await asyncio.to_thread(svc.sm().get_file, sid, path)
         except (SessionNotFound, UnsafePath, FileNotFoundError) as e:
             if isinstance(e, FileNotFoundError):
                 raise HTTPException(404, f"no file {path!r} in the workspace") from e
-            raise _sess_errors(e) from e
+            raise _session_errors(e, metrics) from e
         return Response(content=data, media_type="application/octet-stream")
 
-    @app.post("/v1/sessions/{sid}/finish", response_model=TaskResult)
+    @router.post("/v1/sessions/{sid}/finish", response_model=TaskResult)
     async def finish(sid: str, req: FinishRequest, _: Auth) -> TaskResult:
         """Evaluate the workspace's diff in a fresh sandbox with the held-out tests."""
         try:
-            r = await asyncio.to_thread(sm().finish, sid, req)
+            r = await asyncio.to_thread(svc.sm().finish, sid, req)
         except SessionNotFound as e:
-            raise _sess_errors(e) from e
+            raise _session_errors(e, metrics) from e
         metrics.record(r.verdict.value, r.timings.total_s, 0.0)
         return r
 
-    @app.delete("/v1/sessions/{sid}", status_code=204)
+    @router.delete("/v1/sessions/{sid}", status_code=204)
     async def delete_session(sid: str, _: Auth) -> Response:
-        if not await asyncio.to_thread(sm().delete, sid):
+        if not await asyncio.to_thread(svc.sm().delete, sid):
             raise HTTPException(404, f"no session {sid}")
         return Response(status_code=204)
 
-    # -- service ------------------------------------------------------------------------------
-    @app.get("/healthz", response_model=Health)
+    return router
+
+
+def _service_routes(svc: _Service) -> APIRouter:
+    """``/healthz`` (no auth: probes) and ``/metrics`` (Prometheus)."""
+    router = APIRouter()
+    Auth = Annotated[None, Depends(svc.auth)]
+
+    @router.get("/healthz", response_model=Health)
     async def healthz() -> Health:
-        t = tm()
+        t, ctx = svc.tm(), svc.ctx
         return Health(
             status="draining" if t.draining else "ok",
             version=__version__,
@@ -361,30 +434,15 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             running=t.running,
             queued=t.queued,
             isolation={
-                "mode": str(cfg.isolation.mode),
+                "mode": str(svc.cfg.isolation.mode),
                 "cgroups": ctx.probe.describe(),
                 "workspace_tmpfs": ctx.workspaces.tmpfs,
                 "runner_zygote": ctx.zygote is not None,
-                "warnings": warnings,
+                "warnings": svc.warnings,
             },
         )
 
-    def _live() -> Live | None:
-        t, ss = state.get("tasks"), state.get("sessions")
-        if t is None or ss is None:
-            return None
-        return Live(
-            queue_depth=t.queued,
-            running=t.running,
-            workers=t.workers,
-            sessions=len(ss.sessions),
-            cache_hits=ctx.cache.hits,
-            cache_misses=ctx.cache.misses,
-        )
-
-    metrics.live = _live
-
-    @app.get(
+    @router.get(
         "/metrics",
         response_class=Response,
         responses={
@@ -396,11 +454,15 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
     async def metrics_(_: Auth) -> Response:
         """Prometheus text exposition: verdicts, rejections, cache, queue, latencies."""
         return Response(
-            prometheus_client.generate_latest(metrics.registry),
+            prometheus_client.generate_latest(svc.metrics.registry),
             media_type=prometheus_client.CONTENT_TYPE_LATEST,
         )
 
-    # -- docs: Swagger UI and ReDoc from local assets (air-gapped nodes), no auth -------------
+    return router
+
+
+def _add_docs(app: FastAPI) -> None:
+    """Swagger UI and ReDoc from local assets (air-gapped nodes), no auth."""
     app.mount("/docs/static", StaticFiles(directory=_DOCS_ASSETS), name="docs-static")
 
     @app.get("/docs", include_in_schema=False)
@@ -425,5 +487,3 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
             redoc_favicon_url=f"{root}/docs/static/favicon.png",
             with_google_fonts=False,
         )
-
-    return app

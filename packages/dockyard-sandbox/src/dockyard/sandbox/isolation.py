@@ -22,8 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from dockyard.sandbox.jailspec import JailSpec
 from dockyard.sandbox.toolchain import (
     INSIDE_DIR,
     RUNNER_MOUNT,
@@ -31,9 +31,6 @@ from dockyard.sandbox.toolchain import (
     python_prefixes,
     system_dirs,
 )
-
-if TYPE_CHECKING:
-    from dockyard.sandbox.jail import JailSpec
 
 UNSAFE_FLAG = "--i-understand-this-is-unsafe"
 SETUP_SCRIPT = Path(__file__).resolve().parent / "unshare_setup.py"

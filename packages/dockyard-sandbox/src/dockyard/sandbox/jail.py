@@ -41,12 +41,11 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from dockyard.sandbox import isolation
 from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
-from dockyard.sandbox.models import Limits
+from dockyard.sandbox.jailspec import JailSpec
 from dockyard.sandbox.toolchain import (
     WORKSPACE,
     bwrap_toolchain_args,
@@ -54,31 +53,12 @@ from dockyard.sandbox.toolchain import (
     sandbox_path_env,
     site_dirs,
 )
-from dockyard.sandbox.zygote import NAMESPACES, READ_SYSCALL, Zygote
+from dockyard.sandbox.zygote import NAMESPACES, READ_SYSCALL
 
 BWRAP = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
 REPORT_CAP = 32 << 20
 ZYGOTE_START_S = 30.0  # hand-over to task process, normally ~5 ms
 ZYGOTE_MAX_ARGS = 100_000  # bytes of runner arguments (test ids); longer lists: exec path
-
-
-@dataclass
-class JailSpec:
-    argv: list[str]
-    workspace: Path
-    uid: int
-    limits: Limits
-    timeout_s: float
-    network: bool = False
-    cwd: str = WORKSPACE
-    ro_binds: list[tuple[str, str]] = field(default_factory=list)  # (host, inside)
-    env: dict[str, str] = field(default_factory=dict)
-    report: bool = False  # pass a pipe at fd 3 for the trusted report
-    name: str = "task"
-    isolation: str = "bwrap"  # bwrap | unshare | none (see isolation.py)
-    # A runner command (``python -I -S -B /opt/dockyard/runner.py ...``) under bwrap runs in a
-    # fork of this pre-started interpreter that enters the jail (see zygote_main.py).
-    zygote: Zygote | None = None
 
 
 @dataclass
@@ -384,113 +364,250 @@ def _zygote_args(spec: JailSpec) -> list[str] | None:
 
 
 def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutcome:
-    """Run ``spec`` to completion, timeout or cancellation. Never raises for task behaviour."""
+    """Run ``spec`` to completion, timeout or cancellation. Never raises for task behaviour.
+
+    The phases: the task's cgroups; the launch (:class:`_Launch`: spec → pipes and argv, then
+    the launcher process); for bwrap the gate (:func:`_through_gate`: confine the waiting jail
+    and release it, or have the zygote enter it); the wait (:func:`_wait`: output, report,
+    limits, the wall clock, then the whole tree killed and reaped); the outcome.
+    """
     lim = spec.limits
     cg = (
         TaskCgroups.create(probe, spec.name, lim.memory_mb << 20, lim.pids)
         if probe.controllers
         else None
     )
-    out, err, rep = HeadTail(lim.output_bytes), HeadTail(lim.output_bytes), bytearray()
-    rep_overflow = False
-    zargs = _zygote_args(spec)
-    r_fd = w_fd = -1
-    if spec.report:  # the command finds the write end's number where it says {REPORT_FD}
-        r_fd, w_fd = os.pipe()
-        spec = dataclasses.replace(
-            spec, argv=[a.replace("{REPORT_FD}", str(w_fd)) for a in spec.argv]
-        )
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    # With the zygote, the task's stdio goes to the task process alone; bwrap's own stderr
-    # (its error, should it fail) to a pipe of its own, so the task's streams close with it.
-    bw_r, bw_w = os.pipe() if zargs is not None else (-1, -1)
-    child_fds = [w_fd, out_w, err_w]  # our copies close once the task holds its own
-    pass_fds: tuple[int, ...] = (w_fd,) if w_fd >= 0 and zargs is None else ()
-    info_r = info_w = block_r = block_w = -1
-    if spec.isolation == "bwrap":
-        info_r, info_w = os.pipe()
-        block_r, block_w = os.pipe()
-        # With the zygote, bwrap's own command never runs: the jail is entered at the gate
-        # and killed afterwards (were the service to die first, it would run /bin/true).
-        bw_spec = dataclasses.replace(spec, argv=["/bin/true"]) if zargs is not None else spec
-        argv = bwrap_argv(bw_spec, gate=(info_w, block_r))
-        pass_fds += (info_w, block_r)
-    else:
-        argv = launcher_argv(spec, cg)
+    launch = _Launch.prepare(spec, cg)
     start = time.monotonic()
     deadline = start + spec.timeout_s
-    timed_out = cancelled = pids_hit = oom_hit = False
-    status: int | None = None
-    rusage = None
-    zsock: socket.socket | None = None
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out_w if zargs is None else subprocess.DEVNULL,
-            stderr=err_w if zargs is None else bw_w,
-            pass_fds=pass_fds,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except BaseException:
-        for fd in (r_fd, out_r, err_r, *child_fds, info_r, info_w, block_r, block_w, bw_r, bw_w):
-            if fd >= 0:
-                os.close(fd)
+    proc = launch.popen(cg)
+    zsock = _through_gate(launch, proc, cg, deadline) if launch.gated else None
+    watch = _wait(launch, proc, cg, zsock, cancel, start, deadline)
+    if watch.zygote_error:
         if cg:
             cg.remove()
-        raise
-    if bw_w >= 0:
-        os.close(bw_w)
-    for fd in (info_w, block_r) if zargs is not None else (*child_fds, info_w, block_r):
-        if fd >= 0:
-            os.close(fd)
-    if info_r >= 0:
+        raise GateError(f"the zygote could not enter the jail: {watch.zygote_error}")
+    return _outcome(launch.spec, cg, watch, start)
+
+
+_PIPE_ENDS = (
+    *("rep_r", "rep_w", "out_r", "out_w", "err_r", "err_w", "bw_r", "bw_w"),
+    *("info_r", "info_w", "block_r", "block_w"),
+)
+
+
+@dataclass
+class _Launch:
+    """One launch: its argv and its pipes (-1: none, or closed here).
+
+    The read ends are ours; the write ends (``rep_w``, ``out_w``, ``err_w``) are the task's and
+    our copies close once it holds its own. ``bw_*`` carries bwrap's own stderr when the zygote
+    runs the task (the task's streams then close with the task). ``info_*``/``block_*`` are
+    bwrap's gate; ``block_w`` stays open until the jail is dead: EOF on it releases the jail.
+    """
+
+    spec: JailSpec  # ``{REPORT_FD}`` in its argv replaced by the report pipe's number
+    zargs: list[str] | None  # the runner's arguments when the zygote runs the task
+    argv: list[str] = field(default_factory=list)
+    pass_fds: tuple[int, ...] = ()
+    gate: tuple[int, int] | None = None  # (info fd, block fd) as numbered in bwrap
+    rep_r: int = -1
+    rep_w: int = -1
+    out_r: int = -1
+    out_w: int = -1
+    err_r: int = -1
+    err_w: int = -1
+    bw_r: int = -1
+    bw_w: int = -1
+    info_r: int = -1
+    info_w: int = -1
+    block_r: int = -1
+    block_w: int = -1
+
+    @classmethod
+    def prepare(cls, spec: JailSpec, cg: TaskCgroups | None) -> _Launch:
+        """The pipes, then the argv of the chain for ``spec.isolation``."""
+        launch = cls(spec, _zygote_args(spec))
+        zygote = launch.zargs is not None
+        if spec.report:  # the command finds the write end's number where it says {REPORT_FD}
+            launch.rep_r, launch.rep_w = os.pipe()
+            launch.spec = dataclasses.replace(
+                spec, argv=[a.replace("{REPORT_FD}", str(launch.rep_w)) for a in spec.argv]
+            )
+        launch.out_r, launch.out_w = os.pipe()
+        launch.err_r, launch.err_w = os.pipe()
+        if zygote:
+            launch.bw_r, launch.bw_w = os.pipe()
+        if launch.rep_w >= 0 and not zygote:
+            launch.pass_fds = (launch.rep_w,)
+        if spec.isolation == "bwrap":
+            launch.info_r, launch.info_w = os.pipe()
+            launch.block_r, launch.block_w = os.pipe()
+            launch.gate = (launch.info_w, launch.block_r)
+            # With the zygote, bwrap's own command never runs: the jail is entered at the gate
+            # and killed afterwards (were the service to die first, it would run /bin/true).
+            bw_spec = (
+                dataclasses.replace(launch.spec, argv=["/bin/true"]) if zygote else launch.spec
+            )
+            launch.argv = bwrap_argv(bw_spec, gate=launch.gate)
+            launch.pass_fds += launch.gate
+        else:
+            launch.argv = launcher_argv(launch.spec, cg)
+        return launch
+
+    @property
+    def gated(self) -> bool:
+        return self.gate is not None
+
+    def popen(self, cg: TaskCgroups | None) -> subprocess.Popen[bytes]:
+        """Start the launcher; on failure every pipe is closed and the cgroups removed."""
+        zygote = self.zargs is not None
         try:
-            pid = _jail_pid(info_r, deadline)
-            if pid is not None and zargs is None:
-                _confine(pid, spec, cg)
-                os.write(block_w, b"1")
-            elif pid is not None:
-                _wait_at_gate(pid, block_r, proc, deadline)
-                zsock = _enter_with_zygote(pid, spec, cg, zargs, (out_w, err_w, w_fd))  # type: ignore[arg-type]
-            elif zargs is not None:  # bwrap failed: what it said is the task's stderr
-                os.write(err_w, os.read(bw_r, 1 << 16))
-        except BaseException as e:
-            if isinstance(e, GateError) and zargs is not None and proc.poll() is not None:
-                os.set_blocking(bw_r, False)
-                with contextlib.suppress(OSError):  # bwrap's own word on why it failed
-                    e.args = (f"{e.args[0]}: {os.read(bw_r, 4096).decode(errors='replace')}",)
-            _kill_tree(proc, cg)  # before the block fd closes: EOF on it would release the jail
-            proc.wait()  # (it may have been reaped by the poll in _wait_at_gate)
-            for fd in (
-                r_fd,
-                out_r,
-                err_r,
-                block_w,
-                bw_r,
-                *(child_fds if zargs is not None else []),
-            ):
-                if fd >= 0:
-                    os.close(fd)
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self.out_w if not zygote else subprocess.DEVNULL,
+                stderr=self.err_w if not zygote else self.bw_w,
+                pass_fds=self.pass_fds,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException:
+            self.close_all()
             if cg:
                 cg.remove()
             raise
-        finally:
-            os.close(info_r)
-        if zargs is not None:
-            for fd in (*child_fds, bw_r):
+        self.close("bw_w", "info_w", "block_r")
+        if not zygote:  # the launcher holds the task's ends (with the zygote: after the gate)
+            self.close("rep_w", "out_w", "err_w")
+        return proc
+
+    def close(self, *names: str) -> None:
+        for name in names:
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
                 os.close(fd)
-        # block_w stays open until the jail is dead (see the finally below)
+
+    def close_all(self) -> None:
+        self.close(*_PIPE_ENDS)
+
+
+def _through_gate(
+    launch: _Launch, proc: subprocess.Popen[bytes], cg: TaskCgroups | None, deadline: float
+) -> socket.socket | None:
+    """bwrap, with the jail's first process waiting on the block fd: confine it (cgroups,
+    rlimits) and release it, or have the zygote fork the task into it (then the task's status
+    socket is returned). On any failure the jail is killed before anything of it runs."""
+    assert launch.gate is not None
+    zargs = launch.zargs
+    zsock: socket.socket | None = None
+    try:
+        pid = _jail_pid(launch.info_r, deadline)
+        if pid is None:
+            if zargs is not None:  # bwrap failed: what it said is the task's stderr
+                os.write(launch.err_w, os.read(launch.bw_r, 1 << 16))
+        elif zargs is None:
+            _confine(pid, launch.spec, cg)
+            os.write(launch.block_w, b"1")
+        else:
+            _wait_at_gate(pid, launch.gate[1], proc, deadline)
+            stdio = (launch.out_w, launch.err_w, launch.rep_w)
+            zsock = _enter_with_zygote(pid, launch.spec, cg, zargs, stdio)
+    except BaseException as e:
+        if isinstance(e, GateError) and zargs is not None and proc.poll() is not None:
+            os.set_blocking(launch.bw_r, False)
+            with contextlib.suppress(OSError):  # bwrap's own word on why it failed
+                e.args = (f"{e.args[0]}: {os.read(launch.bw_r, 4096).decode(errors='replace')}",)
+        _kill_tree(proc, cg)  # before the block fd closes: EOF on it would release the jail
+        proc.wait()  # (it may have been reaped by the poll in _wait_at_gate)
+        launch.close_all()
+        if cg:
+            cg.remove()
+        raise
+    finally:
+        launch.close("info_r")
+    if zargs is not None:  # the task process holds its own ends now
+        launch.close("rep_w", "out_w", "err_w", "bw_r")
+    # block_w stays open until the jail is dead (closed in _wait, after the kill)
+    return zsock
+
+
+@dataclass
+class _Watch:
+    """What the wait saw: the task's streams and report, how and when it ended."""
+
+    out: HeadTail
+    err: HeadTail
+    rep: bytearray = field(default_factory=bytearray)
+    rep_overflow: bool = False
+    status: int | None = None  # wait status
+    rusage: resource.struct_rusage | None = None
+    exit_seen_at: float = 0.0
+    timed_out: bool = False
+    cancelled: bool = False
+    pids_hit: bool = False
+    oom_hit: bool = False
+    zygote_error: str = ""
+    keeper_started: bool = False  # the keeper's first message: the task process exists
+    next_pids_check: float = 0.0
+
+    def must_stop(
+        self, now: float, deadline: float, cancel: Cancel | None, cg: TaskCgroups | None
+    ) -> bool:
+        """Whether the running task is to be killed: wall clock, cancel, pids or memory cap."""
+        if now >= deadline:
+            self.timed_out = True
+        elif cancel is not None and cancel.is_set():
+            self.cancelled = True
+        elif cg is not None and now >= self.next_pids_check:
+            self.next_pids_check = now + 0.05  # not on every output wake-up
+            self.pids_hit = cg.pids_limit_hit()
+            self.oom_hit = cg.under_oom()
+        return self.timed_out or self.cancelled or self.pids_hit or self.oom_hit
+
+    def report(self, data: bytes) -> None:
+        if len(self.rep) + len(data) > REPORT_CAP:
+            self.rep_overflow = True
+        else:
+            self.rep += data
+
+    def keeper(self, msg: bytes, now: float) -> bool:
+        """A message from the zygote's keeper of the task process; True: the task ended."""
+        rec = json.loads(msg) if msg else {"status": signal.SIGKILL}
+        if not msg and not self.keeper_started:
+            rec = {"error": "the keeper died before starting the task process"}
+        self.keeper_started = self.keeper_started or "pid" in rec
+        if "error" in rec:
+            self.zygote_error = str(rec["error"])
+        if "status" in rec or "error" in rec or not msg:
+            # as with bwrap's own command: the streams get up to 1 s to close
+            self.status, self.exit_seen_at = int(rec.get("status", signal.SIGKILL)), now
+            return True
+        return False
+
+
+def _wait(
+    launch: _Launch,
+    proc: subprocess.Popen[bytes],
+    cg: TaskCgroups | None,
+    zsock: socket.socket | None,
+    cancel: Cancel | None,
+    start: float,
+    deadline: float,
+) -> _Watch:
+    """Collect output and report until the task ends (then its streams get up to 1 s to close)
+    or a limit, the wall clock or ``cancel`` ends it; then the whole tree is killed and reaped."""
+    lim = launch.spec.limits
+    w = _Watch(HeadTail(lim.output_bytes), HeadTail(lim.output_bytes))
     sel = selectors.DefaultSelector()
-    streams = {out_r: out, err_r: err}
+    streams = {launch.out_r: w.out, launch.err_r: w.err}
     for fd in streams:
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ)
-    if r_fd >= 0:
-        os.set_blocking(r_fd, False)
-        sel.register(r_fd, selectors.EVENT_READ)
+    if launch.rep_r >= 0:
+        os.set_blocking(launch.rep_r, False)
+        sel.register(launch.rep_r, selectors.EVENT_READ)
     # The task ends when the launcher exits (a pidfd wakes the loop at once), or, entered by
     # the zygote, when its keeper reports the task process's wait status.
     pidfd = -1
@@ -500,57 +617,35 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
         pidfd = _pidfd_open(proc.pid)
         if pidfd >= 0:
             sel.register(pidfd, selectors.EVENT_READ)
-    zygote_error = ""
-    keeper_started = False  # the keeper's first message: the task process exists
-    next_pids_check = start
-    exit_seen_at: float | None = None
     try:
         while True:
             now = time.monotonic()
-            if status is None and zsock is None:
+            if w.status is None and zsock is None:
                 pid, st, ru = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
-                    status, rusage, exit_seen_at = st, ru, now
+                    w.status, w.rusage, w.exit_seen_at = st, ru, now
                     proc.returncode = os.waitstatus_to_exitcode(st)
                     if pidfd >= 0:
                         sel.unregister(pidfd)
-            streams_open = len(sel.get_map()) - (pidfd >= 0 and status is None)
-            if status is not None and (not streams_open or now - exit_seen_at > 1.0):  # type: ignore[operator]
+            streams_open = len(sel.get_map()) - (pidfd >= 0 and w.status is None)
+            if w.status is not None and (not streams_open or now - w.exit_seen_at > 1.0):
                 break
             if (
                 zsock is not None
-                and not keeper_started
+                and not w.keeper_started
                 and (now - start > ZYGOTE_START_S or now >= deadline)
             ):
                 # the zygote did not fork the task: its fault, not the task's (infra_error)
-                zygote_error = f"no task process {now - start:.0f} s after the hand-over"
+                w.zygote_error = f"no task process {now - start:.0f} s after the hand-over"
                 _kill_tree(proc, cg)
                 break
-            if status is None:
-                if now >= deadline:
-                    timed_out = True
-                elif cancel is not None and cancel.is_set():
-                    cancelled = True
-                elif cg is not None and now >= next_pids_check:
-                    next_pids_check = now + 0.05  # not on every output wake-up
-                    pids_hit = cg.pids_limit_hit()
-                    oom_hit = cg.under_oom()
-                if timed_out or cancelled or pids_hit or oom_hit:
-                    _kill_tree(proc, cg)
-                    deadline = now + 3600  # waiting for the kill to land
+            if w.status is None and w.must_stop(now, deadline, cancel, cg):
+                _kill_tree(proc, cg)
+                deadline = now + 3600  # waiting for the kill to land
             for key, _ in sel.select(timeout=0.05):
                 if key.fileobj is zsock:
                     assert zsock is not None
-                    msg = zsock.recv(4096)
-                    rec = json.loads(msg) if msg else {"status": signal.SIGKILL}
-                    if not msg and not keeper_started:
-                        rec = {"error": "the keeper died before starting the task process"}
-                    keeper_started = keeper_started or "pid" in rec
-                    if "error" in rec:
-                        zygote_error = str(rec["error"])
-                    if "status" in rec or "error" in rec or not msg:
-                        # as with bwrap's own command: the streams get up to 1 s to close
-                        status, exit_seen_at = int(rec.get("status", signal.SIGKILL)), now
+                    if w.keeper(zsock.recv(4096), now):
                         sel.unregister(zsock)
                     continue
                 fd = int(key.fd)
@@ -562,12 +657,8 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
                     continue
                 if not data:
                     sel.unregister(fd)
-                    continue
-                if fd == r_fd:
-                    if len(rep) + len(data) > REPORT_CAP:
-                        rep_overflow = True
-                    else:
-                        rep += data
+                elif fd == launch.rep_r:
+                    w.report(data)
                 else:
                     streams[fd].feed(data)
     finally:
@@ -576,45 +667,50 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
             os.close(pidfd)
         if zsock is not None:
             zsock.close()
-        _kill_tree(proc, cg)  # daemons that escaped the session die with the task
-        _, st, ru = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
-        if status is None:
-            status, rusage = st, ru
-        if proc.returncode is None:
-            proc.returncode = os.waitstatus_to_exitcode(st)
-        if block_w >= 0:
-            os.close(block_w)
-        for fd in (out_r, err_r, r_fd):
-            if fd >= 0:
-                os.close(fd)
-    if zygote_error:
-        if cg:
-            cg.remove()
-        raise GateError(f"the zygote could not enter the jail: {zygote_error}")
-    oom = oom_hit or bool(cg and (cg.oom_killed() or cg.under_oom()))
-    pids_hit = pids_hit or bool(cg and cg.pids_limit_hit())
+        _reap(proc, cg, w)
+        launch.close_all()  # block_w (the jail is dead now) and our read ends
+    return w
+
+
+def _reap(proc: subprocess.Popen[bytes], cg: TaskCgroups | None, w: _Watch) -> None:
+    """Kill what is left of the task (daemons that escaped the session die with it) and reap
+    the launcher, whose status is the task's unless the loop already had one."""
+    _kill_tree(proc, cg)
+    _, st, ru = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
+    if w.status is None:
+        w.status, w.rusage = st, ru
+    if proc.returncode is None:
+        proc.returncode = os.waitstatus_to_exitcode(st)
+
+
+def _outcome(spec: JailSpec, cg: TaskCgroups | None, w: _Watch, start: float) -> JailOutcome:
+    """The verdict's raw material: exit, streams, report, which limit hit, what it used."""
+    oom = w.oom_hit or bool(cg and (cg.oom_killed() or cg.under_oom()))
+    pids_hit = w.pids_hit or bool(cg and cg.pids_limit_hit())
     mem_peak = cg.memory_peak_mb() if cg else None
     pids_peak = cg.pids_peak() if cg else None
     # bwrap's monitor exits without reaping the jail's init, so the launcher's rusage misses
     # the task's processes: the cgroup's accounting is the task's real CPU time.
     cpu_s = cg.cpu_seconds() if cg else None
+    rusage = w.rusage
     if cpu_s is None and rusage is not None and spec.isolation != "bwrap":
         cpu_s = rusage.ru_utime + rusage.ru_stime
     if cg:
         cg.remove()
-    code = os.waitstatus_to_exitcode(status)
+    assert w.status is not None
+    code = os.waitstatus_to_exitcode(w.status)
     return JailOutcome(
         exit_code=code,
-        stdout=out.text(),
-        stderr=err.text(),
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
-        report=bytes(rep),
-        report_overflow=rep_overflow,
-        timed_out=timed_out,
+        stdout=w.out.text(),
+        stderr=w.err.text(),
+        stdout_truncated=w.out.truncated,
+        stderr_truncated=w.err.truncated,
+        report=bytes(w.rep),
+        report_overflow=w.rep_overflow,
+        timed_out=w.timed_out,
         oom=oom,
         pids_limit=pids_hit,
-        cancelled=cancelled,
+        cancelled=w.cancelled,
         duration_s=time.monotonic() - start,
         cpu_s=cpu_s,
         # (the monitor's own rusage under bwrap: not the task's, so not reported)

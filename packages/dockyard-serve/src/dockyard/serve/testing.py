@@ -2,9 +2,8 @@
 
 :func:`tiny_model_dir` writes a Hugging Face folder (``config.json``, ``model.safetensors``,
 tokenizer files with a chat template) for a randomly initialised Qwen2 with ``head_dim = 32``
-(vLLM's CPU attention rejects 16). When the torch backend's shared builder
-(``dockyard.torch.testing``) is installed it is preferred; otherwise the model is built here
-with transformers directly.
+(vLLM's CPU attention rejects 16), built here with transformers directly: serve sits beside the
+trainer backends, not on them, so it does not borrow ``dockyard.torch.testing``'s builder.
 
 Needs ``pip install "dockyard-serve[transformers]"`` (torch, transformers, tokenizers).
 """
@@ -72,23 +71,6 @@ def tiny_model_dir(
     The vocabulary of the model is ``vocab_size`` (the tokenizer's may be smaller; the extra
     rows are never produced by the tokenizer but may be sampled).
     """
-    try:  # the torch backend's shared builder: one tiny-model recipe for the whole project
-        from dockyard.torch.testing import build_tiny_model
-    except ImportError:
-        build_tiny_model = None
-    if build_tiny_model is not None:
-        return Path(
-            build_tiny_model(
-                folder,
-                hidden_size=hidden_size,
-                num_layers=num_layers,
-                num_heads=num_heads,
-                num_kv_heads=num_kv_heads,
-                intermediate_size=intermediate_size,
-                vocab_size=vocab_size,
-                seed=seed,
-            )
-        )
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 

@@ -1,40 +1,22 @@
 """Configuration of the torch policy worker (pydantic; key names follow NeMo-RL's ``policy``).
 
 Build it from a dict (what a Ray actor receives): ``TorchPolicyConfig.model_validate(d)`` or
-``TorchPolicyConfig(**d)``. Unknown keys are errors naming the key.
+``TorchPolicyConfig(**d)``, or with :meth:`TorchPolicyConfig.from_master` from a validated
+``MasterConfig`` (this package owns that mapping). Unknown keys are errors naming the key. The
+optimizer and the schedule are the run config's own models (``dockyard.core.config.optim``).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class OptimizerConfig(_Strict):
-    """AdamW (Loshchilov & Hutter 2019): θ ← θ − η_t (m̂/(√v̂ + ε) + λθ)."""
-
-    lr: float = Field(1e-5, gt=0, description="peak learning rate η")
-    weight_decay: float = Field(0.0, ge=0, description="decoupled weight decay λ")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam (β1, β2)")
-    eps: float = Field(1e-8, gt=0, description="Adam ε")
-
-
-class SchedulerConfig(_Strict):
-    """Learning-rate schedule η_t = η · f(t).
-
-    ``constant``: f = min(1, (t+1)/W). ``cosine``: linear warm-up over W steps, then
-    f = r + (1 − r)·½(1 + cos(π·(t − W)/(S − W))) down to the floor r = ``min_lr_ratio`` at S.
-    """
-
-    type: Literal["constant", "cosine"] = "constant"
-    warmup_steps: int = Field(0, ge=0, description="W: linear warm-up steps")
-    total_steps: int = Field(1000, ge=1, description="S: steps of the cosine decay (cosine only)")
-    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="r: final lr / peak lr (cosine)")
 
 
 class LoraConfig(_Strict):
@@ -100,8 +82,14 @@ class TorchPolicyConfig(_Strict):
     activation_checkpointing: bool = False
     attn_implementation: str = Field("sdpa", description="transformers attn_implementation")
     seed: int = 0
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig, description="adamw / adam / sgd (policy.optimizer)"
+    )
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig,
+        description="constant / linear / cosine after warm-up (policy.scheduler; linear and "
+        "cosine need total_steps)",
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     sequence_packing: SequencePackingConfig = Field(default_factory=SequencePackingConfig)
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig)
@@ -112,6 +100,52 @@ class TorchPolicyConfig(_Strict):
         description="tp: ranks that split each decoder layer (DTensor; core config "
         "policy.dtensor_cfg.tensor_parallel_size); the other world_size / tp form FSDP's axis",
     )
+
+    @classmethod
+    def from_master(cls, master: Any) -> TorchPolicyConfig:
+        """From a validated ``dockyard.core.config.MasterConfig`` (``policy.dtensor_cfg``).
+
+        Every ``policy`` key the torch worker honours is mapped; ``reference_policy`` is on when
+        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and an unset
+        ``scheduler.total_steps`` is ``grpo.max_num_steps``. A key it cannot honour is an error
+        naming the key and the fix: ``precision: float16``."""
+        p = master.policy
+        if p.precision == "float16":
+            raise ValueError(
+                "policy.precision float16 is not supported by the torch trainer: use bfloat16 "
+                "or float32"
+            )
+        loss_fn = getattr(master, "loss_fn", None)
+        beta = float(getattr(loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0)
+        total = p.scheduler.total_steps or max(int(master.grpo.max_num_steps), 1)
+        return cls(
+            model_name=p.model_name,
+            tokenizer_name=p.tokenizer.name,
+            precision=p.precision,
+            train_micro_batch_size=p.train_micro_batch_size,
+            logprob_batch_size=p.logprob_batch_size or p.train_micro_batch_size,
+            max_grad_norm=p.max_grad_norm,
+            generation_temperature=p.generation.temperature or 1.0,
+            reference_policy=beta > 0.0,
+            activation_checkpointing=p.dtensor_cfg.activation_checkpointing,
+            tensor_parallel_size=p.dtensor_cfg.tensor_parallel_size,
+            seed=int(master.grpo.seed),
+            optimizer=p.optimizer,
+            scheduler=p.scheduler.model_copy(update={"total_steps": total}),
+            sequence_packing=p.sequence_packing.model_dump(),
+            dynamic_batching=p.dynamic_batching.model_dump(),
+            lora={
+                "enabled": p.lora.enabled,
+                "rank": p.lora.rank,
+                "alpha": p.lora.alpha,
+                "dropout": p.lora.dropout,
+                "target_modules": list(p.lora.target_modules),
+            },
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (what a Ray actor receives); ``TorchPolicyConfig(**d)`` rebuilds it."""
+        return self.model_dump(mode="json")
 
     @model_validator(mode="after")
     def _one_batching_mode(self) -> TorchPolicyConfig:

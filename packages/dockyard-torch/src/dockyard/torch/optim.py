@@ -1,35 +1,43 @@
-"""AdamW and the learning-rate schedules of :class:`~dockyard.torch.config.SchedulerConfig`."""
+"""The run config's optimizer and schedule (``dockyard.core.config.optim``) in ``torch.optim``.
+
+=======  ============================================================================
+adamw    ``torch.optim.AdamW`` (decoupled decay)
+adam     ``torch.optim.Adam`` (``weight_decay`` is L2: added to the gradient)
+sgd      ``torch.optim.SGD``, no momentum (``weight_decay`` is L2)
+=======  ============================================================================
+
+The schedule is a ``LambdaLR`` over core's :func:`~dockyard.core.config.optim.lr_factor`: the
+rate of the t-th ``optimizer.step()`` is ``lr · f(t)``.
+"""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from dockyard.torch.config import OptimizerConfig, SchedulerConfig
+from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig, lr_factor
 
 
-def lr_factor(step: int, cfg: SchedulerConfig) -> float:
-    """f(t) with η_t = η·f(t): linear warm-up over W steps, then constant or cosine to r."""
-    W = cfg.warmup_steps
-    if step < W:
-        return (step + 1) / W
-    if cfg.type == "constant":
-        return 1.0
-    span = max(cfg.total_steps - W, 1)
-    progress = min((step - W) / span, 1.0)
-    r = cfg.min_lr_ratio
-    return r + (1.0 - r) * 0.5 * (1.0 + math.cos(math.pi * progress))
+def make_optimizer(params: list[torch.nn.Parameter], opt: OptimizerConfig) -> torch.optim.Optimizer:
+    """``opt.name``'s ``torch.optim`` class over ``params`` (see the module docstring)."""
+    if opt.name == "adamw":
+        return torch.optim.AdamW(
+            params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+        )
+    if opt.name == "adam":
+        return torch.optim.Adam(
+            params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
+        )
+    if opt.name == "sgd":
+        return torch.optim.SGD(params, lr=opt.lr, weight_decay=opt.weight_decay)
+    raise ValueError(f"policy.optimizer.name {opt.name!r} has no torch.optim equivalent")
 
 
 def build_optimizer(
     params: list[torch.nn.Parameter], opt: OptimizerConfig, sched: SchedulerConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW over ``params`` with a ``LambdaLR`` implementing :func:`lr_factor`."""
+    """:func:`make_optimizer` with a ``LambdaLR`` implementing ``lr_factor``."""
     if not params:
         raise ValueError("no trainable parameters (LoRA target_modules matched nothing?)")
-    optimizer = torch.optim.AdamW(
-        params, lr=opt.lr, betas=opt.betas, eps=opt.eps, weight_decay=opt.weight_decay
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: lr_factor(t, sched))
+    optimizer = make_optimizer(params, opt)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: float(lr_factor(t, sched)))
     return optimizer, scheduler

@@ -1,9 +1,9 @@
-"""Environments and datasets by name (the config's ``env.<name>.type`` and ``data.dataset_name``).
+"""The config's environments and datasets, built through the one registry in dockyard-envs.
 
-Entries are ``"module:attribute"`` strings imported on use, so naming an environment never
-imports another's dependencies. To add one: put its class (constructor keywords: any of
-``sandbox_urls``, ``token``, ``timeout_s`` plus its own ``options``) and a dataset function
-``(split: "train" | "val", **options) -> list[dict]`` in a package, and add them below.
+``env.<name>.type`` (null: ``<name>``) and ``data.dataset_name`` are names in
+:mod:`dockyard.envs.registry`, which also says how a package adds its own (an entry point; no
+edit here). This module only turns ``env.<name>`` into constructor keywords (``sandbox_urls``,
+``timeout_s``, ``options``) and checks a config's names before anything starts.
 """
 
 from __future__ import annotations
@@ -11,65 +11,59 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from dockyard.train.runtime.hosts import load_object
-
-ENVIRONMENTS: dict[str, str] = {
-    "expression": "dockyard.envs.expression:ExpressionEnvironment",
-    "math": "dockyard.envs.math.env:MathEnvironment",
-    "mcq": "dockyard.envs.math.env:MultipleChoiceEnvironment",
-    "code": "dockyard.envs.code.env:CodeEnvironment",
-    "swe": "dockyard.envs.swe.env:SweEnvironment",
-    "terminal": "dockyard.envs.terminal.env:TerminalEnvironment",
-}
-
-DATASETS: dict[str, str] = {
-    "expression": "dockyard.envs.expression:load_tasks",
-    "arithmetic": "dockyard.train.environments:_arithmetic",
-    "humaneval": "dockyard.train.environments:_humaneval",
-    "swe": "dockyard.train.environments:_swe",
-    "terminal": "dockyard.train.environments:_terminal",
-}
-
-SANDBOXED = frozenset({"expression", "code", "swe", "terminal"})
-
-
-def _arithmetic(split: str, n: int = 512, seed: int = 0) -> list[dict[str, Any]]:
-    from dockyard.envs.math.data import ArithmeticGenerator
-
-    return ArithmeticGenerator(seed=seed if split == "train" else seed + 10_000).tasks(n)
-
-
-def _humaneval(split: str, seed: int = 0) -> list[dict[str, Any]]:
-    from dockyard.envs.code.data import humaneval_split
-
-    return humaneval_split("train" if split == "train" else "validation", seed=seed)
-
-
-def _swe(split: str) -> list[dict[str, Any]]:
-    from dockyard.envs.swe.data import load_shipped_tasks
-
-    return load_shipped_tasks()
-
-
-def _terminal(split: str) -> list[dict[str, Any]]:
-    from dockyard.envs.terminal.tasks import load_terminal_tasks
-
-    return load_terminal_tasks()
+from dockyard.envs import registry
 
 
 def env_type(name: str, env_cfg: Any) -> str:
+    """The registered kind of ``env.<name>`` (``type``, else the entry's name); unknown: ValueError."""
     kind = env_cfg.type or name
-    if kind not in ENVIRONMENTS:
+    if kind not in registry.env_names():
         raise ValueError(
             f"env.{name}.type {kind!r} is not a known environment; choose one of "
-            f"{', '.join(sorted(ENVIRONMENTS))}"
+            f"{', '.join(registry.env_names())}"
         )
     return kind
 
 
+def needs_sandbox(name: str, env_cfg: Any) -> bool:
+    """Whether ``env.<name>`` scores through the sandbox service (its registry flag)."""
+    return registry.needs_sandbox(env_type(name, env_cfg))
+
+
+def unknown_names(cfg: Any) -> list[str]:
+    """One line per ``env.<name>.type`` / ``data.dataset_name`` the registry does not know,
+    each listing the known names (empty: all known). ``data.train_path`` needs no dataset."""
+    problems = []
+    envs = registry.env_names()
+    for name, env_cfg in cfg.env.items():
+        kind = env_cfg.type or name
+        if kind not in envs:
+            null = "" if env_cfg.type else " (type is null: the entry's name is the type)"
+            problems.append(
+                f"env.{name}.type: unknown environment {kind!r}{null}; known: {', '.join(envs)}"
+            )
+    dataset = cfg.data.dataset_name
+    datasets = registry.dataset_names()
+    if dataset is not None and dataset not in datasets:
+        problems.append(
+            f"data.dataset_name: unknown dataset {dataset!r}; known: {', '.join(datasets)} "
+            "(or leave it null and set data.train_path to a JSONL file)"
+        )
+    return problems
+
+
+def check_names(cfg: Any, source: str = "<config>") -> None:
+    """Raise :class:`~dockyard.core.config.errors.ConfigError` for :func:`unknown_names`."""
+    from dockyard.core.config.errors import ConfigError
+
+    problems = unknown_names(cfg)
+    if problems:
+        raise ConfigError(problems, source)
+
+
 def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = None) -> Any:
     """An environment instance from ``env.<name>`` (sandbox URLs from the runtime if unset)."""
-    cls = load_object(ENVIRONMENTS[env_type(name, env_cfg)])
+    cls = registry.env_factory(env_type(name, env_cfg))
     params = inspect.signature(cls).parameters
     kwargs: dict[str, Any] = {}
     urls = list(env_cfg.sandbox_urls) or list(sandbox_urls or [])
@@ -82,7 +76,7 @@ def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = 
     for k, v in env_cfg.options.items():
         if k not in params:
             raise ValueError(
-                f"env.{name}.options.{k} is not an option of {cls.__name__} "
+                f"env.{name}.options.{k} is not an option of {getattr(cls, '__name__', cls)} "
                 f"(options: {', '.join(p for p in params if p != 'self')})"
             )
         kwargs[k] = v
@@ -92,9 +86,10 @@ def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = 
 def load_dataset(
     name: str, split: str, options: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    if name not in DATASETS:
+    """The tasks of ``data.dataset_name`` for ``split`` (``train`` / ``val``)."""
+    if name not in registry.dataset_names():
         raise ValueError(
             f"data.dataset_name {name!r} is not a known dataset; choose one of "
-            f"{', '.join(sorted(DATASETS))} or set data.train_path to a JSONL file"
+            f"{', '.join(registry.dataset_names())} or set data.train_path to a JSONL file"
         )
-    return load_object(DATASETS[name])(split, **(options or {}))
+    return registry.load_dataset(name, split, **(options or {}))

@@ -33,14 +33,13 @@ from dockyard.core.config.loss import (
     NLLLossConfig,
     PreferenceLossConfig,
 )
+from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig, lr_factor
 from dockyard.core.config.policy import (
     DTensorConfig,
     GenerationConfig,
     JaxConfig,
     LoRAConfig,
-    OptimizerConfig,
     PolicyConfig,
-    SchedulerConfig,
     SglangConfig,
     TokenizerConfig,
     VllmConfig,
@@ -100,5 +99,6 @@ __all__ = [
     "config_from_dict",
     "load_config",
     "load_yaml",
+    "lr_factor",
     "merge",
 ]

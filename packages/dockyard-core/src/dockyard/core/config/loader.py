@@ -77,20 +77,27 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = Path(path).resolve()
     if path in _seen:
         chain = " -> ".join(str(p) for p in (*_seen, path))
-        raise ConfigError([f"defaults: inheritance cycle: {chain}"], str(path))
-    data = _read_yaml(path)
+        raise ConfigError([f"{DEFAULTS_KEY}: cycle in defaults: {chain}"], str(path))
+    return resolve_defaults(_read_yaml(path), path.parent, (*_seen, path))
+
+
+def resolve_defaults(
+    data: Mapping[str, Any], base_dir: str | Path, _seen: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """``data`` (a config mapping not read from a file, or one that was) with the files its
+    ``defaults:`` key names, relative to ``base_dir``, merged under it (no validation)."""
+    data = dict(data)
     bases = data.pop(DEFAULTS_KEY, None)
     if bases is None:
         return data
     if isinstance(bases, str):
         bases = [bases]
+    source = str(_seen[-1]) if _seen else "<dict>"
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise ConfigError(
-            [f"{DEFAULTS_KEY}: must be a file name or a list of file names"], str(path)
-        )
+        raise ConfigError([f"{DEFAULTS_KEY}: must be a file name or a list of file names"], source)
     merged: dict[str, Any] = {}
     for b in bases:
-        merged = merge(merged, load_yaml(path.parent / b, (*_seen, path)))
+        merged = merge(merged, load_yaml(Path(base_dir) / b, _seen))
     return merge(merged, data)
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, model_validator
 
 from dockyard.core.config._base import ConfigModel
+from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
 
 
 class TokenizerConfig(ConfigModel):
@@ -14,28 +15,6 @@ class TokenizerConfig(ConfigModel):
     """Tokenizer name or folder; null uses ``policy.model_name``."""
     chat_template: str | None = None
     """A Jinja chat template overriding the tokenizer's own; null keeps the tokenizer's."""
-
-
-class OptimizerConfig(ConfigModel):
-    name: Literal["adamw", "adam", "sgd"] = "adamw"
-    """Optimizer (torch.optim / optax equivalent)."""
-    lr: float = Field(default=1.0e-6, gt=0)
-    """Peak learning rate η."""
-    weight_decay: float = Field(default=0.01, ge=0)
-    """Decoupled weight decay (AdamW)."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """Adam (β1, β2)."""
-    eps: float = Field(default=1.0e-8, gt=0)
-    """Adam ε."""
-
-
-class SchedulerConfig(ConfigModel):
-    name: Literal["constant", "linear", "cosine"] = "constant"
-    """Learning-rate schedule after warm-up."""
-    warmup_steps: int = Field(default=0, ge=0)
-    """Linear warm-up steps from 0 to ``lr``."""
-    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
-    """Final learning rate as a fraction of ``lr`` (linear / cosine)."""
 
 
 class DTensorConfig(ConfigModel):
@@ -167,9 +146,9 @@ class PolicyConfig(ConfigModel):
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     """Clip the global gradient norm to this value (null: no clipping)."""
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    """Optimizer."""
+    """Optimizer (both trainers implement every choice: ``dockyard.core.config.optim``)."""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    """Learning-rate schedule."""
+    """Learning-rate schedule (both trainers)."""
     dtensor_cfg: DTensorConfig = Field(default_factory=DTensorConfig)
     """torch FSDP2 trainer (the default)."""
     jax_cfg: JaxConfig = Field(default_factory=JaxConfig)

@@ -85,6 +85,11 @@ def humaneval_split(
     )
 
 
+def humaneval_dataset(split: str, seed: int = 0) -> list[dict[str, Any]]:
+    """The ``humaneval`` dataset: :func:`humaneval_split` (``val`` is its validation part)."""
+    return humaneval_split("train" if split == "train" else "validation", seed=seed)
+
+
 def load_mbpp_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """MBPP-format JSONL: ``task_id``, ``text`` (the problem), ``code`` (reference), ``test_list``
     (assert strings), optional ``test_setup_code`` / ``test_imports``.

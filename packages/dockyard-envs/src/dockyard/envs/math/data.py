@@ -95,6 +95,11 @@ class ArithmeticGenerator:
             i += 1
 
 
+def arithmetic_dataset(split: str, n: int = 512, seed: int = 0) -> list[dict[str, Any]]:
+    """The ``arithmetic`` dataset: ``n`` generated problems; ``val`` uses ``seed + 10_000``."""
+    return ArithmeticGenerator(seed=seed if split == "train" else seed + 10_000).tasks(n)
+
+
 def load_math_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read ``problem`` / ``answer`` records (extra keys kept; ``id`` defaults to the line number).
 

@@ -37,6 +37,11 @@ def load_shipped_tasks() -> list[dict[str, Any]]:
     return out
 
 
+def swe_dataset(split: str) -> list[dict[str, Any]]:
+    """The ``swe`` dataset: the shipped tasks (the same for every split)."""
+    return load_shipped_tasks()
+
+
 def load_swebench_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read SWE-bench-format records (see the module docstring).
 

@@ -149,3 +149,8 @@ TASKS: list[dict[str, Any]] = [
 def load_terminal_tasks() -> list[dict[str, Any]]:
     """The shipped terminal tasks (copies)."""
     return json.loads(json.dumps(TASKS))
+
+
+def terminal_dataset(split: str) -> list[dict[str, Any]]:
+    """The ``terminal`` dataset: the shipped tasks (the same for every split)."""
+    return load_terminal_tasks()

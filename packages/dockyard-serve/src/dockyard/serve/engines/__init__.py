@@ -6,6 +6,10 @@
   interface, for machines without vLLM.
 * :class:`~dockyard.serve.engines.sglang.SGLangEngine`: an SGLang server over HTTP.
 
+:func:`build_engine` builds one by backend name; ``dockyard.serve.config.EngineConfig`` maps a
+run config to its arguments. Hosting an engine in its own process (a Ray actor) is the
+application's part: dockyard-serve provides the engine objects.
+
 Imports are lazy: ``import dockyard.serve.engines`` never imports torch or vllm.
 """
 
@@ -32,4 +36,10 @@ def engine_class(backend: str) -> Any:
     return getattr(importlib.import_module(mod), cls)
 
 
-__all__ = ["engine_class"]
+def build_engine(backend: str, **kwargs: Any) -> Any:
+    """An engine of ``backend`` built from the class's keyword arguments (not started); the
+    factory an application's engine actor calls with ``EngineConfig.engine_kwargs()``."""
+    return engine_class(backend)(**kwargs)
+
+
+__all__ = ["build_engine", "engine_class"]

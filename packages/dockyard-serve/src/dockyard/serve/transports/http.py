@@ -236,109 +236,110 @@ class HttpReceiver(WeightReceiver):
             self._queue.put(_Failure(WeightSyncError(msg)), timeout=self.timeout_s)
 
 
-def _make_handler(rx: HttpReceiver) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(BaseHTTPRequestHandler):
+    """``PUT /weights``: one bucket per request, into its receiver's queue (:func:`_make_handler`
+    binds ``rx``)."""
 
-        def log_message(self, format: str, *args: Any) -> None:  # quiet
+    rx: HttpReceiver
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _reply(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_PUT(self) -> None:
+        rx = self.rx
+        peer = f"sender at {self.client_address[0]}:{self.client_address[1]}"
+        rx._last_peer = peer
+        if self.path.rstrip("/") != "/weights":
+            self._reply(404, {"error": f"unknown path {self.path!r}; weights go to PUT /weights"})
             return
+        self.connection.settimeout(rx.timeout_s)
+        try:
+            header = wire.Header.from_json(json.loads(self.headers.get("X-Dockyard-Header", "")))
+        except (ValueError, WeightSyncError) as e:
+            self._reply(400, {"error": f"bad X-Dockyard-Header: {e}"})
+            return
+        version, index = rx._expected or (header.version, 0)
+        if (header.version, header.index) != (version, index) and header.index != 0:
+            self._reply(
+                409,
+                {
+                    "error": f"expected bucket {index} of version {version}, got "
+                    f"bucket {header.index} of version {header.version}"
+                },
+            )
+            return
+        buf = bytearray(header.nbytes)
+        try:
+            got = self._read_body(memoryview(buf))
+        except (OSError, ValueError) as e:
+            rx._fail(
+                f"{TRANSPORT}: upload of bucket {header.index} (version {header.version}) from "
+                f"{peer} broke off ({e!r}; peer died?)"
+            )
+            self.close_connection = True
+            return
+        if got != header.nbytes:
+            rx._fail(
+                f"{TRANSPORT}: {peer} sent {got} of {header.nbytes} bytes of bucket "
+                f"{header.index} (version {header.version}) and stopped (peer died?)"
+            )
+            self.close_connection = True
+            return
+        try:
+            wire.verify(buf, header, TRANSPORT, peer)
+        except WeightSyncError as e:
+            rx._fail(str(e))
+            self._reply(422, {"error": str(e)})
+            return
+        try:
+            rx._queue.put((header, buf), timeout=rx.timeout_s)
+        except queue.Full:
+            self._reply(
+                503,
+                {"error": f"engine did not take bucket {header.index} within {rx.timeout_s:g} s"},
+            )
+            return
+        rx._expected = None if header.last else (header.version, header.index + 1)
+        self._reply(200, {"ok": True, "version": header.version, "index": header.index})
 
-        def _reply(self, code: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def _read_body(self, dst: memoryview) -> int:
+        """Read a chunked (or Content-Length) body into ``dst``; returns the bytes read."""
+        rfile = self.rfile
+        if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            n = int(self.headers.get("Content-Length", "0"))
+            if n > len(dst):
+                raise ValueError(f"body of {n} bytes exceeds the header's nbytes {len(dst)}")
+            return _readinto_exact(rfile, dst[:n])
+        pos = 0
+        while True:
+            line = rfile.readline(1024)
+            if not line:
+                return pos
+            size = int(line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                rfile.readline(1024)  # the empty line after the last chunk (no trailers)
+                return pos
+            if pos + size > len(dst):
+                raise ValueError(f"body exceeds the header's nbytes {len(dst)}")
+            got = _readinto_exact(rfile, dst[pos : pos + size])
+            pos += got
+            if got < size:
+                return pos
+            rfile.readline(1024)  # CRLF after the chunk
 
-        def do_PUT(self) -> None:
-            peer = f"sender at {self.client_address[0]}:{self.client_address[1]}"
-            rx._last_peer = peer
-            if self.path.rstrip("/") != "/weights":
-                self._reply(
-                    404, {"error": f"unknown path {self.path!r}; weights go to PUT /weights"}
-                )
-                return
-            self.connection.settimeout(rx.timeout_s)
-            try:
-                header = wire.Header.from_json(
-                    json.loads(self.headers.get("X-Dockyard-Header", ""))
-                )
-            except (ValueError, WeightSyncError) as e:
-                self._reply(400, {"error": f"bad X-Dockyard-Header: {e}"})
-                return
-            version, index = rx._expected or (header.version, 0)
-            if (header.version, header.index) != (version, index) and header.index != 0:
-                self._reply(
-                    409,
-                    {
-                        "error": f"expected bucket {index} of version {version}, got "
-                        f"bucket {header.index} of version {header.version}"
-                    },
-                )
-                return
-            buf = bytearray(header.nbytes)
-            try:
-                got = self._read_body(memoryview(buf))
-            except (OSError, ValueError) as e:
-                rx._fail(
-                    f"{TRANSPORT}: upload of bucket {header.index} (version {header.version}) from "
-                    f"{peer} broke off ({e!r}; peer died?)"
-                )
-                self.close_connection = True
-                return
-            if got != header.nbytes:
-                rx._fail(
-                    f"{TRANSPORT}: {peer} sent {got} of {header.nbytes} bytes of bucket "
-                    f"{header.index} (version {header.version}) and stopped (peer died?)"
-                )
-                self.close_connection = True
-                return
-            try:
-                wire.verify(buf, header, TRANSPORT, peer)
-            except WeightSyncError as e:
-                rx._fail(str(e))
-                self._reply(422, {"error": str(e)})
-                return
-            try:
-                rx._queue.put((header, buf), timeout=rx.timeout_s)
-            except queue.Full:
-                self._reply(
-                    503,
-                    {
-                        "error": f"engine did not take bucket {header.index} within {rx.timeout_s:g} s"
-                    },
-                )
-                return
-            rx._expected = None if header.last else (header.version, header.index + 1)
-            self._reply(200, {"ok": True, "version": header.version, "index": header.index})
 
-        def _read_body(self, dst: memoryview) -> int:
-            """Read a chunked (or Content-Length) body into ``dst``; returns the bytes read."""
-            rfile = self.rfile
-            if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
-                n = int(self.headers.get("Content-Length", "0"))
-                if n > len(dst):
-                    raise ValueError(f"body of {n} bytes exceeds the header's nbytes {len(dst)}")
-                return _readinto_exact(rfile, dst[:n])
-            pos = 0
-            while True:
-                line = rfile.readline(1024)
-                if not line:
-                    return pos
-                size = int(line.split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    rfile.readline(1024)  # the empty line after the last chunk (no trailers)
-                    return pos
-                if pos + size > len(dst):
-                    raise ValueError(f"body exceeds the header's nbytes {len(dst)}")
-                got = _readinto_exact(rfile, dst[pos : pos + size])
-                pos += got
-                if got < size:
-                    return pos
-                rfile.readline(1024)  # CRLF after the chunk
-
-    return Handler
+def _make_handler(rx: HttpReceiver) -> type[BaseHTTPRequestHandler]:
+    """A handler class bound to ``rx`` (the server builds a handler per connection)."""
+    return type("Handler", (_Handler,), {"rx": rx})
 
 
 def _readinto_exact(rfile: Any, dst: memoryview) -> int:

@@ -16,11 +16,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from dockyard.core.experience import Batch
+from dockyard.core.interfaces import LossFn, TrainMetrics
+
+
+class Trainer(Protocol):
+    """What SFT calls: a :class:`~dockyard.core.interfaces.PolicyWorker` in this process
+    (``dockyard sft``, the quickstart's warm start) or the Ray fleet's
+    :class:`~dockyard.train.runtime.trainer.TrainerClient`."""
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics: ...
+
+    def export_hf(self, path: str) -> str: ...
 
 
 def encode_example(tokenizer: Any, example: dict[str, Any]) -> tuple[list[int], int]:
@@ -49,7 +60,7 @@ def collate(encoded: list[tuple[list[int], int]], pad_id: int = 0) -> Batch:
 
 
 def sft(
-    worker: Any,
+    worker: Trainer,
     tokenizer: Any,
     examples: list[dict[str, Any]],
     *,
@@ -59,7 +70,7 @@ def sft(
     output_dir: str | Path | None = None,
     log: Any = None,
 ) -> list[dict[str, float]]:
-    """Train ``worker`` (a PolicyWorker) for ``steps`` steps of ``batch_size`` examples drawn
+    """Train ``worker`` for ``steps`` steps of ``batch_size`` examples drawn
     in a seeded order (epochs reshuffled); optionally export an HF folder; returns metrics."""
     from dockyard.core.rl import MaskedNLLLoss
 

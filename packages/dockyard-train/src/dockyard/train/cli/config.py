@@ -1,6 +1,7 @@
-"""``dockyard config``: ``check FILE [overrides...]`` validates a config and prints the
-resolved result (exit 0) or every problem (exit 2); ``docs`` prints the configuration
-reference (docs/configuration.md)."""
+"""``dockyard config``: ``check FILE [overrides...]`` validates a config (the schema, and the
+environment and dataset names against the registry of dockyard-envs) and prints the resolved
+result (exit 0) or every problem (exit 2); ``docs`` prints the configuration reference
+(docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,11 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(render())
         return 0
+    from dockyard.train.environments import check_names
+
     try:
         cfg = load_config(args.file, args.overrides)
+        check_names(cfg, args.file)  # env.<name>.type and data.dataset_name are registered
     except ConfigError as e:
         print(f"dockyard config check: {e}", file=sys.stderr)
         return 2

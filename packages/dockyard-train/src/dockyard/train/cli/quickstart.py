@@ -12,50 +12,29 @@
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import time
 from pathlib import Path
 from typing import Any
 
-QUICKSTART_CONFIG: dict[str, Any] = {
-    "policy": {
-        "model_name": "<set by the quickstart>",
-        "max_total_sequence_length": 64,
-        "train_global_batch_size": 64,
-        "train_micro_batch_size": 64,
-        "precision": "float32",
-        "max_grad_norm": None,
-        "optimizer": {"name": "adamw", "lr": 1.0e-3, "weight_decay": 0.0},
-        "generation": {
-            "backend": "vllm",
-            "temperature": 1.0,
-            "max_new_tokens": 24,
-            "vllm_cfg": {"gpu_memory_utilization": 0.1, "enforce_eager": True},
-        },
-    },
-    "loss_fn": {"type": "clipped_pg", "reference_policy_kl_penalty": 0.0},
-    "grpo": {
-        "num_prompts_per_step": 8,
-        "num_generations_per_prompt": 8,
-        "max_num_steps": 30,
-        "max_num_epochs": 10,
-        "async_grpo": {
-            "enabled": True,
-            "max_trajectory_age_steps": 1,
-            "in_flight_weight_updates": True,
-        },
-        "val_at_start": True,
-        "max_val_samples": 32,
-    },
-    "env": {"expression": {"type": "expression", "timeout_s": 10}},
-    "data": {"dataset_name": "expression"},
-    "logger": {"log_dir": "results/quickstart/logs", "tensorboard_enabled": False},
-    "checkpointing": {
-        "enabled": True,
-        "checkpoint_dir": "results/quickstart/checkpoints",
-        "save_period": 10,
-    },
-    "data_plane": {"weight_transport": {"type": "shm", "timeout_s": 120}},
-}
+
+def quickstart_yaml() -> Path:
+    """The quickstart's recipe, ``examples/configs/grpo_quickstart.yaml`` (shipped in this
+    package as ``configs/grpo_quickstart.yaml``): the one place its settings live."""
+    return Path(
+        str(importlib.resources.files("dockyard.train") / "configs" / "grpo_quickstart.yaml")
+    )
+
+
+def quickstart_config(model_dir: str | Path, **sections: dict[str, Any]) -> dict[str, Any]:
+    """The recipe as a plain dict (``defaults:`` resolved) on ``model_dir``, with ``sections``
+    merged over it (``grpo={"max_num_steps": 3}``); validate with ``config_from_dict``."""
+    from dockyard.core.config import load_yaml, merge
+
+    return merge(
+        load_yaml(quickstart_yaml()), {"policy": {"model_name": str(model_dir)}, **sections}
+    )
+
 
 MAX_POSITIONS = 2048
 
@@ -181,20 +160,18 @@ class _Bar:
 
 
 def make_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
-    from dockyard.core.config import apply_overrides, config_from_dict, merge
+    from dockyard.core.config import apply_overrides, config_from_dict
+    from dockyard.core.config.loader import resolve_references
 
-    d = merge(
-        QUICKSTART_CONFIG,
-        {
-            "policy": {"model_name": str(model_dir)},
-            "grpo": {"max_num_steps": args.steps, "seed": args.seed},
-            "logger": {"log_dir": str(out / "logs")},
-            "checkpointing": {"checkpoint_dir": str(out / "checkpoints")},
-        },
+    d = quickstart_config(
+        model_dir,
+        grpo={"max_num_steps": args.steps, "seed": args.seed},
+        logger={"log_dir": str(out / "logs")},
+        checkpointing={"checkpoint_dir": str(out / "checkpoints")},
     )
     if args.sync:
         d["grpo"]["async_grpo"] = {"enabled": False}
-    return config_from_dict(apply_overrides(d, list(args.overrides)))
+    return config_from_dict(resolve_references(apply_overrides(d, list(args.overrides))))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,8 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dockyard.core.config import load_config
     from dockyard.train.algorithms.grpo import train
+    from dockyard.train.environments import check_names
 
     cfg = load_config(args.config, args.overrides)
+    check_names(cfg, args.config)  # before any process starts
     result = train(cfg, resume=args.resume, progress=not args.no_progress)
     if result.val_end is not None:
         before = "n/a" if result.val_start is None else f"{100 * result.val_start:.1f}%"

@@ -27,7 +27,7 @@ from typing import Any
 
 ROLE_ENV = "DOCKYARD_FLEET_ROLE"
 ROLES = ("trainer", "inference", "sandbox")
-INSTALL_HINT = 'the Ray runtime needs Ray: pip install dockyard-train'
+INSTALL_HINT = "the Ray runtime needs Ray: pip install dockyard-train"
 UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
 
 

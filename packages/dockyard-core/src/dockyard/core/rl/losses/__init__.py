@@ -19,7 +19,7 @@ ref_logprobs, ..., agg, num_loss_tokens, num_sequences) -> (loss, metrics)``.
 Adding a loss: write ``losses/my_loss.py`` with a function of that signature whose docstring
 states the formula and cites the paper, register it below with
 ``POLICY_LOSSES.register("my_loss")``, add ``"my_loss"`` to the config's ``loss_fn.type``
-choices (``dockyard.core.config.schema``), and add a float64 reference test.
+choices (``dockyard.core.config.loss``), and add a float64 reference test.
 """
 
 from __future__ import annotations

@@ -1,0 +1,147 @@
+"""The inference side of a run, from a validated ``MasterConfig``: what each engine is started
+with (:class:`EngineConfig`) and how the trainer's weights reach it (:class:`WeightSync`).
+
+This package owns the mapping from ``policy.generation`` and ``data_plane.weight_transport`` to
+its engines' and transports' own arguments; the application (``dockyard.train``) calls
+``from_master`` and places the actors, translating nothing itself.
+
+    engines = EngineConfig.from_master(cfg)
+    engine = engines.build()                      # or, in a Ray actor: build_engine(**kwargs)
+    sync = WeightSync.from_master(cfg, run_id)
+    kind, sender_kwargs, receiver_spec = sync.endpoints(0)
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from dockyard.core.config import MasterConfig
+    from dockyard.core.config.sections import WeightTransportConfig
+    from dockyard.core.interfaces import GenerationEngine
+
+
+class EngineConfig(BaseModel):
+    """The generation engines of a run: one backend, ``num_engines`` replicas."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["vllm", "transformers", "sglang"] = Field(
+        description="policy.generation.backend"
+    )
+    model: str = Field(description="the weights an engine starts from (HF folder or name)")
+    initial_version: int = Field(0, ge=0, description="policy version of those weights")
+    num_engines: int = Field(1, ge=1, description="replicas (vllm_cfg.num_engines; others: 1)")
+    gpus: float = Field(
+        0.0, ge=0, description="GPUs per engine: its tensor-parallel degree on a GPU cluster"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the backend class's other keyword arguments"
+    )
+
+    @classmethod
+    def from_master(
+        cls, master: MasterConfig, model_path: str | None = None, version: int = 0
+    ) -> EngineConfig:
+        """From ``policy.generation`` (``model_path``: default ``policy.model_name``).
+
+        vLLM gets ``vllm_cfg`` (``max_model_len`` defaults to
+        ``policy.max_total_sequence_length``), ``grpo.seed`` and the trainer's
+        ``policy.precision`` as its dtype, so that its logprobs agree closely with the
+        trainer's; the other backends get the model and the version only."""
+        g = master.policy.generation
+        v = g.vllm_cfg
+        options: dict[str, Any] = {}
+        if g.backend == "vllm":
+            options = {
+                "gpu_memory_utilization": v.gpu_memory_utilization,
+                "max_model_len": v.max_model_len or master.policy.max_total_sequence_length,
+                "tensor_parallel_size": v.tensor_parallel_size,
+                "enforce_eager": v.enforce_eager,
+                "seed": master.grpo.seed,
+                "dtype": master.policy.precision,
+            }
+        return cls(
+            backend=g.backend,
+            model=model_path or master.policy.model_name,
+            initial_version=version,
+            num_engines=v.num_engines if g.backend == "vllm" else 1,
+            gpus=float(v.tensor_parallel_size) if master.cluster.gpus_per_node else 0.0,
+            options=options,
+        )
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`dockyard.serve.engines.build_engine` (a plain dict:
+        what an engine's Ray actor receives)."""
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "initial_version": self.initial_version,
+            **self.options,
+        }
+
+    def build(self) -> GenerationEngine:
+        """One engine, here (not started: ``await engine.start()``)."""
+        from dockyard.serve.engines import build_engine
+
+        return build_engine(**self.engine_kwargs())
+
+
+class WeightSync:
+    """The trainer→engine weight sync of one run (``data_plane.weight_transport``).
+
+    :meth:`endpoints` gives, per engine index, the transport type, the keyword arguments of the
+    trainer's sender (:func:`dockyard.serve.transports.make_sender`) and the engine's receiver
+    spec (:func:`dockyard.serve.transports.open_receiver`). Rendezvous are this run's: an shm
+    socket per engine named after ``run_id``; an http port per sync (``port + index`` when a
+    port is set); a collective port per engine, kept for the run (a restarted engine reuses it).
+    """
+
+    def __init__(self, transport: WeightTransportConfig, *, run_id: str, gpus: bool) -> None:
+        self.cfg = transport
+        self.run_id = run_id
+        self.gpus = gpus
+        self.bucket_bytes = int(transport.bucket_mb * (1 << 20))
+        self._ports: dict[int, int] = {}
+
+    @classmethod
+    def from_master(cls, master: MasterConfig, run_id: str) -> WeightSync:
+        return cls(
+            master.data_plane.weight_transport,
+            run_id=run_id,
+            gpus=bool(master.cluster.gpus_per_node),
+        )
+
+    def endpoints(self, index: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """``(type, sender kwargs, receiver spec)`` for engine ``index``."""
+        t = self.cfg
+        common = {"timeout_s": t.timeout_s, "bucket_bytes": self.bucket_bytes}
+        if t.type == "shm":
+            name = f"dockyard-{self.run_id}-engine{index}.sock"
+            path = os.path.join(tempfile.gettempdir(), name)
+            rx = {"type": "shm", "socket_path": path, "timeout_s": t.timeout_s}
+            tx = {"socket_path": path, **common, "checksum": t.checksums, "shm_dir": t.shm_dir}
+            return "shm", tx, rx
+        if t.type == "http":
+            port = free_port() if not t.port else t.port + index
+            rx = {"type": "http", "host": "127.0.0.1", "port": port, "timeout_s": t.timeout_s}
+            tx = {"url": f"http://127.0.0.1:{port}", **common, "checksum": t.checksums}
+            return "http", tx, rx
+        port = self._ports.setdefault(index, free_port())
+        backend = "gloo" if t.backend in ("auto", "gloo") and not self.gpus else "nccl"
+        where = {"host": "127.0.0.1", "port": port, "world_size": 2, "backend": backend}
+        rx = {"type": "collective", **where, "rank": 1, "timeout_s": t.timeout_s}
+        tx = {**where, **common, "checksum": t.checksums}
+        return "collective", tx, rx
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (free now: the receiver binds it shortly after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,119 @@
+"""``dockyard.serve.config``: the engines' and the weight sync's settings from a run config (this
+package owns that mapping; the train stack only places the actors)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import pytest
+
+from dockyard.core.config import config_from_dict
+from dockyard.serve.config import EngineConfig, WeightSync
+from dockyard.serve.transports import open_receiver
+
+
+def _master(**sections: Any):
+    d: dict[str, Any] = {
+        "policy": {"model_name": "/m", "max_total_sequence_length": 300, "precision": "float32"},
+        "grpo": {"seed": 5},
+    }
+    for key, value in sections.items():
+        d[key] = {**d.get(key, {}), **value}
+    return config_from_dict(d)
+
+
+def test_vllm_engines_get_vllm_cfg_the_seed_and_the_trainer_dtype() -> None:
+    vllm_cfg = {"num_engines": 3, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.3}
+    gen = {"backend": "vllm", "vllm_cfg": vllm_cfg}
+    master = _master(policy={"generation": gen}, cluster={"gpus_per_node": 2})
+    engines = EngineConfig.from_master(master, "/exported", version=4)
+    assert (engines.num_engines, engines.gpus) == (3, 2.0)
+    assert engines.engine_kwargs() == {
+        "backend": "vllm",
+        "model": "/exported",
+        "initial_version": 4,
+        "gpu_memory_utilization": 0.3,
+        "max_model_len": 300,  # null: policy.max_total_sequence_length
+        "tensor_parallel_size": 2,
+        "enforce_eager": False,
+        "seed": 5,
+        "dtype": "float32",
+    }
+
+
+def test_other_backends_get_the_model_and_version_only_and_no_gpus_on_cpu() -> None:
+    master = _master(policy={"generation": {"backend": "transformers"}})
+    engines = EngineConfig.from_master(master)
+    assert engines.engine_kwargs() == {
+        "backend": "transformers",
+        "model": "/m",
+        "initial_version": 0,
+    }
+    assert (engines.num_engines, engines.gpus) == (1, 0.0)
+
+
+def test_shm_endpoints_are_this_runs_socket_per_engine() -> None:
+    transport = {"type": "shm", "timeout_s": 30, "bucket_mb": 1, "checksums": True}
+    sync = WeightSync.from_master(_master(data_plane={"weight_transport": transport}), "r1")
+    kind, tx, rx = sync.endpoints(2)
+    path = os.path.join(tempfile.gettempdir(), "dockyard-r1-engine2.sock")
+    assert kind == "shm"
+    assert sync.bucket_bytes == 1 << 20
+    assert rx == {"type": "shm", "socket_path": path, "timeout_s": 30}
+    assert tx == {
+        "socket_path": path,
+        "timeout_s": 30,
+        "checksum": True,
+        "bucket_bytes": 1 << 20,
+        "shm_dir": "/dev/shm",
+    }
+
+
+def test_http_endpoints_take_port_plus_index() -> None:
+    transport = {"type": "http", "port": 7000, "timeout_s": 9}
+    sync = WeightSync.from_master(_master(data_plane={"weight_transport": transport}), "r")
+    kind, tx, rx = sync.endpoints(3)
+    assert kind == "http"
+    assert rx == {"type": "http", "host": "127.0.0.1", "port": 7003, "timeout_s": 9}
+    assert tx == {
+        "url": "http://127.0.0.1:7003",
+        "timeout_s": 9,
+        "bucket_bytes": 256 << 20,
+        "checksum": False,
+    }
+
+
+@pytest.mark.parametrize(("gpus", "backend"), [(0, "gloo"), (1, "nccl")])
+def test_collective_endpoints_keep_one_port_per_engine(gpus: int, backend: str) -> None:
+    sync = WeightSync.from_master(_master(cluster={"gpus_per_node": gpus}), "r")
+    kind, tx, rx = sync.endpoints(0)
+    assert kind == "collective"
+    assert rx == {
+        "type": "collective",
+        "host": "127.0.0.1",
+        "port": tx["port"],
+        "rank": 1,
+        "world_size": 2,
+        "backend": backend,
+        "timeout_s": 120.0,
+    }
+    assert tx == {
+        "host": "127.0.0.1",
+        "port": rx["port"],
+        "world_size": 2,
+        "backend": backend,
+        "timeout_s": 120.0,
+        "bucket_bytes": 256 << 20,
+        "checksum": False,
+    }
+    assert sync.endpoints(0)[1]["port"] == tx["port"]  # a restarted engine meets at the same port
+    assert sync.endpoints(1)[1]["port"] != tx["port"]
+
+
+def test_receiver_specs_open_in_the_engine() -> None:
+    transport = {"type": "http", "port": 7000}
+    sync = WeightSync.from_master(_master(data_plane={"weight_transport": transport}), "r")
+    _, _, rx = sync.endpoints(0)
+    assert type(open_receiver(rx)).__name__ == "HttpReceiver"
