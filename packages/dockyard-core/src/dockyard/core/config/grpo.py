@@ -148,6 +148,10 @@ class GRPOConfig(ConfigModel):
     """Validate before the first step."""
     max_val_samples: PositiveInt = 256
     """Validation prompts per validation run."""
+    val_temperature: float | None = Field(default=None, ge=0)
+    """Sampling temperature of validation (null: ``policy.generation.temperature``; 0: greedy)."""
+    val_samples_per_prompt: PositiveInt = 4
+    """Samples per validation prompt; the reported pass rate is their mean (1 with greedy decoding)."""
 
     @model_validator(mode="after")
     def _checks(self) -> GRPOConfig:
@@ -158,5 +162,11 @@ class GRPOConfig(ConfigModel):
             raise ValueError(
                 "grpo.dynamic_sampling_max_gen_batches is set but grpo.use_dynamic_sampling is "
                 "false, so it would be ignored: enable dynamic sampling or remove the key"
+            )
+        if self.val_temperature == 0 and self.val_samples_per_prompt > 1:
+            raise ValueError(
+                f"grpo.val_samples_per_prompt={self.val_samples_per_prompt} with "
+                "grpo.val_temperature=0: greedy decoding gives the same sample every time, so "
+                "set grpo.val_samples_per_prompt: 1 (or a temperature above 0)"
             )
         return self

@@ -14,7 +14,7 @@ class TokenizerConfig(ConfigModel):
     name: str | None = None
     """Tokenizer name or folder; null uses ``policy.model_name``."""
     chat_template: str | None = None
-    """A Jinja chat template overriding the tokenizer's own; null keeps the tokenizer's."""
+    """How prompts become text: null, the tokenizer's own chat template; a Jinja template (text, or a path to a ``.jinja`` file) replacing it; ``plain``, no template: the messages' contents joined by blank lines (for base models without one)."""
 
 
 class DTensorConfig(ConfigModel):

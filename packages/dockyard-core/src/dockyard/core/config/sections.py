@@ -45,9 +45,9 @@ class DataConfig(ConfigModel):
     env_name: str | None = None
     """Which ``env`` entry scores this data; null: the only entry of ``env``."""
     prompt_file: str | None = None
-    """A prompt template file applied to every task (null: the environment's own prompt)."""
+    """A text file wrapping every task's prompt: ``{prompt}`` (or NeMo-RL's ``{}``) in it is replaced by the environment's user message (null: the environment's prompt as it is)."""
     system_prompt_file: str | None = None
-    """A system prompt file (null: none)."""
+    """A text file whose contents become the system message of every task, replacing the environment's own (null: the environment's)."""
     max_input_seq_length: PositiveInt | None = None
     """Drop tasks whose prompt is longer than this many tokens (null: ``policy.max_total_sequence_length`` − ``max_new_tokens``)."""
     shuffle: bool = True
@@ -154,6 +154,8 @@ class CheckpointingConfig(ConfigModel):
     """Metric that ranks checkpoints (e.g. ``val/reward``); null ranks by step (keep the newest)."""
     higher_is_better: bool = True
     """Whether a larger ``metric_name`` is better."""
+    export_hf: str | None = None
+    """Folder to write the final policy to as a Hugging Face model (``from_pretrained`` loads it; also ``dockyard export CKPT OUT``); null: no export."""
 
 
 class _TransportBase(ConfigModel):

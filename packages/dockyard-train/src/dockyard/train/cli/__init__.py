@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("dockyard.train.cli.train", "Run GRPO training from a config."),
     "sft": ("dockyard.train.cli.sft", "Run supervised fine-tuning from a config."),
     "quickstart": ("dockyard.train.cli.quickstart", "Run the CPU quickstart end to end."),
+    "export": (
+        "dockyard.train.cli.export",
+        "Write a checkpoint's policy as a Hugging Face folder (`dockyard export CKPT OUT`).",
+    ),
 }
 
 
