@@ -136,7 +136,8 @@ def spec_errors(err: ConfigError, field: str) -> SpecError | SpecErrors:
     errors = []
     for problem in err.problems:
         path, sep, message = str(problem).partition(": ")
-        if sep and path and " " not in path:
+        # a dotted key ("policy.model_name: ..."), not a file position ("/x.yaml:3:5: ...")
+        if sep and path and " " not in path and "/" not in path and ":" not in path:
             errors.append(SpecError(f"{field}.{path}", message))
         else:
             errors.append(SpecError(field, str(problem)))

@@ -39,9 +39,18 @@ dockyard config check examples/configs/base.yaml grpo.num_prompts_per_step=8 los
   file) merges the base first; mappings merge key by key, lists and scalars are replaced. When a
   section that is a union (`loss_fn`, `grpo.adv_estimator`, `data_plane.weight_transport`)
   changes its `type`/`name`, it replaces the base's section wholesale.
-* **References**: `"${policy.max_total_sequence_length}"` takes the value at that path.
-* **Overrides**: `key.path=value` (value parsed as YAML: `32`, `0.28`, `true`, `null`,
-  `[a, b]`, `'"text"'`); `~key.path` deletes a key.
+* **References** (OmegaConf interpolation): `"${policy.max_total_sequence_length}"` takes the
+  value at that path (the schema default when no file sets it), `"run-${grpo.seed}"` as text,
+  `"${oc.env:VAR,default}"` an environment variable; `"${config_dir:}"` is the folder of the
+  YAML file it is written in, so a config can name files next to it from any working directory.
+* **Overrides** follow [Hydra's override grammar](https://hydra.cc/docs/advanced/override_grammar/basic/):
+  `key.path=value` sets, `+key.path=value` adds a key the files do not set,
+  `++key.path=value` adds or sets, `~key.path` deletes a key the files set (`~key.path=value`
+  only if it has that value). Values: `32`, `0.28`, `true`, `null`, `[a,b]`, `{a:1}`,
+  `${a.b}`; a quoted value stays a string (`policy.model_name='001'`; in a shell
+  `"policy.model_name='001'"`), `key=` is the empty string; a mapping merges into the mapping
+  there. Sweeps (`a=1,2`, `choice(...)`, `range(...)`, `glob(...)`) and config groups
+  (`key@pkg=...`) are refused: one run, one config.
 * **Errors**: unknown keys fail with their full path and the closest valid key; wrong types
   with the expected type; options that would be silently ignored (set under a disabled
   feature) and mutually exclusive options fail naming both keys. All problems are listed at once.
