@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dockyard.train import train_cli
+from dockyard.train.cli import train as train_cli
 
 if __name__ == "__main__":  # vLLM spawns processes: keep the guard
     parser = argparse.ArgumentParser(description=__doc__)

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dockyard.train import train_cli
+from dockyard.train.cli import train as train_cli
 
 DEFAULT = Path(__file__).parent / "configs" / "grpo_swe.yaml"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dockyard.train import sft_cli
+from dockyard.train.cli import sft as sft_cli
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)

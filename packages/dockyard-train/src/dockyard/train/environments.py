@@ -3,7 +3,9 @@
 ``env.<name>.type`` (null: ``<name>``) and ``data.dataset_name`` are names in
 :mod:`dockyard.envs.registry`, which also says how a package adds its own (an entry point; no
 edit here). This module only turns ``env.<name>`` into constructor keywords (``sandbox_urls``,
-``timeout_s``, ``options``) and checks a config's names before anything starts.
+``timeout_s``, ``options``), bounds the environment's concurrent scoring by ``max_concurrency``
+(:class:`dockyard.envs.concurrency.ConcurrencyLimited`) and checks a config's names before
+anything starts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import inspect
 from typing import Any
 
 from dockyard.envs import registry
+from dockyard.envs.concurrency import ConcurrencyLimited
 
 
 def env_type(name: str, env_cfg: Any) -> str:
@@ -62,7 +65,8 @@ def check_names(cfg: Any, source: str = "<config>") -> None:
 
 
 def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = None) -> Any:
-    """An environment instance from ``env.<name>`` (sandbox URLs from the runtime if unset)."""
+    """An environment instance from ``env.<name>`` (sandbox URLs from the runtime if unset),
+    scoring at most ``env.<name>.max_concurrency`` responses at once."""
     cls = registry.env_factory(env_type(name, env_cfg))
     params = inspect.signature(cls).parameters
     kwargs: dict[str, Any] = {}
@@ -80,7 +84,7 @@ def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = 
                 f"(options: {', '.join(p for p in params if p != 'self')})"
             )
         kwargs[k] = v
-    return cls(**kwargs)
+    return ConcurrencyLimited(cls(**kwargs), env_cfg.max_concurrency)
 
 
 def load_dataset(

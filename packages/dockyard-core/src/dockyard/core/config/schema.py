@@ -3,7 +3,9 @@
 Sections: ``policy, loss_fn, grpo, env, data, cluster, logger, checkpointing, data_plane``.
 Every model forbids unknown keys; every field's docstring is its description in
 docs/configuration.md (``python -m dockyard.core.config.docs``). Rules that involve two
-sections live in :meth:`MasterConfig._cross_checks`.
+sections live in :meth:`MasterConfig._cross_checks` (with the sequence lengths that must agree
+and the asynchrony settings that contradict each other). Checks that need I/O (paths, models,
+installed extras) are dockyard-train's pre-flight (``dockyard config check --deep``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class MasterConfig(ConfigModel):
                 f"cluster.trainer_ranks={world} (the ranks form a data × tensor mesh): set "
                 f"cluster.trainer_ranks to a multiple of {tp}"
             )
+        errors += _length_checks(self) + _async_checks(self)
         if errors:
             raise ValueError("\n".join(errors))
         return self
@@ -95,3 +98,54 @@ class MasterConfig(ConfigModel):
         if self.data.env_name is not None:
             return self.data.env_name
         return next(iter(self.env)) if len(self.env) == 1 else None
+
+
+def _length_checks(cfg: MasterConfig) -> list[str]:
+    """Sequence lengths that must agree across the policy, the data and the engine
+    (``max_new_tokens < max_total_sequence_length`` is :class:`PolicyConfig`'s own rule)."""
+    errors = []
+    p, gen = cfg.policy, cfg.policy.generation
+    total, new = p.max_total_sequence_length, gen.max_new_tokens
+    engine_len = gen.vllm_cfg.max_model_len
+    if gen.backend == "vllm" and engine_len is not None and engine_len < total:
+        errors.append(
+            f"policy.generation.vllm_cfg.max_model_len ({engine_len}) is below "
+            f"policy.max_total_sequence_length ({total}): the engine would refuse or cut "
+            f"sequences the trainer accepts; set it to at least {total} (or null: the same)"
+        )
+    prompt = cfg.data.max_input_seq_length
+    if prompt is not None and prompt + new > total:
+        errors.append(
+            f"data.max_input_seq_length ({prompt}) + policy.generation.max_new_tokens ({new}) "
+            f"exceeds policy.max_total_sequence_length ({total}): a prompt that long leaves no "
+            f"room for a full response; set it to at most {total - new} (or null: that value)"
+        )
+    return errors
+
+
+def _async_checks(cfg: MasterConfig) -> list[str]:
+    """Asynchronous GRPO settings that contradict each other.
+
+    With age bound 0 the collector orders step ``s``'s groups for version ``s`` only, so nothing
+    is generating while weights move and an in-flight update has nothing to update; were one to
+    land mid-generation, the trajectory's oldest tokens would be a version behind and the age-0
+    buffer would drop it. ``enabled`` with age 0 alone is synchronous GRPO under another name.
+    """
+    a = cfg.grpo.async_grpo
+    if not a.enabled or a.max_trajectory_age_steps > 0:
+        return []
+    if a.in_flight_weight_updates:
+        return [
+            "grpo.async_grpo.in_flight_weight_updates is true with "
+            "grpo.async_grpo.max_trajectory_age_steps 0: an in-flight update makes a trajectory "
+            "span two policy versions, which age 0 forbids (and with age 0 nothing generates "
+            "while weights move, so nothing would be updated in flight); set "
+            "max_trajectory_age_steps >= 1 for asynchronous GRPO, or grpo.async_grpo.enabled: "
+            "false for synchronous"
+        ]
+    return [
+        "grpo.async_grpo.enabled is true with grpo.async_grpo.max_trajectory_age_steps 0, "
+        "which is synchronous GRPO (generation for step s waits for the step-s weights): set "
+        "max_trajectory_age_steps >= 1 for asynchronous GRPO, or grpo.async_grpo.enabled: false "
+        "for synchronous"
+    ]

@@ -1,6 +1,8 @@
 """``dockyard config``: ``check FILE [overrides...]`` validates a config (the schema, and the
 environment and dataset names against the registry of dockyard-envs) and prints the resolved
-result (exit 0) or every problem (exit 2); ``docs`` prints the configuration reference
+result (exit 0) or every problem (exit 2); ``check --deep`` also runs the pre-flight checks that
+look at this machine (model and tokenizer load, data files, installed extras, bubblewrap,
+output folders: :mod:`dockyard.train.preflight`); ``docs`` prints the configuration reference
 (docs/configuration.md)."""
 
 from __future__ import annotations
@@ -24,24 +26,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="dotted overrides: grpo.num_prompts_per_step=32, ~key.to.delete",
     )
     check.add_argument("--format", choices=("yaml", "json"), default="yaml", help="output format")
+    check.add_argument(
+        "--deep",
+        action="store_true",
+        help="also check this machine: model and tokenizer load (offline: from a local path or "
+        "the HF cache), data files exist, the extras the config turns on are installed, "
+        "bubblewrap for started sandboxes, output folders creatable (seconds)",
+    )
     sub.add_parser("docs", help="print the configuration reference (Markdown)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.core.config.loader import load_config
-
     if args.action == "docs":
         from dockyard.core.config.docs import render
 
         sys.stdout.write(render())
         return 0
-    from dockyard.train.environments import check_names
+    from dockyard.core.config.errors import ConfigError
+    from dockyard.train.preflight import load_and_validate
 
     try:
-        cfg = load_config(args.file, args.overrides)
-        check_names(cfg, args.file)  # env.<name>.type and data.dataset_name are registered
-    except ConfigError as e:
+        cfg = load_and_validate(args.file, args.overrides, deep=args.deep)
+    except ConfigError as e:  # the same list `dockyard train` prints
         print(f"dockyard config check: {e}", file=sys.stderr)
         return 2
     data = cfg.model_dump(mode="json")
@@ -49,5 +55,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
-    print(f"# OK: {args.file} is valid", file=sys.stderr)
+    what = "valid, and passes the pre-flight checks on this machine" if args.deep else "valid"
+    print(f"# OK: {args.file} is {what}", file=sys.stderr)
     return 0

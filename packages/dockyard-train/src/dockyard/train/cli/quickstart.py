@@ -174,6 +174,20 @@ def make_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
     return config_from_dict(resolve_references(apply_overrides(d, list(args.overrides))))
 
 
+def checked_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
+    """:func:`make_config` through the pre-flight (all but the model, built next); any
+    problem prints the list and exits 2."""
+    from dockyard.core.config.errors import ConfigError
+    from dockyard.train.preflight import check_or_exit, report
+
+    source = f"{quickstart_yaml()} with the overrides"
+    try:
+        cfg = make_config(model_dir, out, args)
+    except ConfigError as e:
+        report("quickstart", ConfigError(e.problems, source))
+    return check_or_exit(cfg, source, "quickstart", deep=True, skip=("models",))
+
+
 def run(args: argparse.Namespace) -> int:
     from dockyard.train.algorithms.grpo import train
 
@@ -181,18 +195,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output).resolve()
     out.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
+    sft_dir = Path(args.sft_dir).resolve() if args.sft_dir else out / f"sft_model_seed{args.seed}"
+    cfg = checked_config(sft_dir, out, args)  # before minutes of model building and SFT
     print(
         f"dockyard quickstart: building a tiny model and tokenizer (seed {args.seed})", flush=True
     )
     base = build_model(out, args.seed)
-    sft_dir = warm_start(
-        base,
-        Path(args.sft_dir).resolve() if args.sft_dir else out / f"sft_model_seed{args.seed}",
-        args.seed,
-        args.sft_steps,
-        progress,
-    )
-    cfg = make_config(sft_dir, out, args)
+    warm_start(base, sft_dir, args.seed, args.sft_steps, progress)
     mode = "synchronous" if args.sync else "asynchronous"
     print(
         f"{mode} GRPO: {cfg.grpo.max_num_steps} steps × {cfg.grpo.num_prompts_per_step} prompts × "

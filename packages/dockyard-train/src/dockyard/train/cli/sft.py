@@ -17,28 +17,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dockyard.core.config.errors import ConfigError
+    from dockyard.train.preflight import load_or_exit, report
+
+    # the model, the data files, the names; SFT starts no engine, sandbox or run folders
+    skip = ("loss", "extras", "sandbox", "transport", "outputs")
+    cfg = load_or_exit(args.config, args.overrides, "sft", deep=True, load=False, skip=skip)
+    if not cfg.data.train_path:
+        problem = "data.train_path: dockyard sft needs a JSONL file of chat examples"
+        report("sft", ConfigError([problem], args.config))
+
     from transformers import AutoTokenizer
 
-    from dockyard.core.config import load_config
+    from dockyard.core.rl import MaskedNLLLoss
     from dockyard.torch.worker import TorchPolicyWorker
     from dockyard.train.algorithms.sft import sft
     from dockyard.train.data import read_jsonl
+    from dockyard.train.prompts import PromptRenderer
     from dockyard.train.runtime.stack import torch_worker_config
 
-    cfg = load_config(args.config, args.overrides)
-    if not cfg.data.train_path:
-        raise SystemExit("dockyard sft: set data.train_path to a JSONL file of chat examples")
     wcfg = {**torch_worker_config(cfg), "reference_policy": False}
     worker = TorchPolicyWorker(wcfg)
     tok = AutoTokenizer.from_pretrained(cfg.policy.tokenizer.name or cfg.policy.model_name)
+    # loss_fn.type: nll sets the NLL's normalisation; a GRPO config's loss is not SFT's
+    loss = MaskedNLLLoss.from_config(cfg.loss_fn) if cfg.loss_fn.type == "nll" else None
     hist = sft(
         worker,
-        tok,
+        PromptRenderer.from_config(cfg, tok),  # chat template, prompt and system files
         read_jsonl(cfg.data.train_path),
         steps=cfg.grpo.max_num_steps,
         batch_size=cfg.policy.train_global_batch_size,
         seed=cfg.grpo.seed,
         output_dir=args.output,
+        loss_fn=loss,
     )
     print(f"SFT: {len(hist)} steps, final loss {hist[-1]['loss']:.4f}; model in {args.output}")
     return 0

