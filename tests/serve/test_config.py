@@ -76,7 +76,9 @@ def test_http_endpoints_take_port_plus_index() -> None:
     sync = WeightSync.from_master(_master(data_plane={"weight_transport": transport}), "r")
     kind, tx, rx = sync.endpoints(3)
     assert kind == "http"
-    assert rx == {"type": "http", "host": "127.0.0.1", "port": 7003, "timeout_s": 9}
+    # the engine's receiver binds every interface (host 0.0.0.0); on one node, the trainer
+    # connects over loopback
+    assert rx == {"type": "http", "host": "0.0.0.0", "port": 7003, "timeout_s": 9}
     assert tx == {
         "url": "http://127.0.0.1:7003",
         "timeout_s": 9,

@@ -111,3 +111,28 @@ def test_masked_samples_are_reported_with_their_reasons(traj_factory) -> None:
     assert line.endswith("1 more reasons")
     clean = Group("b", [traj_factory("b", 1.0)], metadata={"uid": "b"})
     assert infra_report([clean], step=1) is None
+
+
+def test_gdpo_normalises_each_reward_component_and_uses_only_the_named_ones(traj_factory) -> None:
+    from dataclasses import replace
+
+    from dockyard.core.rl.advantages.gdpo import gdpo_advantages
+
+    parts = {"reward/tests": [1.0, 0.0, 1.0, 0.0], "reward/format": [0.0, 0.0, 1.0, 1.0]}
+
+    def groups():
+        trajs = [
+            replace(traj_factory("a", 0.0), rewards={k: v[i] for k, v in parts.items()})
+            for i in range(4)
+        ]
+        return [Group("a", trajs, metadata={"uid": "a"})]
+
+    def adv(**options):
+        opts = BatchOptions(estimator="gdpo", estimator_options=options)
+        return build_batch(groups(), opts).advantages[:, -1]
+
+    matrices = {k: np.array([v]) for k, v in parts.items()}
+    assert np.allclose(adv(), gdpo_advantages(matrices)[0], atol=1e-6)
+    only_tests = adv(components=["reward/tests"])
+    assert np.allclose(only_tests, gdpo_advantages(matrices, components=["reward/tests"])[0])
+    assert not np.allclose(only_tests, adv())  # the format component changed the advantages

@@ -5,6 +5,11 @@ Layout of a checkpoint folder::
     state/               orbax (OCDBT) tree {"params", "opt_state"}: global shapes, so a
                          checkpoint saved on one mesh restores on another (or on one device)
     trainer_state.json   step, the model folder, extra_state (JSON)
+    hf/                  the model folder's config.json and generation_config.json, and the
+                         tokenizer files (of ``tokenizer_name`` when set, with the run's chat
+                         template: :func:`set_chat_template`): with ``state/``'s parameters, what
+                         :func:`export_hf` writes as a Hugging Face folder (the model folder may
+                         be gone by then)
 
 The schedule's position is the optimizer's update count (inside ``opt_state``). The worker holds
 no random state (its models have no dropout), so there is no RNG to save; ``seed`` only sets the
@@ -24,6 +29,23 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from dockyard.core.config.policy import PLAIN_TEMPLATE as PLAIN
+from dockyard.core.config.policy import read_chat_template
+
+# Files of a Hugging Face folder besides the weights (copied when present).
+_MODEL_FILES = ("config.json", "generation_config.json")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
+_TEMPLATE_FILE = "chat_template.jinja"
+
 
 def _jsonable(x: Any) -> Any:
     if isinstance(x, np.generic):
@@ -40,14 +62,23 @@ def save_checkpoint(
     step: int,
     extra_state: dict[str, Any] | None = None,
     model_name: str | None = None,
+    *,
+    tokenizer_name: str | None = None,
+    chat_template: str | None = None,
 ) -> None:
-    """Write ``params`` and ``opt_state`` (orbax) and the trainer state (JSON) to ``path``."""
+    """Write ``params`` and ``opt_state`` (orbax) and the trainer state (JSON) to ``path``, and
+    to ``hf/`` ``model_name``'s config files with the tokenizer of ``tokenizer_name`` (default:
+    ``model_name``) and ``chat_template`` applied (:func:`set_chat_template`)."""
     final = Path(path).absolute()
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     meta = {"step": int(step), "model_name": model_name, "extra_state": extra_state or {}}
     (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2, default=_jsonable))
+    if model_name is not None:
+        _copy_files(Path(model_name), tmp / "hf", _MODEL_FILES)
+        _copy_files(Path(tokenizer_name or model_name), tmp / "hf", _TOKENIZER_FILES)
+        set_chat_template(tmp / "hf", chat_template)
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(tmp / "state", {"params": params, "opt_state": opt_state})
     checkpointer.wait_until_finished()
@@ -74,3 +105,66 @@ def load_checkpoint(
     restored = checkpointer.restore(root / "state", target)
     checkpointer.close()
     return restored["params"], restored["opt_state"], int(meta["step"]), meta["extra_state"]
+
+
+def _copy_files(source: Path, dest: Path, names: tuple[str, ...]) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if (source / name).is_file():
+            shutil.copy(source / name, dest / name)
+
+
+def set_chat_template(folder: str | Path, chat_template: str | None) -> None:
+    """Make the tokenizer in ``folder`` carry ``chat_template`` (``policy.tokenizer
+    .chat_template``, see :func:`~dockyard.core.config.policy.read_chat_template`): None leaves it as
+    it is; Jinja text becomes ``chat_template.jinja``; ``plain`` leaves no template, so
+    ``AutoTokenizer.from_pretrained(folder).chat_template`` is None. Both drop the
+    ``chat_template`` key of ``tokenizer_config.json``, as transformers' own ``save_pretrained``
+    does (it reads the key where there is no ``chat_template.jinja``; the file wins when both
+    exist). ``dockyard.torch.checkpoint`` has the same function: neither trainer package
+    imports the other."""
+    text = read_chat_template(chat_template)
+    if text is None:
+        return
+    folder = Path(folder)
+    config_file = folder / "tokenizer_config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text())
+        if "chat_template" in config:
+            del config["chat_template"]
+            config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if text == PLAIN:
+        (folder / _TEMPLATE_FILE).unlink(missing_ok=True)
+    else:
+        (folder / _TEMPLATE_FILE).write_text(text)
+
+
+def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
+    """Write the parameters of ``checkpoint`` (a folder :func:`save_checkpoint` wrote) to ``out``
+    as a Hugging Face folder: float32 ``model.safetensors``, ``config.json``, the generation
+    config and tokenizer files. Reads only the parameters (not the optimizer state), onto the
+    host, whatever mesh saved them. ``out`` is written in place: ``dockyard.train.export`` makes
+    it atomic."""
+    from dockyard.jax.models.config import ModelConfig
+    from dockyard.jax.models.hf import abstract_model, save_hf
+
+    root = Path(checkpoint).absolute()
+    meta_file = root / "trainer_state.json"
+    if not meta_file.is_file() or not (root / "state").is_dir():
+        raise FileNotFoundError(f"{root}: no trainer_state.json and state/ here — not a "
+                                "dockyard.jax checkpoint")  # fmt: skip
+    source = root / "hf"
+    if not (source / "config.json").is_file():  # saved before checkpoints carried hf/
+        source = Path(json.loads(meta_file.read_text()).get("model_name") or root / "hf")
+    cfg = ModelConfig.from_pretrained(source)
+    _, abstract = abstract_model(cfg)
+    target = {"params": jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, np.float32), abstract)}
+    as_host = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
+    checkpointer = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
+    args = ocp.args.PyTreeRestore(item=target, restore_args=as_host, partial_restore=True)
+    params = checkpointer.restore(root / "state", args=args)["params"]
+    checkpointer.close()
+    save_hf(cfg, params, out)
+    # config.json is save_hf's; hf/'s tokenizer is the run's, with its chat template
+    _copy_files(source, Path(out), ("generation_config.json", *_TOKENIZER_FILES))
+    return Path(out)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
+from dockyard.core.config.policy import read_chat_template
 
 
 class _Strict(BaseModel):
@@ -31,6 +32,15 @@ class JaxPolicyConfig(_Strict):
     """The JAX policy worker's configuration."""
 
     model_name: str = Field(description="local folder of a Hugging Face Qwen2/Qwen3/Llama model")
+    tokenizer_name: str | None = Field(
+        None, description="tokenizer folder that checkpoints carry (default: model_name)"
+    )
+    chat_template: str | None = Field(
+        None,
+        description="policy.tokenizer.chat_template, for the tokenizer checkpoints carry: None "
+        "keeps the tokenizer's own; Jinja text (or a path to a .jinja file) becomes its "
+        "chat_template.jinja; 'plain': no chat template",
+    )
     precision: Literal["float32", "bfloat16", "auto"] = Field(
         "auto",
         description="compute dtype (parameters and optimizer state stay float32); "
@@ -64,9 +74,11 @@ class JaxPolicyConfig(_Strict):
         Every ``policy`` key the JAX worker can honour is mapped (the table in
         ``docs/packages/jax.md``); ``reference_policy`` is on when
         ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and an unset
-        ``scheduler.total_steps`` is ``grpo.max_num_steps``. Keys it cannot honour are errors
-        naming the key and the fix: ``precision: float16``, ``lora.enabled``. (A mesh larger
-        than the devices JAX sees is refused when the worker builds it.)"""
+        ``scheduler.total_steps`` is ``grpo.max_num_steps``; a ``.jinja`` file named by
+        ``policy.tokenizer.chat_template`` is read here (the worker need not see it). Keys it
+        cannot honour are errors naming the key and the fix: ``precision: float16``,
+        ``lora.enabled``. (A mesh larger than the devices JAX sees is refused when the worker
+        builds it.)"""
         p = master.policy
         if p.precision == "float16":
             raise ValueError("policy.precision=float16 is not supported by the JAX worker: "
@@ -79,6 +91,8 @@ class JaxPolicyConfig(_Strict):
         grpo = master.grpo
         return cls(
             model_name=p.model_name,
+            tokenizer_name=p.tokenizer.name,
+            chat_template=read_chat_template(p.tokenizer.chat_template),
             precision=p.precision,
             train_micro_batch_size=p.train_micro_batch_size,
             logprob_batch_size=p.logprob_batch_size or p.train_micro_batch_size,

@@ -234,7 +234,8 @@ class JaxPolicyWorker(PolicyWorker):
 
     def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
         ckpt.save_checkpoint(path, self.params, self.opt_state, self._step, extra_state,
-                             self.cfg.model_name)  # fmt: skip
+                             self.cfg.model_name, tokenizer_name=self.cfg.tokenizer_name,
+                             chat_template=self.cfg.chat_template)  # fmt: skip
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         self.params, self.opt_state, self._step, extra = ckpt.load_checkpoint(

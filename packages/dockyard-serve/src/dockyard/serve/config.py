@@ -36,7 +36,9 @@ class EngineConfig(BaseModel):
     )
     model: str = Field(description="the weights an engine starts from (HF folder or name)")
     initial_version: int = Field(0, ge=0, description="policy version of those weights")
-    num_engines: int = Field(1, ge=1, description="replicas (vllm_cfg.num_engines; others: 1)")
+    num_engines: int = Field(
+        1, ge=1, description="replicas (vllm_cfg / sglang_cfg.num_engines; transformers: 1)"
+    )
     gpus: float = Field(
         0.0, ge=0, description="GPUs per engine: its tensor-parallel degree on a GPU cluster"
     )
@@ -53,25 +55,36 @@ class EngineConfig(BaseModel):
         vLLM gets ``vllm_cfg`` (``max_model_len`` defaults to
         ``policy.max_total_sequence_length``), ``grpo.seed`` and the trainer's
         ``policy.precision`` as its dtype, so that its logprobs agree closely with the
-        trainer's; the other backends get the model and the version only."""
+        trainer's. SGLang gets ``sglang_cfg`` for the server each engine starts, with the same
+        context length, seed and dtype. transformers gets the model and the version only."""
         g = master.policy.generation
-        v = g.vllm_cfg
+        v, sg = g.vllm_cfg, g.sglang_cfg
+        same = {"seed": master.grpo.seed, "dtype": master.policy.precision}
         options: dict[str, Any] = {}
+        replicas, tp = 1, 1
         if g.backend == "vllm":
+            replicas, tp = v.num_engines, v.tensor_parallel_size
             options = {
                 "gpu_memory_utilization": v.gpu_memory_utilization,
                 "max_model_len": v.max_model_len or master.policy.max_total_sequence_length,
                 "tensor_parallel_size": v.tensor_parallel_size,
                 "enforce_eager": v.enforce_eager,
-                "seed": master.grpo.seed,
-                "dtype": master.policy.precision,
+                **same,
+            }
+        elif g.backend == "sglang":
+            replicas, tp = sg.num_engines, sg.tensor_parallel_size
+            options = {
+                "tensor_parallel_size": sg.tensor_parallel_size,
+                "mem_fraction_static": sg.mem_fraction_static,
+                "context_length": master.policy.max_total_sequence_length,
+                **same,
             }
         return cls(
             backend=g.backend,
             model=model_path or master.policy.model_name,
             initial_version=version,
-            num_engines=v.num_engines if g.backend == "vllm" else 1,
-            gpus=float(v.tensor_parallel_size) if master.cluster.gpus_per_node else 0.0,
+            num_engines=replicas,
+            gpus=float(tp) if master.cluster.gpus_per_node else 0.0,
             options=options,
         )
 
@@ -100,12 +113,21 @@ class WeightSync:
     spec (:func:`dockyard.serve.transports.open_receiver`). Rendezvous are this run's: an shm
     socket per engine named after ``run_id``; an http port per sync (``port + index`` when a
     port is set); a collective port per engine, kept for the run (a restarted engine reuses it).
+
+    HTTP: the receiver is the server, in the engine's process; it binds
+    ``weight_transport.host`` at ``port`` (+ index). The trainer's sender connects to that host,
+    or, when it is a wildcard (``0.0.0.0``: every interface), to ``engine_host``: the IP of the
+    engine's node, which the caller passes (the application asks each engine actor for it).
+    Without one, a wildcard is reached at 127.0.0.1 on a single node and is an error on several.
     """
 
-    def __init__(self, transport: WeightTransportConfig, *, run_id: str, gpus: bool) -> None:
+    def __init__(
+        self, transport: WeightTransportConfig, *, run_id: str, gpus: bool, num_nodes: int = 1
+    ) -> None:
         self.cfg = transport
         self.run_id = run_id
         self.gpus = gpus
+        self.num_nodes = num_nodes
         self.bucket_bytes = int(transport.bucket_mb * (1 << 20))
         self._ports: dict[int, int] = {}
 
@@ -115,10 +137,29 @@ class WeightSync:
             master.data_plane.weight_transport,
             run_id=run_id,
             gpus=bool(master.cluster.gpus_per_node),
+            num_nodes=master.cluster.num_nodes,
         )
 
-    def endpoints(self, index: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        """``(type, sender kwargs, receiver spec)`` for engine ``index``."""
+    def http_peer(self, bind: str, engine_host: str | None) -> str:
+        """The address the sender connects to for a receiver bound to ``bind``."""
+        if bind not in WILDCARD_HOSTS:
+            return bind
+        if engine_host:
+            return engine_host
+        if self.num_nodes > 1:
+            raise ValueError(
+                f"data_plane.weight_transport.host {bind!r} binds every interface of the "
+                f"engine's node, and on a {self.num_nodes}-node cluster the trainer needs that "
+                "node's address: pass engine_host to WeightSync.endpoints, or set host to an "
+                "address of the engine's node"
+            )
+        return "127.0.0.1"
+
+    def endpoints(
+        self, index: int, engine_host: str | None = None
+    ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """``(type, sender kwargs, receiver spec)`` for engine ``index`` (``engine_host``: the
+        address of its node, used by http with a wildcard host; see the class docstring)."""
         t = self.cfg
         common = {"timeout_s": t.timeout_s, "bucket_bytes": self.bucket_bytes}
         if t.type == "shm":
@@ -129,8 +170,9 @@ class WeightSync:
             return "shm", tx, rx
         if t.type == "http":
             port = free_port() if not t.port else t.port + index
-            rx = {"type": "http", "host": "127.0.0.1", "port": port, "timeout_s": t.timeout_s}
-            tx = {"url": f"http://127.0.0.1:{port}", **common, "checksum": t.checksums}
+            peer = self.http_peer(t.host, engine_host)
+            rx = {"type": "http", "host": t.host, "port": port, "timeout_s": t.timeout_s}
+            tx = {"url": f"http://{peer}:{port}", **common, "checksum": t.checksums}
             return "http", tx, rx
         port = self._ports.setdefault(index, free_port())
         backend = "gloo" if t.backend in ("auto", "gloo") and not self.gpus else "nccl"
@@ -138,6 +180,10 @@ class WeightSync:
         rx = {"type": "collective", **where, "rank": 1, "timeout_s": t.timeout_s}
         tx = {**where, **common, "checksum": t.checksums}
         return "collective", tx, rx
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "")
+"""Bind addresses that mean every interface (not an address to connect to)."""
 
 
 def free_port() -> int:

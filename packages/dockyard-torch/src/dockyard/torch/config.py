@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
+from dockyard.core.config.policy import read_chat_template
 
 
 class _Strict(BaseModel):
@@ -58,6 +59,11 @@ class FSDPConfig(_Strict):
         None, description="shard parameters; None: when there are > 1 data-parallel ranks"
     )
     reshard_after_forward: bool = True
+    cpu_offload: bool = Field(
+        False,
+        description="keep parameter shards, gradients and optimizer state in CPU memory "
+        "(FSDP2 CPUOffloadPolicy; the step runs on CPU); on a CPU device they are there already",
+    )
 
 
 class TorchPolicyConfig(_Strict):
@@ -65,6 +71,12 @@ class TorchPolicyConfig(_Strict):
 
     model_name: str = Field(description="local folder of a Hugging Face causal LM")
     tokenizer_name: str | None = Field(None, description="tokenizer folder (default: model_name)")
+    chat_template: str | None = Field(
+        None,
+        description="policy.tokenizer.chat_template, for the exported tokenizer: None keeps "
+        "the tokenizer's own; Jinja text (or a path to a .jinja file) becomes its "
+        "chat_template.jinja; 'plain': the export has no chat template",
+    )
     precision: Literal["float32", "bfloat16", "auto"] = Field(
         "auto",
         description="parameter/compute dtype; auto: bfloat16 mixed precision on CUDA, "
@@ -107,8 +119,9 @@ class TorchPolicyConfig(_Strict):
 
         Every ``policy`` key the torch worker honours is mapped; ``reference_policy`` is on when
         ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and an unset
-        ``scheduler.total_steps`` is ``grpo.max_num_steps``. A key it cannot honour is an error
-        naming the key and the fix: ``precision: float16``."""
+        ``scheduler.total_steps`` is ``grpo.max_num_steps``; a ``.jinja`` file named by
+        ``policy.tokenizer.chat_template`` is read here (the ranks need not see it). A key it
+        cannot honour is an error naming the key and the fix: ``precision: float16``."""
         p = master.policy
         if p.precision == "float16":
             raise ValueError(
@@ -121,6 +134,7 @@ class TorchPolicyConfig(_Strict):
         return cls(
             model_name=p.model_name,
             tokenizer_name=p.tokenizer.name,
+            chat_template=read_chat_template(p.tokenizer.chat_template),
             precision=p.precision,
             train_micro_batch_size=p.train_micro_batch_size,
             logprob_batch_size=p.logprob_batch_size or p.train_micro_batch_size,
@@ -134,6 +148,7 @@ class TorchPolicyConfig(_Strict):
             scheduler=p.scheduler.model_copy(update={"total_steps": total}),
             sequence_packing=p.sequence_packing.model_dump(),
             dynamic_batching=p.dynamic_batching.model_dump(),
+            fsdp={"cpu_offload": p.dtensor_cfg.cpu_offload},
             lora={
                 "enabled": p.lora.enabled,
                 "rank": p.lora.rank,

@@ -8,6 +8,14 @@ sharding is skipped (plain module, same numerics).
 
 Precision: parameters and optimizer state stay float32; ``bfloat16`` runs the forward under
 ``torch.autocast`` (mixed precision; gradients float32).
+
+CPU offload (``fsdp.cpu_offload``, core ``policy.dtensor_cfg.cpu_offload``): on CUDA, FSDP2's
+``CPUOffloadPolicy``: each rank's parameter shards, gradients and optimizer state live in
+(pinned) CPU memory, every layer's shards are copied to the GPU for its all-gather, and the
+optimizer step runs on CPU. The process group then has a gloo backend for CPU tensors beside
+NCCL (``cpu:gloo,cuda:nccl``: gradient-norm and export collectives see CPU shards). It needs
+FSDP: a single CUDA process without a process group refuses it. On a CPU device the option
+changes nothing (everything already lives in CPU memory).
 """
 
 from __future__ import annotations
@@ -55,13 +63,17 @@ class DistInfo:
 
 
 def init_distributed(
-    rank: int | None = None, world_size: int | None = None, tensor_parallel_size: int = 1
+    rank: int | None = None,
+    world_size: int | None = None,
+    tensor_parallel_size: int = 1,
+    cpu_offload: bool = False,
 ) -> DistInfo:
     """Join (or create) the default process group from arguments or torchrun's environment,
     and build the ``(dp, tp)`` mesh.
 
     ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (torchrun, or set by the Ray
     runtime) are read when the arguments are None. World size 1 needs no process group.
+    ``cpu_offload`` on CUDA adds gloo for CPU tensors (``cpu:gloo,cuda:nccl``).
     """
     rank = int(os.environ.get("RANK", 0)) if rank is None else rank
     world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
@@ -80,7 +92,7 @@ def init_distributed(
                     "(torchrun sets it; or export MASTER_ADDR=127.0.0.1 MASTER_PORT=29500)"
                 )
         dist.init_process_group(
-            "nccl" if cuda else "gloo",
+            process_group_backend(cuda, cpu_offload),
             rank=rank,
             world_size=world_size,
             device_id=device if cuda else None,
@@ -89,6 +101,13 @@ def init_distributed(
         rank, world_size = dist.get_rank(), dist.get_world_size()
     mesh = mesh_info(rank, world_size, tensor_parallel_size, device.type)
     return DistInfo(rank, world_size, device, mesh)
+
+
+def process_group_backend(cuda: bool, cpu_offload: bool = False) -> str:
+    """``nccl`` on CUDA (with gloo for CPU tensors when offloading), ``gloo`` on CPU."""
+    if not cuda:
+        return "gloo"
+    return "cpu:gloo,cuda:nccl" if cpu_offload else "nccl"
 
 
 def compute_dtype(cfg: TorchPolicyConfig, device: torch.device) -> torch.dtype:
@@ -162,11 +181,25 @@ def shard_model(model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig, 
         return model
     from torch.distributed.fsdp import fully_shard
 
-    mesh = info.mesh.mesh["dp"]
+    kwargs = fsdp_kwargs(cfg, info)
     for layer in layers:
-        fully_shard(layer, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward)
-    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward)
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
     return model
+
+
+def fsdp_kwargs(cfg: TorchPolicyConfig, info: DistInfo) -> dict[str, Any]:
+    """``fully_shard``'s keyword arguments: the ``dp`` mesh, ``reshard_after_forward`` and, for
+    ``fsdp.cpu_offload`` on CUDA, ``offload_policy=CPUOffloadPolicy()`` (see the module doc)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    kwargs: dict[str, Any] = {
+        "mesh": info.mesh.mesh["dp"],
+        "reshard_after_forward": cfg.fsdp.reshard_after_forward,
+    }
+    if cfg.fsdp.cpu_offload and info.device.type == "cuda":
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    return kwargs
 
 
 def use_fsdp(cfg: TorchPolicyConfig, info: DistInfo) -> bool:
@@ -179,5 +212,11 @@ def use_fsdp(cfg: TorchPolicyConfig, info: DistInfo) -> bool:
             "synchronised across them; set fsdp.enabled=true (or leave it unset)"
         )
     if enabled and info.mesh.mesh is None:
-        return False  # one process without a process group: nothing to shard over
+        enabled = False  # one process without a process group: nothing to shard over
+    if cfg.fsdp.cpu_offload and info.device.type == "cuda" and not enabled:
+        raise ValueError(
+            "policy.dtensor_cfg.cpu_offload (fsdp.cpu_offload) offloads FSDP2's shards, but "
+            f"this trainer runs {info.dp_size} data-parallel rank(s) without FSDP: use 2 or more "
+            "data-parallel ranks (cluster.trainer_ranks) or set cpu_offload: false"
+        )
     return enabled

@@ -68,7 +68,9 @@ class TorchPolicyWorker(PolicyWorker):
     ) -> None:
         cfg = config if isinstance(config, TorchPolicyConfig) else TorchPolicyConfig(**config)
         self.cfg = cfg
-        self.dist = init_distributed(rank, world_size, cfg.tensor_parallel_size)
+        self.dist = init_distributed(
+            rank, world_size, cfg.tensor_parallel_size, cfg.fsdp.cpu_offload
+        )
         self.device = self.dist.device
         self.dtype = compute_dtype(cfg, self.device)
         self.fsdp = use_fsdp(cfg, self.dist)
@@ -333,7 +335,14 @@ class TorchPolicyWorker(PolicyWorker):
 
     def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
         ckpt.save_checkpoint(
-            path, self.model, self.optimizer, self.scheduler, self._step, extra_state
+            path,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            self._step,
+            extra_state,
+            tokenizer_source=self.cfg.tokenizer_name,
+            chat_template=self.cfg.chat_template,
         )
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
@@ -341,14 +350,13 @@ class TorchPolicyWorker(PolicyWorker):
         return extra
 
     def export_hf(self, path: str, bucket_bytes: int = 1 << 30) -> str:
-        """Write a plain HF safetensors folder (merged LoRA) that transformers and vLLM load."""
+        """Write a plain HF safetensors folder (merged LoRA) that transformers and vLLM load,
+        with the tokenizer training used (``tokenizer_name``, ``chat_template``)."""
         hf = self.model.get_base_model() if self.cfg.lora.enabled else self.model
         buckets = bucketed(iter_hf_tensors(self.model, "merged"), bucket_bytes)
-        return str(
-            ckpt.write_hf_folder(
-                path, buckets, hf.config, self.cfg.model_name, self.cfg.tokenizer_name
-            )
-        )
+        folder = ckpt.write_hf_folder(path, buckets, hf.config, self.cfg.model_name,
+                                      self.cfg.tokenizer_name, self.cfg.chat_template)  # fmt: skip
+        return str(folder)
 
 
 def _batch_fields(batch: Batch) -> dict[str, np.ndarray]:

@@ -97,6 +97,15 @@ def reward_matrix(groups: list[Group]) -> tuple[np.ndarray, np.ndarray]:
     return r, v
 
 
+def component_matrices(groups: list[Group]) -> dict[str, np.ndarray]:
+    """``{component: [P, G] float64}`` for GDPO (0 where a trajectory lacks the component)."""
+    names = sorted({k for g in groups for t in g.trajectories for k in t.rewards})
+    return {
+        k: np.array([[t.rewards.get(k, 0.0) for t in g.trajectories] for g in groups])
+        for k in names
+    }
+
+
 def informative_groups(groups: list[Group]) -> np.ndarray:
     """``[P]`` bool: groups whose valid rewards are not all equal (DAPO dynamic sampling)."""
     if not groups:
@@ -112,9 +121,10 @@ def build_batch(groups: list[Group], opts: BatchOptions, pad_id: int = 0) -> Bat
     """
     shape_rewards(groups, opts)
     r, valid = reward_matrix(groups)
+    scores = component_matrices(groups) if opts.estimator == "gdpo" else r
     adv = np.asarray(
         compute_advantages(
-            r,
+            scores,
             valid,
             estimator=opts.estimator,
             clip=opts.advantage_clip,

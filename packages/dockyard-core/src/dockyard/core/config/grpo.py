@@ -67,8 +67,11 @@ class GDPOAdvConfig(_AdvBase):
 
     name: Literal["gdpo"] = "gdpo"
     """Advantage estimator."""
-    reward_components: list[str] | None = None
+    reward_components: list[str] | None = Field(default=None, min_length=1)
     """Reward component names to use (e.g. ``[reward/tests, reward/format]``); null: all the environment reports."""
+
+    def estimator_options(self) -> dict[str, Any]:
+        return {"components": self.reward_components}
 
 
 AdvEstimatorConfig = Annotated[

@@ -165,6 +165,18 @@ class PreferenceLossConfig(ConfigModel):
     sft_weight: float = Field(default=0.0, ge=0)
     """Weight of the chosen response's per-token NLL added to the loss (SFT blend / RPO)."""
 
+    def loss_options(self) -> dict[str, Any]:
+        """Keyword options for ``dockyard.core.rl.preference_loss`` (after the variant)."""
+        return {
+            "beta": self.beta,
+            "label_smoothing": self.label_smoothing,
+            "dpop_lambda": self.dpop_lambda,
+            "rdpo_alpha": self.rdpo_alpha,
+            "simpo_gamma": self.simpo_gamma,
+            "orpo_lambda": self.orpo_lambda,
+            "sft_weight": self.sft_weight,
+        }
+
 
 class NLLLossConfig(ConfigModel):
     """Supervised fine-tuning: masked negative log-likelihood."""
@@ -174,6 +186,10 @@ class NLLLossConfig(ConfigModel):
     token_level_loss: bool = True
     """Mean over all loss tokens (true) or per sequence then over sequences (false)."""
 
+    def loss_options(self) -> dict[str, Any]:
+        """Keyword options for ``dockyard.core.rl.masked_nll``."""
+        return {"agg": "token-mean" if self.token_level_loss else "seq-mean-token-mean"}
+
 
 class DistillationLossConfig(ConfigModel):
     """Top-k forward KL(p_teacher ‖ q_student) distillation."""
@@ -181,11 +197,15 @@ class DistillationLossConfig(ConfigModel):
     type: Literal["distillation"] = "distillation"
     """Loss variant."""
     teacher_model_name: str
-    """Teacher model name or folder."""
+    """Teacher model name or folder (read by the distillation driver; the GRPO driver refuses this loss)."""
     topk: int = Field(default=64, ge=1)
     """k: teacher logits kept per position."""
     temperature: float = Field(default=1.0, gt=0)
     """τ applied to teacher and student logits."""
+
+    def loss_options(self) -> dict[str, Any]:
+        """Keyword options for ``dockyard.core.rl.topk_forward_kl``."""
+        return {"topk": self.topk, "temperature": self.temperature}
 
 
 class BradleyTerryLossConfig(ConfigModel):
@@ -195,6 +215,10 @@ class BradleyTerryLossConfig(ConfigModel):
     """Loss variant."""
     use_margin: bool = False
     """Subtract the dataset's per-pair margin m (if it has one)."""
+
+    def loss_options(self) -> dict[str, Any]:
+        """Options of ``dockyard.core.rl.BradleyTerryLoss``."""
+        return {"use_margin": self.use_margin}
 
 
 LossConfig = Annotated[

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
 from dockyard.core.config._base import ConfigModel
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
+
+PLAIN_TEMPLATE = "plain"
+"""``policy.tokenizer.chat_template: plain``: no chat template, the messages' contents joined."""
+
+
+def read_chat_template(value: str | None) -> str | None:
+    """``policy.tokenizer.chat_template`` resolved: None (the tokenizer's own template),
+    ``"plain"`` (none), or Jinja text; a value with neither ``{{`` nor ``{%`` is a path to a
+    template file and its text is returned. Raises FileNotFoundError when there is no such file.
+    The one rule the rollout's prompts and the trainers' exports share."""
+    if value is None or value == PLAIN_TEMPLATE or "{{" in value or "{%" in value:
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"policy.tokenizer.chat_template: no file {value!r} (a path to a .jinja file, Jinja "
+            f"text, or {PLAIN_TEMPLATE!r})"
+        )
+    return path.read_text()
 
 
 class TokenizerConfig(ConfigModel):
@@ -82,8 +102,6 @@ class VllmConfig(ConfigModel):
     """Engine context length; null uses ``policy.max_total_sequence_length``."""
     enforce_eager: bool = False
     """Disable CUDA graphs (faster start, slower decode)."""
-    async_engine: bool = True
-    """Use vLLM's async engine (needed for in-flight weight updates)."""
     num_engines: PositiveInt = 1
     """Number of engine replicas."""
 

@@ -14,14 +14,17 @@ Shapes: ``B`` sequences of ``T`` tokens; ``P`` groups (prompts) of ``G`` samples
   dual clip), ``cispo_loss``: ``(logprobs [B, T], advantages [B, T] | [B], mask [B, T], *,
   prev_logprobs, gen_logprobs, ref_logprobs, ...) -> (loss, metrics)``; ``PolicyLoss``
   (alias ``ClippedPGLoss``) binds one into the trainer's ``LossFn`` protocol, and
-  ``PolicyLoss.from_config(cfg.loss_fn)`` builds it from the config.
+  ``PolicyLoss.from_config(cfg.loss_fn)`` builds it from the config; ``loss_from_config``
+  builds the loss of any ``loss_fn.type``.
 * KL (:mod:`.kl`): ``kl_estimate(logprobs, ref_logprobs, "k1"|"k2"|"k3") -> [B, T]``.
 * Importance sampling (:mod:`.importance`): ``importance_weights(prev, gen, mask,
   kind="tis"|"icepop"|"seq-mask-tis", ratio_max, ratio_min) -> (w [B, T], metrics)``.
 * Aggregation (:mod:`.aggregate`): token-level or sequence-level, with global normalisers.
 * Preference (:mod:`.preference`): ``preference_loss(variant, chosen_logps [B], ...)`` for DPO,
-  cDPO, IPO, DPOP, R-DPO, SimPO, ORPO (+ SFT blend); ``bradley_terry_loss``.
-* Supervised (:mod:`.supervised`): ``masked_nll``, ``MaskedNLLLoss``, ``topk_forward_kl``.
+  cDPO, IPO, DPOP, R-DPO, SimPO, ORPO (+ SFT blend); ``bradley_terry_loss``; bound to a
+  config's options: ``PreferenceLoss``, ``BradleyTerryLoss``.
+* Supervised (:mod:`.supervised`): ``masked_nll``, ``MaskedNLLLoss``, ``topk_forward_kl``,
+  ``DistillationLoss``.
 * Shaping (:mod:`.shaping`): ``overlong_penalty``, ``overlong_filter``,
   ``dynamic_sampling_keep``.
 """
@@ -45,15 +48,23 @@ from dockyard.core.rl.losses import (
     cispo_loss,
     clipped_pg_loss,
     grpo_loss,
+    loss_from_config,
 )
 from dockyard.core.rl.preference import (
     PREFERENCE_LOSSES,
+    BradleyTerryLoss,
+    PreferenceLoss,
     PreferenceOptions,
     bradley_terry_loss,
     preference_loss,
 )
 from dockyard.core.rl.shaping import dynamic_sampling_keep, overlong_filter, overlong_penalty
-from dockyard.core.rl.supervised import MaskedNLLLoss, masked_nll, topk_forward_kl
+from dockyard.core.rl.supervised import (
+    DistillationLoss,
+    MaskedNLLLoss,
+    masked_nll,
+    topk_forward_kl,
+)
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -61,9 +72,12 @@ __all__ = [
     "IS_TYPES",
     "POLICY_LOSSES",
     "PREFERENCE_LOSSES",
+    "BradleyTerryLoss",
     "ClippedPGLoss",
+    "DistillationLoss",
     "MaskedNLLLoss",
     "PolicyLoss",
+    "PreferenceLoss",
     "PreferenceOptions",
     "aggregate",
     "bradley_terry_loss",
@@ -78,6 +92,7 @@ __all__ = [
     "importance_weights",
     "kl_estimate",
     "logprob_mismatch",
+    "loss_from_config",
     "masked_nll",
     "overlong_filter",
     "overlong_penalty",

@@ -20,6 +20,10 @@ per-pair loss and its preference *logit* z (a pair is "won" when z > 0):
 
 Bradley–Terry (reward models; Ouyang et al. 2022): ℓ = −log σ(r_c − r_r − m), m an optional margin.
 
+:class:`PreferenceLoss` and :class:`BradleyTerryLoss` bind these to a config's options
+(``PreferenceLoss.from_config(cfg.loss_fn)``); they take per-pair arrays, not the trainer's
+``LossFn`` batch: a preference driver sums its chosen / rejected rows first.
+
 Adding a variant: write ``def _my(pc, pr, rc, rr, lc, lr, o) -> (loss [B], z [B])`` below, with
 its formula in this docstring, and register it in :data:`PREFERENCE_LOSSES`; add it to the
 config's ``loss_fn.type`` choices and a float64 reference test.
@@ -27,7 +31,7 @@ config's ``loss_fn.type`` choices and a float64 reference test.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,3 +190,68 @@ def bradley_terry_loss(
         "rm_margin": xp.sum(ds) / n,
         "loss": xp.stop_gradient(loss),
     }
+
+
+@dataclass(frozen=True)
+class PreferenceLoss:
+    """:func:`preference_loss` with its variant and options bound (``loss_fn.type`` ``dpo`` ...
+    ``orpo`` and the keys of ``PreferenceLossConfig``).
+
+    Attributes:
+        variant: a name in :data:`PREFERENCE_LOSSES`.
+        options: keyword options of :func:`preference_loss` (``beta``, ``sft_weight``...).
+    """
+
+    variant: str = "dpo"
+    options: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        PREFERENCE_LOSSES.get(self.variant)  # fail early on an unknown name
+
+    def __call__(
+        self,
+        chosen_logps: Array,
+        rejected_logps: Array,
+        ref_chosen_logps: Any = None,
+        ref_rejected_logps: Any = None,
+        *,
+        chosen_lengths: Any = None,
+        rejected_lengths: Any = None,
+    ) -> tuple[Array, dict[str, Array]]:
+        """Arrays as in :func:`preference_loss` (``[B]`` each) -> ``(loss, metrics)``."""
+        return preference_loss(
+            self.variant,
+            chosen_logps,
+            rejected_logps,
+            ref_chosen_logps,
+            ref_rejected_logps,
+            chosen_lengths=chosen_lengths,
+            rejected_lengths=rejected_lengths,
+            **dict(self.options or {}),
+        )
+
+    @classmethod
+    def from_config(cls, loss_cfg: Any) -> PreferenceLoss:
+        """Build from ``MasterConfig.loss_fn`` (a ``PreferenceLossConfig``)."""
+        return cls(variant=loss_cfg.type, options=loss_cfg.loss_options())
+
+
+@dataclass(frozen=True)
+class BradleyTerryLoss:
+    """:func:`bradley_terry_loss` with ``use_margin`` bound: with it false, a dataset's margin
+    is ignored (m = 0); with it true, the margin passed (if any) is subtracted."""
+
+    use_margin: bool = False
+
+    def __call__(
+        self, chosen_rewards: Array, rejected_rewards: Array, margin: Any = None
+    ) -> tuple[Array, dict[str, Array]]:
+        """``[B]`` rewards of the chosen / rejected responses, ``[B]`` margins or None."""
+        return bradley_terry_loss(
+            chosen_rewards, rejected_rewards, margin if self.use_margin else None
+        )
+
+    @classmethod
+    def from_config(cls, loss_cfg: Any) -> BradleyTerryLoss:
+        """Build from ``MasterConfig.loss_fn`` (a ``BradleyTerryLossConfig``)."""
+        return cls(**loss_cfg.loss_options())

@@ -14,6 +14,12 @@ Endpoints used (SGLang ``python/sglang/srt/entrypoints/http_server.py``):
                                  "abort_all_requests"}`` -> ``{"success", "message", ...}``
 ================================ =================================================================
 
+The server is either one you run (``SGLangEngine(url)``) or one the engine starts itself from a
+model (``SGLangEngine(model=..., tensor_parallel_size=..., mem_fraction_static=...)``: what
+``dockyard train`` does with ``policy.generation.backend: sglang``, one server per engine
+replica; :mod:`dockyard.serve.engines.sglang_server`). A started server that dies makes the
+next call raise ``EngineDeadError``, and :meth:`SGLangEngine.shutdown` stops it.
+
 Weights reach SGLang as a safetensors folder: :meth:`SGLangEngine.update_weights` drains the
 receiver (any dockyard transport) into ``staging_dir`` (shared storage the server can read, e.g.
 ``/dev/shm`` on the same host) and asks the server to load it. SGLang's tensor/distributed
@@ -72,23 +78,44 @@ def sampling_params_json(p: SamplingParams, max_tokens: int, seed: int | None) -
 
 class SGLangEngine(GenerationEngine):
     """Args:
-    url: the server, e.g. ``http://127.0.0.1:30000``.
+    url: a running server, e.g. ``http://127.0.0.1:30000`` (or None with ``model``).
+    model: start a server from this model folder instead (``url`` None); ``server_options``
+        are the :class:`~dockyard.serve.engines.sglang_server.SGLangServer` arguments
+        (``tensor_parallel_size``, ``mem_fraction_static``, ``context_length``, ``seed``...).
     initial_version: the policy version the server was started with.
     staging_dir: where weight updates are written for ``update_weights_from_disk``.
     timeout_s: limit on every HTTP call (generation streams: between chunks).
     config_dir: a model folder whose ``*.json`` files (config, tokenizer, generation config) are
-        copied beside each staged update, for servers that read them from ``model_path``.
+        copied beside each staged update, for servers that read them from ``model_path``
+        (default for a started server: ``model`` when it is a folder).
     """
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        model: str | None = None,
         initial_version: int = 0,
         staging_dir: str | None = None,
         timeout_s: float = 300.0,
         config_dir: str | None = None,
+        **server_options: Any,
     ) -> None:
+        from dockyard.serve.engines.sglang_server import SGLangServer
+
+        if (url is None) == (model is None):
+            raise ValueError("SGLangEngine needs either url (a running server) or model")
+        if url is not None and server_options:
+            raise ValueError(
+                f"SGLangEngine(url=...) talks to a running server: {', '.join(server_options)} "
+                "only apply to a server it starts (pass model instead of url)"
+            )
+        self.server = None if model is None else SGLangServer(model, **server_options)
+        if self.server is not None:
+            url = self.server.url
+            if config_dir is None and os.path.isdir(str(model)):
+                config_dir = model
+        assert url is not None
         self.url = url.rstrip("/")
         self.config_dir = config_dir
         self._version = initial_version
@@ -105,6 +132,8 @@ class SGLangEngine(GenerationEngine):
     async def start(self) -> SGLangEngine:
         import httpx
 
+        if self.server is not None:
+            await self.server.start()
         self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(self.timeout_s))
         return self
 
@@ -115,7 +144,21 @@ class SGLangEngine(GenerationEngine):
             self._client = None
 
     def shutdown(self) -> None:
+        """Forget the HTTP client; stop the server if this engine started it."""
         self._client = None
+        if self.server is not None:
+            self.server.stop()
+
+    def _dead(self, e: BaseException) -> BaseException:
+        """``e`` (a transport error), or ``EngineDeadError`` when the started server exited."""
+        from dockyard.serve.engines.sglang_server import EngineDeadError
+
+        if self.server is not None and not self.server.alive():
+            return EngineDeadError(
+                f"the SGLang server at {self.url} has exited ({type(e).__name__}: {e}); its "
+                f"log ends:\n{self.server.log_tail()}"
+            )
+        return e
 
     @property
     def policy_version(self) -> int:
@@ -124,7 +167,12 @@ class SGLangEngine(GenerationEngine):
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if self._client is None:
             raise RuntimeError("SGLangEngine is not started: await engine.start() first")
-        r = await self._client.post(path, json=body)
+        import httpx
+
+        try:
+            r = await self._client.post(path, json=body)
+        except httpx.TransportError as e:
+            raise self._dead(e) from e
         try:
             data = r.json() if r.content else {}
         except ValueError:
@@ -148,6 +196,8 @@ class SGLangEngine(GenerationEngine):
     async def _sample(
         self, prompt: list[int], p: SamplingParams, seed: int | None
     ) -> GenerationResult:
+        import httpx
+
         tokens: list[int] = []
         logprobs: list[float] = []
         versions: list[int] = []
@@ -161,7 +211,10 @@ class SGLangEngine(GenerationEngine):
                 "return_logprob": True,
                 "stream": True,
             }
-            ids, lps, seg_text, reason = await self._stream(body, versions)
+            try:
+                ids, lps, seg_text, reason = await self._stream(body, versions)
+            except httpx.TransportError as e:
+                raise self._dead(e) from e
             tokens += ids
             logprobs += lps
             text += seg_text

@@ -1,12 +1,14 @@
 """The SFT driver: masked NLL on chat data, on the same policy worker GRPO trains with.
 
 An example is ``{"messages": [{"role": ..., "content": ...}, ...]}``; the last message is the
-assistant's answer. Its tokens (and the end-of-turn token) carry the loss:
+assistant's answer. The prompt (the messages before it) is rendered as GRPO renders its prompts
+(:class:`~dockyard.train.prompts.PromptRenderer`: the chat template or plain text, the system
+prompt and prompt files); the answer's tokens (and the end-of-turn token) carry the loss:
 
     L = − Σ_bt m_bt · log π(x_bt | x_b,<t) / Σ_bt m_bt       (m: answer tokens)
 
     for step in range(steps):
-        batch   = collate(next B examples)        # prompt via the chat template, answer + EOS
+        batch   = collate(next B examples)        # prompt via the renderer, answer + EOS
         metrics = worker.train_step(batch, MaskedNLLLoss())
         log(step, metrics)
     worker.export_hf(output_dir)                  # a folder transformers and vLLM load
@@ -22,6 +24,7 @@ import numpy as np
 
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces import LossFn, TrainMetrics
+from dockyard.train.prompts import PromptRenderer
 
 
 class Trainer(Protocol):
@@ -34,15 +37,16 @@ class Trainer(Protocol):
     def export_hf(self, path: str) -> str: ...
 
 
-def encode_example(tokenizer: Any, example: dict[str, Any]) -> tuple[list[int], int]:
-    """``(token ids, number of prompt tokens)`` for one chat example."""
+def encode_example(renderer: Any, example: dict[str, Any]) -> tuple[list[int], int]:
+    """``(token ids, number of prompt tokens)`` for one chat example; ``renderer`` is a
+    :class:`PromptRenderer` (or a bare tokenizer: its own chat template)."""
+    r = PromptRenderer.wrap(renderer)
     msgs = example["messages"]
     if not msgs or msgs[-1]["role"] != "assistant":
         raise ValueError("an SFT example must end with an assistant message")
-    prompt = tokenizer.apply_chat_template(msgs[:-1], add_generation_prompt=True, tokenize=False)
-    p_ids = list(tokenizer.encode(prompt, add_special_tokens=False))
-    a_ids = list(tokenizer.encode(msgs[-1]["content"], add_special_tokens=False))
-    return p_ids + a_ids + [int(tokenizer.eos_token_id)], len(p_ids)
+    p_ids = r.prompt_ids(r.messages(msgs[:-1]))
+    a_ids = r.encode(msgs[-1]["content"])
+    return p_ids + a_ids + [int(r.tokenizer.eos_token_id)], len(p_ids)
 
 
 def collate(encoded: list[tuple[list[int], int]], pad_id: int = 0) -> Batch:
@@ -69,9 +73,13 @@ def sft(
     seed: int = 0,
     output_dir: str | Path | None = None,
     log: Any = None,
+    loss_fn: Any = None,
 ) -> list[dict[str, float]]:
     """Train ``worker`` for ``steps`` steps of ``batch_size`` examples drawn
-    in a seeded order (epochs reshuffled); optionally export an HF folder; returns metrics."""
+    in a seeded order (epochs reshuffled); optionally export an HF folder; returns metrics.
+    ``tokenizer``: a :class:`PromptRenderer` (``PromptRenderer.from_config(cfg, tok)``) or a
+    bare tokenizer (its own chat template). ``loss_fn``: a ``MaskedNLLLoss`` (None: token-level
+    mean; ``MaskedNLLLoss.from_config(cfg.loss_fn)`` for ``loss_fn.type: nll``)."""
     from dockyard.core.rl import MaskedNLLLoss
 
     if not examples:
@@ -80,7 +88,7 @@ def sft(
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(encoded))
     pos, history = 0, []
-    loss_fn = MaskedNLLLoss()
+    loss_fn = loss_fn or MaskedNLLLoss()
     for step in range(steps):
         if pos + batch_size > len(order):
             order, pos = rng.permutation(len(encoded)), 0

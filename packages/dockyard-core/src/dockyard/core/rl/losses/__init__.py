@@ -16,6 +16,11 @@ ref_logprobs, ..., agg, num_loss_tokens, num_sequences) -> (loss, metrics)``.
 ``advantages``, ``loss_mask``, ``prev_logprobs``, ``gen_logprobs``, ``ref_logprobs``,
 ``num_loss_tokens`` and ``num_sequences`` (the last two: global counts over the whole step).
 
+:func:`loss_from_config` builds the loss of any ``loss_fn.type`` from its config: a
+:class:`PolicyLoss` (``clipped_pg``, ``cispo``), ``MaskedNLLLoss`` (``nll``), ``PreferenceLoss``
+(``dpo`` ... ``orpo``), ``DistillationLoss`` or ``BradleyTerryLoss``; only the first two are
+``LossFn`` objects (the others take per-pair arrays or logits: their drivers shape the batch).
+
 Adding a loss: write ``losses/my_loss.py`` with a function of that signature whose docstring
 states the formula and cites the paper, register it below with
 ``POLICY_LOSSES.register("my_loss")``, add ``"my_loss"`` to the config's ``loss_fn.type``
@@ -30,7 +35,9 @@ from typing import Any
 
 from dockyard.core.rl.losses.cispo import cispo_loss
 from dockyard.core.rl.losses.clipped_pg import clipped_pg_loss
+from dockyard.core.rl.preference import PREFERENCE_LOSSES, BradleyTerryLoss, PreferenceLoss
 from dockyard.core.rl.registry import Registry
+from dockyard.core.rl.supervised import DistillationLoss, MaskedNLLLoss
 
 POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy loss")
 POLICY_LOSSES.register("clipped_pg")(clipped_pg_loss)
@@ -85,6 +92,24 @@ class PolicyLoss:
 ClippedPGLoss = PolicyLoss
 
 
+def loss_from_config(loss_cfg: Any, *, norm_length: float | None = None) -> Any:
+    """The loss ``MasterConfig.loss_fn`` configures, its options bound (see the module doc);
+    ``norm_length`` as in :meth:`PolicyLoss.from_config`."""
+    kind = loss_cfg.type
+    if kind in POLICY_LOSSES:
+        return PolicyLoss.from_config(loss_cfg, norm_length=norm_length)
+    if kind in PREFERENCE_LOSSES:
+        return PreferenceLoss.from_config(loss_cfg)
+    builders = {
+        "nll": MaskedNLLLoss,
+        "distillation": DistillationLoss,
+        "bradley_terry": BradleyTerryLoss,
+    }
+    if kind not in builders:
+        raise ValueError(f"loss_fn.type {kind!r} has no loss in dockyard.core.rl")
+    return builders[kind].from_config(loss_cfg)
+
+
 __all__ = [
     "POLICY_LOSSES",
     "ClippedPGLoss",
@@ -92,4 +117,5 @@ __all__ = [
     "cispo_loss",
     "clipped_pg_loss",
     "grpo_loss",
+    "loss_from_config",
 ]

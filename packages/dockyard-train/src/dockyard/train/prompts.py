@@ -1,0 +1,205 @@
+"""From an environment's messages to prompt tokens: the one place prompts are rendered (GRPO
+rollouts, multi-turn observations, SFT examples).
+
+The keys it owns::
+
+    policy.tokenizer.chat_template   null: the tokenizer's own chat template
+                                     Jinja text, or a path to a .jinja file: replaces it
+                                     plain: no template (base models): the messages' contents
+                                       joined by blank lines; the generation prompt is nothing,
+                                       an observation is appended as "\\n\\n" + its text
+    data.prompt_file                 {prompt} (or NeMo-RL's {}) in it <- the user message
+    data.system_prompt_file          its contents become the system message
+    data.max_input_seq_length        tasks with longer prompts are dropped before training
+                                     (null: max_total_sequence_length − max_new_tokens)
+
+Both files lose their final newline (editors add one). The prompt file wraps the *last* user
+message of the environment's prompt (earlier ones, few-shot examples, stay as they are).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dockyard.core.config.policy import PLAIN_TEMPLATE as PLAIN
+from dockyard.core.config.policy import read_chat_template
+
+SEPARATOR = "\n\n"  # between messages in plain mode
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class PromptRenderer:
+    """Renders messages to prompt ids (see the module docstring).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (``encode``, ``apply_chat_template``, ``eos_token``).
+        chat_template: Jinja text replacing the tokenizer's template (None: its own).
+        plain: no template at all (``policy.tokenizer.chat_template: plain``).
+        prompt_template: ``data.prompt_file``'s text, with ``{prompt}`` or ``{}``.
+        system_prompt: ``data.system_prompt_file``'s text.
+        max_input_tokens: the longest prompt a task may have (None: any).
+    """
+
+    tokenizer: Any
+    chat_template: str | None = None
+    plain: bool = False
+    prompt_template: str | None = None
+    system_prompt: str | None = None
+    max_input_tokens: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Any, tokenizer: Any) -> PromptRenderer:
+        """From a ``MasterConfig``: ``policy.tokenizer.chat_template`` and ``data``'s prompt
+        keys. Raises FileNotFoundError for a template that is none of null / ``plain`` / Jinja
+        text and names no file, ValueError for a tokenizer without a template when the config
+        names none."""
+        p, d = cfg.policy, cfg.data
+        template, plain = _template(p.tokenizer.chat_template)
+        if template is None and not plain and getattr(tokenizer, "chat_template", "") is None:
+            raise ValueError(
+                f"the tokenizer of {p.tokenizer.name or p.model_name} has no chat template: set "
+                "policy.tokenizer.chat_template to a Jinja template, a .jinja file, or 'plain' "
+                "(the messages' contents joined by blank lines, for base models)"
+            )
+        prompt = _read(d.prompt_file, "data.prompt_file")
+        if prompt is not None and "{prompt}" not in prompt and "{}" not in prompt:
+            raise ValueError(
+                f"data.prompt_file {d.prompt_file} has no {{prompt}} (or {{}}) where the "
+                "environment's user message goes"
+            )
+        limit = d.max_input_seq_length or (
+            p.max_total_sequence_length - p.generation.max_new_tokens
+        )
+        return cls(
+            tokenizer,
+            chat_template=template,
+            plain=plain,
+            prompt_template=prompt,
+            system_prompt=_read(d.system_prompt_file, "data.system_prompt_file"),
+            max_input_tokens=limit,
+        )
+
+    @classmethod
+    def wrap(cls, renderer_or_tokenizer: Any) -> PromptRenderer:
+        """A renderer as it is; a bare tokenizer as a renderer with its own chat template."""
+        if isinstance(renderer_or_tokenizer, PromptRenderer):
+            return renderer_or_tokenizer
+        return cls(renderer_or_tokenizer)
+
+    # ------------------------------------------------------------ rendering
+    def messages(self, task_messages: Messages) -> Messages:
+        """The environment's messages with the system prompt and the prompt file applied."""
+        out = [dict(m) for m in task_messages]
+        if self.system_prompt is not None:
+            out = [{"role": "system", "content": self.system_prompt}] + [
+                m for m in out if m.get("role") != "system"
+            ]
+        if self.prompt_template is not None:
+            users = [i for i, m in enumerate(out) if m.get("role") == "user"]
+            if users:
+                m = out[users[-1]]
+                m["content"] = _fill(self.prompt_template, m.get("content", ""))
+        return out
+
+    def text(self, messages: Messages, add_generation_prompt: bool = True) -> str:
+        """The prompt text of ``messages`` (with the generation prompt, unless plain)."""
+        if self.plain:
+            return SEPARATOR.join(m.get("content", "") for m in messages)
+        kwargs = {} if self.chat_template is None else {"chat_template": self.chat_template}
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=False, **kwargs
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer.encode(text, add_special_tokens=False)]
+
+    def prompt_ids(self, messages: Messages) -> list[int]:
+        """Token ids of the prompt of ``messages`` (already :meth:`messages`-applied)."""
+        return self.encode(self.text(messages))
+
+    def observation_ids(
+        self, messages: Messages, reply: str, observation: str, eos_seen: bool
+    ) -> list[int]:
+        """Tokens between the policy's reply to ``messages`` and its next turn: with a chat
+        template, the end of the assistant turn (minus the EOS the engine already produced),
+        the observation as a user turn and the generation prompt; plain, a blank line and the
+        observation."""
+        if self.plain:
+            return self.encode(SEPARATOR + observation)
+        before = self.text(messages)
+        conv = [*messages, {"role": "assistant", "content": reply}]
+        after = self.text([*conv, {"role": "user", "content": observation}])
+        delta = after[len(before) + len(reply) :]
+        eos = self.tokenizer.eos_token or ""
+        if eos_seen and eos and delta.startswith(eos):
+            delta = delta[len(eos) :]
+        return self.encode(delta)
+
+    # ------------------------------------------------------------ filtering
+    def lengths(self, texts: list[str]) -> list[int]:
+        """Token counts of ``texts`` (one batched call on a Hugging Face tokenizer)."""
+        if not texts or not callable(self.tokenizer):
+            return [len(self.encode(t)) for t in texts]
+        batch: Any = self.tokenizer(texts, add_special_tokens=False)
+        return [len(ids) for ids in batch["input_ids"]]
+
+    def fits(self, messages: Messages) -> bool:
+        """Whether the prompt of ``messages`` is at most ``max_input_tokens`` long."""
+        return self.max_input_tokens is None or len(self.prompt_ids(messages)) <= (
+            self.max_input_tokens
+        )
+
+    def filter_tasks(
+        self, env: Any, tasks: Iterable[dict[str, Any]], what: str = "training"
+    ) -> list[dict[str, Any]]:
+        """The tasks whose prompt (``env.prompt(task)``, rendered) fits; says how many were
+        dropped (one line on stderr) and raises ValueError when none is left."""
+        tasks = list(tasks)
+        if self.max_input_tokens is None:
+            return tasks
+        lengths = self.lengths([self.text(self.messages(env.prompt(t))) for t in tasks])
+        kept = [t for t, n in zip(tasks, lengths, strict=True) if n <= self.max_input_tokens]
+        dropped = len(tasks) - len(kept)
+        if tasks and not kept:
+            raise ValueError(
+                f"all {len(tasks)} {what} tasks have prompts longer than {self.max_input_tokens} "
+                "tokens: raise data.max_input_seq_length (or policy.max_total_sequence_length "
+                "− policy.generation.max_new_tokens), or shorten the prompts"
+            )
+        if dropped:
+            print(
+                f"dockyard: dropped {dropped} of {len(tasks)} {what} tasks whose prompt is "
+                f"longer than {self.max_input_tokens} tokens (data.max_input_seq_length)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return kept
+
+
+def _fill(template: str, prompt: str) -> str:
+    """``{prompt}`` (or ``{}``) in ``template`` replaced by ``prompt`` (other braces kept)."""
+    key = "{prompt}" if "{prompt}" in template else "{}"
+    return template.replace(key, prompt)
+
+
+def _read(path: str | None, key: str) -> str | None:
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(f"{key}: {p} is not a file")
+    text = p.read_text()
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _template(value: str | None) -> tuple[str | None, bool]:
+    """``(Jinja text or None, plain)`` for ``policy.tokenizer.chat_template`` (null, ``plain``,
+    Jinja text, or a path to a ``.jinja`` file: :func:`read_chat_template`)."""
+    text = read_chat_template(value)
+    return (None, True) if text == PLAIN else (text, False)
