@@ -20,14 +20,31 @@ def _rows(cfg) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_async_run_respects_the_age_bound_and_logs(quickstart_cfg, ray_session) -> None:
+def _dockyard_shm() -> set[str]:
+    # ours (the shm transport) and vLLM's message queues (removed by EngineHost.shutdown)
+    return {n for n in os.listdir("/dev/shm") if n.startswith(("dockyard-", "psm_"))}
+
+
+def test_async_run_respects_the_age_bound_and_logs(quickstart_cfg, ray_session, tmp_path) -> None:
+    """4 async steps on the shm transport: the age bound holds, every metric is logged, the
+    validations (before training, after the last step) are rows of metrics.jsonl, the run
+    leaves nothing in /dev/shm, and the final policy is a Hugging Face folder."""
     from dockyard.train.algorithms.grpo import train
 
-    cfg = quickstart_cfg("grpo.max_num_steps=4")
+    shm_before = _dockyard_shm()
+    hf = tmp_path / "exported"
+    cfg = quickstart_cfg(
+        "grpo.max_num_steps=4", "grpo.val_at_start=true", f"checkpointing.export_hf={hf}"
+    )
+    assert cfg.data_plane.weight_transport.type == "shm"
     res = train(cfg, progress=False)
+    assert _dockyard_shm() - shm_before == set()  # the trainer rank was killed, not closed
     rows = _rows(cfg)
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    for r in rows:
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[0]["val/pass_rate"] == res.val_start
+    assert rows[-1]["val/pass_rate"] == res.val_end
+    for r in rows[1:]:
+        assert 0 < r["collector/gen_busy_fraction"] <= 1
         assert r["staleness/max"] <= 1
         assert r["trajectories"] == 64
         for key in (
@@ -40,10 +57,22 @@ def test_async_run_respects_the_age_bound_and_logs(quickstart_cfg, ray_session) 
             "train/grad_norm",
         ):
             assert key in r, key
-    assert sum(r["staleness/hist_1"] for r in rows) > 0  # generation ran ahead of training
+    assert sum(r["staleness/hist_1"] for r in rows[1:]) > 0  # generation ran ahead of training
     assert res.plot is not None
     assert Path(res.plot).stat().st_size > 1000
     assert res.val_end is not None
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(hf)  # the trained weights, not the start's
+    start = AutoModelForCausalLM.from_pretrained(cfg.policy.model_name)
+    diff = [
+        n
+        for (n, a), (_, b) in zip(
+            exported.state_dict().items(), start.state_dict().items(), strict=True
+        )
+        if not (a == b).all()
+    ]
+    assert diff, "the exported model equals the model training started from"
 
 
 SYNC = ("grpo.async_grpo={enabled: false}", "grpo.max_num_steps=4")

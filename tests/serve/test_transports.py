@@ -290,3 +290,83 @@ def test_stale_segments_of_dead_senders_are_removed(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [f"dockyard-{os.getpid()}-def", "other-file"]
     )
+
+
+def _named_segments(*pids: int) -> list[str]:
+    """``/dev/shm`` entries named after a sender in ``pids`` (``dockyard-<pid>-*``)."""
+    return sorted(n for n in os.listdir("/dev/shm") for p in pids if n.startswith(f"dockyard-{p}-"))
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+@pytest.mark.parametrize("failure", [None, "die", "hang-then-sigkill"])
+def test_shm_leaves_nothing_in_dev_shm(failure: str | None, tmp_path: Path) -> None:
+    """Segments never have a name in /dev/shm — mid-transfer, after a clean send + receive +
+    close, or with the sender killed mid-transfer (nothing can run in a SIGKILLed process) —
+    and the receiver keeps no descriptor open."""
+    skw, rkw = configs("shm", tmp_path, timeout_s=4.0 if failure else 60.0)
+    rx = make_receiver("shm", **rkw)
+    fds = _open_fds()
+    extra = {"die": ("--die-after", "2"), "hang-then-sigkill": ("--hang-after", "2")}
+    proc = spawn("send", "shm", skw, "3" if failure else "3,4", *extra.get(failure or "", ()))
+    try:
+        wait_ready(proc)
+        it = rx.receive()
+        next(it)  # a bucket mapped on both sides
+        assert _named_segments(proc.pid, os.getpid()) == []
+        if failure == "hang-then-sigkill":
+            proc.kill()
+        if failure:
+            with pytest.raises(WeightSyncError):
+                list(it)
+        else:
+            list(it)
+            assert receive_all(rx)[0] == 4
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+    finally:
+        proc.kill()
+        proc.communicate()
+        rx.close()
+    assert _named_segments(proc.pid, os.getpid()) == []
+    assert _open_fds() <= fds
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+@pytest.mark.parametrize("tmpfile", [True, False])
+def test_shm_sender_in_process_leaves_nothing(
+    tmpfile: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in-process sender (as in the trainer rank): a send, then the receiver killed
+    mid-transfer, then close: nothing named in /dev/shm, no descriptor left open — also where
+    the filesystem has no ``O_TMPFILE`` (segments are then unlinked as soon as created)."""
+    from dockyard.serve.transports import make_sender
+
+    if not tmpfile:
+        monkeypatch.delattr(os, "O_TMPFILE", raising=False)
+    skw, rkw = configs("shm", tmp_path, timeout_s=4.0)
+    fds = _open_fds()
+    sender = make_sender("shm", **skw)
+    proc = spawn("receive", "shm", rkw, "2")
+    try:
+        sender.send([peer.make_weights(1)], 1)
+        assert _named_segments(os.getpid()) == []
+
+        def buckets():
+            for i, (k, v) in enumerate(peer.make_weights(2).items()):
+                if i == 2:
+                    proc.kill()
+                    proc.communicate()
+                yield {k: v}
+
+        with pytest.raises(WeightSyncError, match="receiver"):
+            sender.send(buckets(), 2)
+    finally:
+        sender.close()
+        proc.kill()
+        proc.communicate()
+    assert _named_segments(os.getpid(), proc.pid) == []
+    assert _open_fds() <= fds

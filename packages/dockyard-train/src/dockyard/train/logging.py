@@ -4,12 +4,19 @@
 enabled sink: ``log_dir/metrics.jsonl`` (one JSON object per line, with ``step``),
 ``log_dir/tensorboard/`` (event files), ``log_dir/wandb/`` (``wandb`` in offline mode unless
 ``logger.wandb.mode: online``). :func:`plot_rewards` draws the reward curve of a JSONL file.
+
+Steps: step ``s ≥ 1`` is training step ``s`` just finished; step 0 is the run before training
+(its ``val/*`` validation). A fresh run (``initial_step`` 0) replaces what an earlier run left in
+the same ``log_dir`` (the JSONL is rewritten, TensorBoard purges every older event); a resumed
+or rewound run keeps the steps up to the one it restarts from, step 0 included.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +28,14 @@ _BAR_KEYS = (
     ("val/pass_rate", "val"),
     ("staleness/mean", "age"),
     ("time/step_s", "s/step"),
+)
+# the printed line (``logger.print_period``): the bar's keys and where the time goes
+_LINE_KEYS = (
+    *_BAR_KEYS,
+    ("train/loss", "loss"),
+    ("tokens_per_s/gen", "gen tok/s"),
+    ("tokens_per_s/train", "train tok/s"),
+    ("infra_error_fraction", "masked"),
 )
 
 
@@ -57,9 +72,11 @@ class MetricsLogger:
             self._jsonl = self.jsonl_path.open("a")
         self._tb = None
         if logger_cfg.tensorboard_enabled:
-            # events after the resumed-from step are the abandoned run's: purged
-            purge = initial_step + 1 if initial_step else None
-            self._tb = _tensorboard_writer(self.dir / "tensorboard", purge)
+            # events after the resumed-from step are the abandoned run's (a fresh run: all
+            # earlier events are an earlier run's): purged
+            self._tb = _tensorboard_writer(
+                self.dir / "tensorboard", initial_step + 1 if initial_step else 0
+            )
         self._wandb = None
         if logger_cfg.wandb_enabled:
             self._wandb = _wandb_run(logger_cfg, self.dir, config_dict or {}, initial_step)
@@ -77,7 +94,8 @@ class MetricsLogger:
             )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Record ``metrics`` of training step ``step`` (1-based: the step just finished)."""
+        """Record ``metrics`` of training step ``step`` (1-based: the step just finished; 0:
+        before training: the first validation)."""
         clean = {k: float(v) for k, v in metrics.items() if _finite(v)}
         if self._jsonl is not None:
             self._jsonl.write(json.dumps({"step": step, **clean}) + "\n")
@@ -91,7 +109,10 @@ class MetricsLogger:
         if self._bar is not None:
             post = {label: f"{clean[k]:.3g}" for k, label in _BAR_KEYS if k in clean}
             self._bar.set_postfix(post, refresh=False)
-            self._bar.update(1)
+            self._bar.update(max(step - self._bar.n, 0))
+        if step > 0 and step % self.cfg.print_period == 0:
+            shown = "  ".join(f"{label} {clean[k]:.4g}" for k, label in _LINE_KEYS if k in clean)
+            self.write(f"step {step}: {shown}")
 
     def rewind(self, step: int) -> None:
         """Go back to ``step`` (a run that rewound to a checkpoint): the JSONL keeps steps ≤
@@ -147,21 +168,29 @@ def read_jsonl_metrics(path: str | Path) -> list[dict[str, float]]:
     return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
 
 
+_TB_FILES = itertools.count()
+
+
 def _tensorboard_writer(folder: Path, purge_step: int | None) -> Any:
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from tensorboardX import SummaryWriter
     except ImportError as e:
         raise ImportError(
-            "logger.tensorboard_enabled needs torch and tensorboard: pip install torch tensorboard"
+            'logger.tensorboard_enabled needs tensorboardX: pip install "dockyard-train[tensorboard]"'
         ) from e
-    return SummaryWriter(str(folder), purge_step=purge_step)
+    # tensorboardX names event files by the second: a writer reopened within a second (a
+    # rewind) would overwrite the previous file, so each writer gets its own suffix
+    suffix = f".{os.getpid()}.{next(_TB_FILES)}"
+    return SummaryWriter(str(folder), purge_step=purge_step, filename_suffix=suffix)
 
 
 def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
     try:
         import wandb  # pyright: ignore[reportMissingImports]
     except ImportError as e:
-        raise ImportError("logger.wandb_enabled needs Weights & Biases: pip install wandb") from e
+        raise ImportError(
+            'logger.wandb_enabled needs Weights & Biases: pip install "dockyard-train[wandb]"'
+        ) from e
     return wandb.init(
         project=cfg.wandb.project,
         name=cfg.wandb.name,
@@ -174,7 +203,12 @@ def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step
 
 def plot_rewards(jsonl_path: str | Path, png_path: str | Path, title: str = "GRPO") -> Path:
     """Reward (and pass rate, validation pass rate where logged) against step, as a PNG."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ImportError(
+            'the reward plot needs matplotlib: pip install "dockyard-train[plot]"'
+        ) from e
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

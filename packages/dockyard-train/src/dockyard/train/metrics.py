@@ -12,10 +12,27 @@
                            trajectories whose tokens span several policy versions
 ``train/*``                the loss's metrics (clip fraction, KL, IS weights...), grad norm
 ``logprob_mismatch/*``     |log π_prev − log π_gen| over loss tokens (train vs generation)
-``tokens_per_s/gen|train`` generated tokens per second of generation wall time; trained
-                           tokens per second of training
+``tokens_per_s/gen``       tokens the engines returned since the previous step's log ÷ the
+                           wall seconds in that window during which at least one generation
+                           request was outstanding (``collector/gen_wall_s``: the union of
+                           the requests' intervals, never their summed latencies — groups are
+                           generated concurrently). The engines' throughput while busy; times
+                           ``collector/gen_busy_fraction`` (busy share of the window's wall
+                           time) it is the throughput over the whole window
+``tokens_per_s/train``     tokens of the step's batch (prompts and completions, every rank
+                           together) ÷ the wall seconds of its optimizer step as the driver saw
+                           them (``time/train_s``); ``train/tokens_per_s`` is the worker's
+                           own figure (rank 0's compute time, no transfers)
+``collector/*``            ``gen_tokens``, ``gen_wall_s``, ``gen_busy_fraction`` (above);
+                           ``gen_latency_s`` the summed per-group generation latencies
+                           (÷ ``groups``: the mean latency); ``env_s``, ``group_s`` summed per
+                           group; ``requeued``, ``engine_failures``, ``errors``
+``val/*``                  ``pass_rate``, ``reward``, ``samples`` of a validation
+                           (``grpo.val_samples_per_prompt`` samples per held-out task at
+                           ``grpo.val_temperature``); logged at the step whose weights it
+                           measured: 0 (before training), every ``val_period``, the last
 ``time/*``                 wall-clock split: waiting for generation, logprobs, training,
-                           weight sync, checkpoint, sandbox (summed over samples)
+                           weight sync, checkpoint, validation, sandbox (summed over samples)
 =========================  ===============================================================
 """
 

@@ -128,8 +128,8 @@ class LoggerConfig(ConfigModel):
     """Log to Weights & Biases."""
     wandb: WandbConfig = Field(default_factory=WandbConfig)
     """Weights & Biases settings (``wandb_enabled`` only)."""
-    print_period: PositiveInt = 1
-    """Print a metrics line every this many steps."""
+    print_period: PositiveInt = 10
+    """Print a line of the main metrics (reward, pass rate, loss, throughput, masked share) every this many steps, under the progress bar."""
 
     @model_validator(mode="after")
     def _wandb_set(self) -> LoggerConfig:
@@ -191,9 +191,9 @@ class HttpTransportConfig(_TransportBase):
     type: Literal["http"] = "http"
     """Weight transport."""
     host: str = "0.0.0.0"
-    """Interface the trainer's weight server binds."""
+    """Interface each engine's weight receiver (an HTTP server in the engine's process) binds; the trainer connects to it there, or, for ``0.0.0.0`` (every interface), at the IP of the engine's node."""
     port: int = Field(default=0, ge=0, le=65535)
-    """Port of the trainer's weight server (0: any free port)."""
+    """Port of engine 0's weight receiver; engine i listens on ``port + i`` (0: a free port picked for every sync)."""
 
 
 WeightTransportConfig = Annotated[

@@ -1,20 +1,26 @@
 """Shared-memory transport: zero-copy weight sync between co-located trainer and engine.
 
-The CPU counterpart of CUDA IPC. The sender owns a ring of ``max_inflight`` files in
-``/dev/shm`` (tmpfs), mapped once and reused across buckets and updates (fresh tmpfs pages cost
-~5x a warm copy in page faults); per bucket it copies the tensors into the next segment once and
-sends the segment's path and header over a Unix socket. The receiver maps each segment once
-(shared mapping, cached) and yields numpy views of it: no serialisation, no second copy. It
-acknowledges a bucket when its consumer asks for the next one; the sender reuses a segment only
-after the bucket in it was acknowledged.
+The CPU counterpart of CUDA IPC. The sender owns a ring of ``max_inflight`` shared-memory files,
+mapped once and reused across buckets and updates (fresh tmpfs pages cost ~5x a warm copy in page
+faults); per bucket it copies the tensors into the next segment once and sends the header over a
+Unix socket, with the segment's *file descriptor* attached (``SCM_RIGHTS``). The receiver maps
+each segment once (shared mapping, cached) and yields numpy views of it: no serialisation, no
+second copy. It acknowledges a bucket when its consumer asks for the next one; the sender reuses a
+segment only after the bucket in it was acknowledged.
+
+Segments have no name: they are created unlinked in ``shm_dir`` (``O_TMPFILE``; where a
+filesystem lacks it, created and unlinked at once), so nothing is left in ``/dev/shm`` however
+the run ends — the kernel frees a segment when the last process holding it closes or dies (a
+trainer killed by ``ray.kill`` included). :func:`remove_stale_segments` still sweeps named
+``dockyard-<pid>-*`` files of dead processes (older versions; a kill between create and unlink).
 
 Contract: the arrays of a yielded bucket stay valid until the consumer asks for the next bucket;
 copy what you keep longer (every engine here copies into its parameters).
 
 Protocol per update (sender connects to the receiver's socket, one connection per update)::
 
-    sender -> {"header": {...}, "segment": "/dev/shm/dockyard-..."}   for each bucket
-    receiver -> {"ack": index}                                       after each bucket is used
+    sender -> {"header": {...}, "fd": true}   + 1 byte carrying the segment's fd, per bucket
+    receiver -> {"ack": index}                after each bucket is used
 
 A closed socket (peer died) raises at once; silence past ``timeout_s`` raises
 :class:`WeightSyncTimeout`. Both name the peer (socket path, pid) and the transport.
@@ -76,8 +82,59 @@ def remove_stale_segments(shm_dir: str = "/dev/shm") -> int:
     return removed
 
 
+def create_segment(shm_dir: str, nbytes: int) -> int:
+    """A file descriptor of a new ``nbytes`` shared-memory file in ``shm_dir`` that has no name
+    (``O_TMPFILE``, else created as ``dockyard-<pid>-<id>`` and unlinked at once)."""
+    fd = -1
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile:
+        with contextlib.suppress(OSError):  # EOPNOTSUPP/EISDIR: the filesystem lacks O_TMPFILE
+            fd = os.open(shm_dir, os.O_RDWR | tmpfile, 0o600)
+    if fd < 0:
+        path = os.path.join(shm_dir, f"dockyard-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.unlink(path)
+    try:
+        os.ftruncate(fd, nbytes)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _send_fd(sock: socket.socket, fd: int, peer: str, timeout_s: float) -> None:
+    sock.settimeout(timeout_s)
+    try:
+        socket.send_fds(sock, [b"\0"], [fd])
+    except TimeoutError as e:
+        raise WeightSyncTimeout(
+            f"{TRANSPORT}: {peer} did not accept a segment within {timeout_s:g} s"
+        ) from e
+    except OSError as e:
+        raise WeightSyncError(f"{TRANSPORT}: connection to {peer} lost while sending ({e})") from e
+
+
+def _recv_fd(sock: socket.socket, peer: str, timeout_s: float) -> int:
+    sock.settimeout(timeout_s)
+    try:
+        data, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    except TimeoutError as e:
+        raise WeightSyncTimeout(
+            f"{TRANSPORT}: no segment from {peer} within {timeout_s:g} s (peer hung or dead?)"
+        ) from e
+    except OSError as e:
+        raise WeightSyncError(f"{TRANSPORT}: connection to {peer} lost ({e})") from e
+    if not data:
+        raise WeightSyncError(f"{TRANSPORT}: {peer} closed the connection mid-sync (peer died?)")
+    if len(fds) != 1:
+        for extra in fds:
+            os.close(extra)
+        raise WeightSyncError(f"{TRANSPORT}: {peer} sent a bucket without its segment")
+    return fds[0]
+
+
 class ShmSender(WeightSender):
-    """Trainer side: writes each bucket into a fresh ``/dev/shm`` segment.
+    """Trainer side: writes each bucket into a segment of its ring and passes the segment's fd.
 
     Args:
         socket_path: the receiver's Unix socket.
@@ -85,7 +142,7 @@ class ShmSender(WeightSender):
         bucket_bytes: buckets larger than this are split (whole tensors).
         checksum: send a CRC-32 of each bucket for the receiver to verify.
         max_inflight: unacknowledged buckets allowed (2 = double buffering).
-        shm_dir: where segments live (tmpfs).
+        shm_dir: the (tmpfs) filesystem segments are created in; they never get a name there.
     """
 
     def __init__(
@@ -105,7 +162,7 @@ class ShmSender(WeightSender):
         self.max_inflight = max(1, max_inflight)
         self.shm_dir = shm_dir
         self.peer = f"receiver at {socket_path}"
-        self._ring: list[tuple[str, int, mmap.mmap] | None] = [None] * self.max_inflight
+        self._ring: list[tuple[int, int, mmap.mmap] | None] = [None] * self.max_inflight
         with contextlib.suppress(OSError):
             remove_stale_segments(shm_dir)
 
@@ -128,31 +185,36 @@ class ShmSender(WeightSender):
                     ) from e
                 time.sleep(0.02)
 
-    def _segment(self, slot: int, nbytes: int) -> tuple[str, mmap.mmap]:
-        """The ring's segment ``slot``, grown (recreated) when ``nbytes`` does not fit."""
+    def _segment(self, slot: int, nbytes: int) -> tuple[int, mmap.mmap]:
+        """The ring's segment ``slot`` (fd, mapping), recreated when ``nbytes`` does not fit."""
         cur = self._ring[slot]
         if cur is not None and cur[1] >= nbytes:
             return cur[0], cur[2]
-        if cur is not None:
-            cur[2].close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(cur[0])
-        path = os.path.join(self.shm_dir, f"dockyard-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self._release(slot)
+        fd = create_segment(self.shm_dir, nbytes)
         try:
-            os.ftruncate(fd, nbytes)
             m = mmap.mmap(fd, nbytes)
-        finally:
+        except BaseException:
             os.close(fd)
-        self._ring[slot] = (path, nbytes, m)
-        return path, m
+            raise
+        self._ring[slot] = (fd, nbytes, m)
+        return fd, m
 
-    def _write_segment(self, slot: int, tensors: dict[str, np.ndarray], header: wire.Header) -> str:
-        path, m = self._segment(slot, header.nbytes)
-        wire.pack_into(m, tensors, header)
-        if self.checksum:
-            header.checksum = wire.checksum(m, header.nbytes)
-        return path
+    def _release(self, slot: int) -> None:
+        cur, self._ring[slot] = self._ring[slot], None
+        if cur is not None:
+            with contextlib.suppress(BufferError, ValueError):
+                cur[2].close()
+            with contextlib.suppress(OSError):
+                os.close(cur[0])
+
+    def _write_segment(self, slot: int, tensors: dict[str, np.ndarray], header: wire.Header) -> int:
+        fd, m = self._segment(slot, header.nbytes)
+        with memoryview(m) as buf:
+            wire.pack_into(buf, tensors, header)
+            if self.checksum:
+                header.checksum = wire.checksum(buf, header.nbytes)
+        return fd
 
     def send(self, buckets: Iterable[dict[str, np.ndarray]], version: int) -> None:
         """Send one update; returns once the receiver has acknowledged every bucket."""
@@ -178,9 +240,12 @@ class ShmSender(WeightSender):
                 while len(pending) >= self.max_inflight:
                     wait_ack()  # the slot we are about to overwrite must be acknowledged
                 slot = index % self.max_inflight
-                seg = self._write_segment(slot, tensors, header) if header.nbytes else None
+                fd = self._write_segment(slot, tensors, header) if header.nbytes else None
                 pending.append(index)
-                send_msg(sock, {"header": header.to_json(), "segment": seg}, peer=self.peer, **kw)
+                msg = {"header": header.to_json(), "fd": fd is not None}
+                send_msg(sock, msg, peer=self.peer, **kw)
+                if fd is not None:
+                    _send_fd(sock, fd, self.peer, self.timeout_s)
                 while len(pending) >= self.max_inflight:
                     wait_ack()
             while pending:
@@ -189,13 +254,10 @@ class ShmSender(WeightSender):
             sock.close()
 
     def close(self) -> None:
-        """Unmap and unlink the ring's segments."""
-        for i, cur in enumerate(self._ring):
-            if cur is not None:
-                cur[2].close()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(cur[0])
-            self._ring[i] = None
+        """Unmap and close the ring's segments (the kernel frees each once the receiver has
+        let go of it too)."""
+        for slot in range(len(self._ring)):
+            self._release(slot)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -208,14 +270,15 @@ class ShmReceiver(WeightReceiver):
     The listening socket is bound lazily on the first :meth:`receive` (or :meth:`open`), in the
     process that calls it: a receiver can be described in one process (:meth:`spec`) and opened
     in another (the vLLM worker). Arrays of a yielded bucket stay valid until the next bucket is
-    requested (the sender then reuses their segment).
+    requested (the sender then reuses their segment). Mappings are cached across updates and
+    dropped once an update no longer uses them (the sender replaced that segment).
     """
 
     def __init__(self, socket_path: str, *, timeout_s: float = 60.0) -> None:
         self.socket_path = socket_path
         self.timeout_s = timeout_s
         self._listener: socket.socket | None = None
-        self._maps: dict[str, mmap.mmap] = {}
+        self._maps: dict[tuple[int, int], mmap.mmap] = {}  # (st_dev, st_ino) -> mapping
 
     def spec(self) -> dict[str, Any]:
         return {"type": "shm", "socket_path": self.socket_path, "timeout_s": self.timeout_s}
@@ -246,6 +309,7 @@ class ShmReceiver(WeightReceiver):
         self.open()
         conn, peer = self._accept()
         kw: dict[str, Any] = {"transport": TRANSPORT, "peer": peer, "timeout_s": self.timeout_s}
+        used: set[tuple[int, int]] = set()
         try:
             expected = 0
             while True:
@@ -255,41 +319,51 @@ class ShmReceiver(WeightReceiver):
                     raise WeightSyncError(
                         f"{TRANSPORT}: {peer} sent bucket {header.index}, expected {expected}"
                     )
-                tensors = self._map(msg.get("segment"), header, peer)
+                fd = _recv_fd(conn, peer, self.timeout_s) if msg.get("fd") else None
+                tensors = self._map(fd, header, peer, used)
                 yield WeightBucket(header.version, header.index, header.last, tensors)
                 send_msg(conn, {"ack": header.index}, **kw)
                 expected += 1
                 if header.last:
+                    # segments this update did not use were replaced by the sender: let go
+                    for key in set(self._maps) - used:
+                        del self._maps[key]  # (views still held keep their mapping alive)
                     return
         finally:
             conn.close()
 
-    def _map(self, segment: str | None, header: wire.Header, peer: str) -> dict[str, np.ndarray]:
-        if not header.nbytes:
+    def _map(
+        self, fd: int | None, header: wire.Header, peer: str, used: set[tuple[int, int]]
+    ) -> dict[str, np.ndarray]:
+        if fd is None:
+            if header.nbytes:
+                raise WeightSyncError(
+                    f"{TRANSPORT}: {peer} sent bucket {header.index} without a segment"
+                )
             return wire.unpack(b"", header)
-        if not segment:
-            raise WeightSyncError(
-                f"{TRANSPORT}: {peer} sent bucket {header.index} without a segment"
-            )
-        m = self._maps.get(segment)
-        if m is None or len(m) < header.nbytes:
-            try:
-                fd = os.open(segment, os.O_RDWR)
-            except FileNotFoundError as e:
-                raise WeightSyncError(f"{TRANSPORT}: segment {segment} from {peer} is gone") from e
-            try:
+        try:
+            st = os.fstat(fd)
+            key = (st.st_dev, st.st_ino)
+            m = self._maps.get(key)
+            if m is None or len(m) < header.nbytes:
+                if st.st_size < header.nbytes:
+                    raise WeightSyncError(
+                        f"{TRANSPORT}: {peer} sent a {st.st_size}-byte segment for bucket "
+                        f"{header.index} of {header.nbytes} bytes"
+                    )
                 # A shared mapping of the sender's segment: views are writable (torch.from_numpy
                 # accepts them) and see the bytes the sender wrote, without a copy.
-                m = mmap.mmap(fd, os.fstat(fd).st_size)
-            finally:
-                os.close(fd)
-            if len(self._maps) > 16:  # segments of a sender that is gone
-                self._maps.clear()
-            self._maps[segment] = m
-        wire.verify(m, header, TRANSPORT, peer)
-        return wire.unpack(m, header)
+                m = mmap.mmap(fd, st.st_size)
+                self._maps[key] = m
+        finally:
+            os.close(fd)
+        used.add(key)
+        buf = memoryview(m)
+        wire.verify(buf, header, TRANSPORT, peer)
+        return wire.unpack(buf, header)
 
     def close(self) -> None:
+        self._maps.clear()  # (views still held keep their mapping alive)
         if self._listener is not None:
             self._listener.close()
             self._listener = None

@@ -17,7 +17,8 @@ version ≥ ``s − A``. A = 0 is exactly on-policy GRPO; A ≥ 1 overlaps gener
         checkpoint(step + 1)                               # every save_period steps
         push_weights(version=step + 1)                     # in-flight update, then the
         collector.set_version(step + 1)                    #   engines serve step + 1
-        log(step + 1, metrics)                             # (+ validation every val_period)
+        log(step + 1, metrics)                             # (+ validation every val_period
+                                                           #    steps and after the last one)
     a trainer rank lost on the way: restart every rank, rewind (start = the restore point), again
 
 Faults (helpers in :mod:`dockyard.train.recovery`): every step the driver replaces engines
@@ -105,7 +106,6 @@ def train(
     progress: bool = True,
     stack: Any = None,
     on_step: Any = None,
-    val_samples: int = 4,
 ) -> GRPOResult:
     """Run GRPO per ``cfg`` (a ``MasterConfig``); see the module docstring.
 
@@ -114,7 +114,11 @@ def train(
         progress: show the progress bar.
         stack: a running :class:`~dockyard.train.runtime.stack.Stack` to reuse (else built).
         on_step: ``callable(step, stack)`` called after each step (tests inject faults here).
-        val_samples: samples per validation task (the pass rate is their mean).
+
+    Validation (``grpo.val_*``: the pass rate of ``val_samples_per_prompt`` samples per held-out
+    task at ``val_temperature``) runs before the first step (``val_at_start``), every
+    ``val_period`` steps and after the last one; each is logged at the step whose weights it
+    measured (step 0: before training) with ``val/*`` keys.
     """
     import ray
 
@@ -129,8 +133,9 @@ def train(
     own_stack = stack is None
     stack = stack or Stack(cfg, cfg.logger.log_dir)
     trainer = stack.trainer  # a TrainerClient: every call reaches every rank
-    run = _Run.begin(cfg, stack, resume, progress, val_samples)  # data, collector, log
+    run: _Run | None = None
     try:
+        run = _Run.begin(cfg, stack, resume, progress)  # data, collector, log (+ validation)
         start = step = run.start
         while True:  # once through; again from the restore point after a lost trainer rank
             try:
@@ -165,8 +170,8 @@ def train(
                         _push_weights(stack, run.collector, cfg, step + 1)
                         ray.get(run.collector.set_version.remote(step + 1))
 
-                    # 6. log (+ validation every grpo.val_period steps)
-                    run.log(step + 1, metrics, groups, tm, timer)
+                    # 6. log (+ validation: every grpo.val_period steps, after the last)
+                    run.log(step + 1, metrics, batch, groups, timer)
                     if on_step is not None:
                         on_step(step + 1, stack)
                 break
@@ -174,7 +179,8 @@ def train(
                 start = run.rewind(lost, step)
         return run.finish()
     finally:
-        run.close()
+        if run is not None:
+            run.close()
         if own_stack:
             stack.shutdown()
 
@@ -210,7 +216,6 @@ class _Run:
     stack: Any
     tasks: list[dict[str, Any]]
     val_tasks: list[dict[str, Any]]
-    val_samples: int
     collector: Any  # a CollectorHost actor (a new one after each rewind)
     restore: RestorePoint  # where a restarted trainer fleet rewinds to
     start: int
@@ -220,10 +225,10 @@ class _Run:
     restarts: int = 0
 
     @classmethod
-    def begin(cls, cfg: Any, stack: Any, resume: bool, progress: bool, val_samples: int) -> _Run:
+    def begin(cls, cfg: Any, stack: Any, resume: bool, progress: bool) -> _Run:
         """Load the data; start a collector from the latest checkpoint (``resume``) or from
-        the run's start (seeded, the pipeline filled for steps 0..A); validate before training
-        (``grpo.val_at_start``); open the log."""
+        the run's start (seeded, the pipeline filled for steps 0..A); open the log; validate
+        before training (``grpo.val_at_start``), logged as step 0."""
         import ray
 
         g = cfg.grpo
@@ -242,24 +247,37 @@ class _Run:
             ray.get(collector.order.remote(P * (A + 1), 0))  # fill the pipeline: steps 0..A
             restore = RestorePoint(None, driver_state(stack, collector, 0, []))
         ray.get(collector.start.remote())
-        val_start = None
-        if val_tasks and g.val_at_start and start == 0:
-            val_start = _validate(collector, val_tasks, val_samples, cfg)["val/pass_rate"]
         config = cfg.model_dump(mode="json")
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
-        if val_start is not None:
+        val_start = None
+        if val_tasks and g.val_at_start and start == 0:
+            try:
+                val = _validate(collector, val_tasks, cfg)
+            except BaseException:
+                logger.close()
+                raise
+            logger.log(0, val)
+            val_start = val["val/pass_rate"]
             logger.write(f"validation before training: pass rate {100 * val_start:.1f}%")
         return cls(
-            cfg, stack, tasks, val_tasks, val_samples, collector, restore, start, history, logger,
-            val_start,
-        )  # fmt: skip
+            cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, val_start
+        )
 
     def validate(self) -> dict[str, float]:
-        return _validate(self.collector, self.val_tasks, self.val_samples, self.cfg)
+        return _validate(self.collector, self.val_tasks, self.cfg)
+
+    def validation_due(self, step: int) -> bool:
+        """Every ``grpo.val_period`` steps, and after the last step."""
+        g = self.cfg.grpo
+        return bool(self.val_tasks) and (
+            step == g.max_num_steps or (g.val_period > 0 and step % g.val_period == 0)
+        )
 
     def checkpoint_due(self, step: int) -> bool:
-        c = self.cfg.checkpointing
-        return c.enabled and (step % c.save_period == 0 or step == self.cfg.grpo.max_num_steps)
+        """Every ``checkpointing.save_period`` steps and at the end (at the end only, for the
+        export, when checkpointing is off but ``checkpointing.export_hf`` is set)."""
+        c, last = self.cfg.checkpointing, step == self.cfg.grpo.max_num_steps
+        return (c.enabled and (step % c.save_period == 0 or last)) or (last and bool(c.export_hf))
 
     def checkpoint(self, step: int, metrics: dict[str, float]) -> None:
         """Save the run at ``step`` (``metrics``: that step's so far); the new restore point."""
@@ -268,22 +286,25 @@ class _Run:
         self.restore = save_run(self.stack, self.collector, root, step, history, self.cfg)
 
     def log(
-        self, step: int, metrics: dict[str, float], groups: list[Any], tm: Any, timer: _Timer
+        self, step: int, metrics: dict[str, float], batch: Any, groups: list[Any], timer: _Timer
     ) -> None:
-        """Complete step ``step``'s ``metrics`` — the collector's report, throughput, the
-        buffer, validation (every ``grpo.val_period`` steps), the phases' times — keep them in
-        the history and log them, with a line on samples masked as ``infra_error``."""
+        """Complete step ``step``'s ``metrics`` — the collector's report, throughput per second
+        of wall time, the buffer, validation (:meth:`validation_due`; after the last step with
+        the collector stopped), the phases' times — keep them in the history and log them, with
+        a line on samples masked as ``infra_error``."""
         import ray
 
-        g = self.cfg.grpo
         rep: dict[str, float] = ray.get(self.collector.report.remote())
         metrics.update(rep)
-        gen_s = rep.get("collector/gen_s", 0.0)
+        gen_s, train_s = rep.get("collector/gen_wall_s", 0.0), timer.t.get("time/train_s", 0.0)
         metrics["tokens_per_s/gen"] = rep.get("collector/gen_tokens", 0.0) / gen_s if gen_s else 0.0
-        metrics["tokens_per_s/train"] = float(tm.get("tokens_per_s", 0.0))
+        trained = float(np.asarray(batch.attention_mask).sum())
+        metrics["tokens_per_s/train"] = trained / train_s if train_s else 0.0
         metrics["buffer/evicted_stale"] = float(_buffer_stats(self.stack).get("evicted_stale", 0))
-        if self.val_tasks and g.val_period and step % g.val_period == 0:
+        if self.validation_due(step):
             with timer("validation"):
+                if step == self.cfg.grpo.max_num_steps:  # nothing more to generate for
+                    ray.get(self.collector.stop.remote())
                 metrics.update(self.validate())
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
@@ -324,21 +345,41 @@ class _Run:
             return start
 
     def finish(self) -> GRPOResult:
-        """Validate after training (the collector stopped), plot the reward curve."""
+        """The validation after training (the last step's; run now, and logged at the last
+        step, when a resumed run had no step left), the Hugging Face export
+        (``checkpointing.export_hf``), the reward curve."""
         import ray
 
         cfg = self.cfg
+        steps = cfg.grpo.max_num_steps
         val_end = None
         if self.val_tasks:
-            ray.get(self.collector.stop.remote())
-            val_end = self.validate()["val/pass_rate"]
+            val_end = self.history[-1].get("val/pass_rate") if self.history else None
+            if val_end is None:
+                ray.get(self.collector.stop.remote())
+                val = self.validate()
+                self.logger.log(steps, val)
+                val_end = val["val/pass_rate"]
+        if cfg.checkpointing.export_hf:
+            self.export_hf(cfg.checkpointing.export_hf)
         plot = None
         if cfg.logger.jsonl_enabled:
             png = Path(cfg.logger.log_dir) / "reward_curve.png"
             plot = str(plot_rewards(self.logger.jsonl_path, png))
-        return GRPOResult(
-            cfg.grpo.max_num_steps, self.history, cfg.logger.log_dir, plot, self.val_start, val_end
-        )
+        return GRPOResult(steps, self.history, cfg.logger.log_dir, plot, self.val_start, val_end)
+
+    def export_hf(self, out: str) -> None:
+        """The final policy as a Hugging Face folder: from the checkpoint saved after the last
+        step (:meth:`checkpoint_due` saves one whenever ``checkpointing.export_hf`` is set)."""
+        from dockyard.train.export import export_hf
+
+        folder = self.restore.folder
+        if folder is None:
+            raise RuntimeError(
+                f"checkpointing.export_hf={out!r}: this run saved no checkpoint to export"
+            )
+        self.logger.write(f"exporting {folder} as a Hugging Face model to {out}")
+        export_hf(folder, out, force=True)
 
     def close(self) -> None:
         import ray
@@ -431,11 +472,12 @@ def _buffer_stats(stack: Any) -> dict[str, int]:
     return out
 
 
-def _validate(collector: Any, tasks: list[dict[str, Any]], n: int, cfg: Any) -> dict[str, float]:
-    """Held-out pass rate of ``n`` samples per task at the training temperature."""
+def _validate(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> dict[str, float]:
+    """Held-out pass rate of ``grpo.val_samples_per_prompt`` samples per task at
+    ``grpo.val_temperature`` (None: the training temperature; 0: greedy)."""
     import ray
 
-    out: dict[str, float] = ray.get(
-        collector.validate.remote(tasks, n, cfg.policy.generation.temperature)
-    )
+    g = cfg.grpo
+    t = cfg.policy.generation.temperature if g.val_temperature is None else g.val_temperature
+    out: dict[str, float] = ray.get(collector.validate.remote(tasks, g.val_samples_per_prompt, t))
     return out

@@ -26,6 +26,7 @@ from typing import Any
 
 from dockyard.core.interfaces.generation import SamplingParams
 from dockyard.train.data import TaskLoader
+from dockyard.train.prompts import PromptRenderer
 from dockyard.train.rollout import rollout_group
 
 
@@ -74,13 +75,73 @@ class RemoteEngine:
         return await self.handle.generate.remote(prompt_ids, params)
 
 
+class GenerationClock:
+    """Generation wall time since the last :meth:`read`: the seconds during which at least one
+    generation request was outstanding — the union of the requests' intervals, not the sum of
+    their latencies (groups are generated concurrently) — and the tokens those requests returned.
+    """
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.since = 0.0  # when ``active`` last went from 0 to 1
+        self.busy = 0.0
+        self.tokens = 0
+        self.window = time.perf_counter()  # the start of the current read window
+
+    def wrap(self, engine: Any) -> TimedEngine:
+        return TimedEngine(engine, self)
+
+    def start(self) -> None:
+        if self.active == 0:
+            self.since = time.perf_counter()
+        self.active += 1
+
+    def stop(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self.busy += time.perf_counter() - self.since
+
+    def read(self) -> dict[str, float]:
+        """``collector/gen_tokens``, ``collector/gen_wall_s`` and ``collector/gen_busy_fraction``
+        (of the wall time since the last read) since the last read; starts the next window."""
+        now = time.perf_counter()
+        busy = self.busy + (now - self.since if self.active else 0.0)
+        window = now - self.window
+        out = {
+            "collector/gen_tokens": float(self.tokens),
+            "collector/gen_wall_s": busy,
+            "collector/gen_busy_fraction": busy / window if window > 0 else 0.0,
+        }
+        self.busy, self.tokens, self.window = 0.0, 0, now
+        if self.active:
+            self.since = now
+        return out
+
+
+class TimedEngine:
+    """An engine client whose ``generate`` calls a :class:`GenerationClock` times."""
+
+    def __init__(self, engine: Any, clock: GenerationClock) -> None:
+        self.engine, self.clock = engine, clock
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+        self.clock.start()
+        try:
+            results = await self.engine.generate(prompt_ids, params)
+        finally:
+            self.clock.stop()
+        self.clock.tokens += sum(len(r.token_ids) for r in results)
+        return results
+
+
 class Collector:
     """See the module docstring.
 
     Args:
         engines: engine clients (``async generate``), e.g. :class:`RemoteEngine` s.
         env: the :class:`~dockyard.core.interfaces.Environment` scoring the tasks.
-        tokenizer: a Hugging Face tokenizer with a chat template.
+        tokenizer: the :class:`~dockyard.train.prompts.PromptRenderer` of the run's prompts
+            (or a bare Hugging Face tokenizer: its own chat template).
         loader: the training :class:`TaskLoader`.
         buffer: the replay buffer (an actor handle with ``put.remote``, or a local buffer).
         params: sampling settings; ``n`` is G.
@@ -126,6 +187,7 @@ class Collector:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._stats: dict[str, float] = {}
+        self._clock = GenerationClock()
         self.errors: list[str] = []
         self.fatal: str | None = None
         self.skipped_long = 0
@@ -172,8 +234,10 @@ class Collector:
         return sorted(self.dead)
 
     def report(self) -> dict[str, float]:
-        """Counters since the last report (generation tokens/time, env time, re-queues)."""
+        """Counters since the last report (generation tokens and wall time, env time,
+        re-queues); see :mod:`dockyard.train.metrics`."""
         out, self._stats = self._stats, {}
+        out.update(self._clock.read())
         out["collector/in_flight"] = float(len(self.in_flight))
         out["collector/orders_pending"] = float(len(self.orders))
         out["collector/exhausted"] = float(self.exhausted)
@@ -243,8 +307,9 @@ class Collector:
         t0 = time.perf_counter()
         client = self.engines[engine]
         try:
+            timed = self._clock.wrap(client)  # generation wall time, tokens
             group = await rollout_group(
-                client, self.env, self.tokenizer, task, uid, params, self.max_turns
+                timed, self.env, self.tokenizer, task, uid, params, self.max_turns
             )
         except Exception as e:
             self._load[engine] -= 1
@@ -274,9 +339,7 @@ class Collector:
         if self.reward_weights:
             for t in group.trajectories:
                 t.rewards = {k: v * self.reward_weights.get(k, 1.0) for k, v in t.rewards.items()}
-        gen_tokens = sum(int(t.policy_mask.sum()) for t in group.trajectories)
-        self._bump("collector/gen_tokens", gen_tokens)
-        self._bump("collector/gen_s", float(group.metadata.get("gen_s", 0.0)))
+        self._bump("collector/gen_latency_s", float(group.metadata.get("gen_s", 0.0)))
         self._bump("collector/env_s", sum(t.metadata.get("env_s", 0.0) for t in group.trajectories))
         self._bump("collector/group_s", time.perf_counter() - t0)
         self._bump("collector/groups", 1)
@@ -308,7 +371,8 @@ class CollectorHost(Collector):
         name = cfg.env_for_data()
         assert name is not None
         env = build_environment(name, cfg.env[name], sandbox_urls)
-        tokenizer = load_tokenizer(cfg)
+        tokenizer = PromptRenderer.from_config(cfg, load_tokenizer(cfg))
+        tasks = tokenizer.filter_tasks(env, tasks)  # data.max_input_seq_length
         g = cfg.policy.generation
         params = SamplingParams(
             n=cfg.grpo.num_generations_per_prompt,
@@ -337,9 +401,12 @@ class CollectorHost(Collector):
     async def validate(
         self, tasks: list[dict[str, Any]], n: int, temperature: float
     ) -> dict[str, float]:
-        """Pass rate (and mean reward) of ``n`` samples per task on the engines' current weights."""
+        """Pass rate (and mean reward) of ``n`` samples per task on the engines' current weights,
+        sampled at ``temperature`` (0: greedy decoding, where ``n`` should be 1)."""
         params = replace(self.params, n=n, temperature=temperature, seed=None)
         sem = asyncio.Semaphore(self.max_in_flight)
+        # prompts over data.max_input_seq_length would make the engine refuse the request
+        tasks = self.tokenizer.filter_tasks(self.env, tasks, what="validation")
 
         async def one(i: int, task: dict[str, Any]) -> Any:
             async with sem:

@@ -9,6 +9,7 @@ driver reaches the ranks through :class:`~dockyard.train.runtime.trainer.Trainer
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from typing import TYPE_CHECKING, Any
@@ -207,12 +208,53 @@ class EngineHost:
     async def pid(self) -> int:
         return os.getpid()
 
+    async def node_ip(self) -> str:
+        """The IP of this engine's node: where the trainer reaches a weight receiver bound to
+        every interface (http with ``data_plane.weight_transport.host`` 0.0.0.0)."""
+        import ray
+
+        return ray.util.get_node_ip_address()
+
     async def shutdown(self) -> None:
+        """Stop the engine, wait for its processes to exit, and remove the shared-memory files
+        they leave: vLLM's message queues (``/dev/shm/psm_*``) are unlinked only by their
+        creator's ``__del__``, which a terminated engine-core process never runs."""
+        import asyncio
+
+        children, segments = _engine_processes()
         close = getattr(self.engine, "shutdown", None) or getattr(self.engine, "close", None)
         if close is not None:
             res = close()
             if hasattr(res, "__await__"):
                 await res
+        await asyncio.to_thread(_remove_after_exit, children, segments)
+
+
+def _engine_processes(prefix: str = "/dev/shm/psm_") -> tuple[list[Any], set[str]]:
+    """This actor's child processes and the ``prefix*`` files they map."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    segments: set[str] = set()
+    for child in children:
+        try:
+            segments |= {m.path for m in child.memory_maps() if m.path.startswith(prefix)}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return children, segments
+
+
+def _remove_after_exit(children: list[Any], segments: set[str], timeout_s: float = 20.0) -> None:
+    import psutil
+
+    _, alive = psutil.wait_procs(children, timeout=timeout_s)
+    for proc in alive:  # an engine process that ignores shutdown must not hold the files
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
+    for path in segments:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 ENGINE_DEAD = ("EngineDeadError",)  # vLLM's engine core process died under its client

@@ -127,6 +127,7 @@ class Stack:
         and the weight sync to them (dockyard-serve maps the config to both)."""
         engines = EngineConfig.from_master(self.cfg, self.model_path, version=0)
         self.weight_sync = WeightSync.from_master(self.cfg, self.run_id)
+        self._engine_ips: dict[int, tuple[Any, str]] = {}  # index -> (its actor, node IP)
         spec = FleetSpec("inference", size=engines.num_engines, cpus=cpus, gpus=engines.gpus)
         return Fleet(
             spec,
@@ -163,7 +164,11 @@ class Stack:
             if self.engines.dead(i):
                 lost.append(i)
                 continue
-            kind, tx, rx = self.weight_sync.endpoints(i)
+            try:
+                kind, tx, rx = self._endpoints(i)
+            except self.ray.exceptions.RayActorError:
+                lost.append(i)  # died since the check
+                continue
             recv = self.engines.actors[i].update_weights.remote(rx, version)
             sent = [a.send_weights.remote(kind, tx, version, bucket) for a in self.trainer.actors]
             try:  # whichever side fails first is reported at once, not at the other's timeout
@@ -178,6 +183,17 @@ class Stack:
                 continue
             total += float(answers[0])
         return total, lost
+
+    def _endpoints(self, index: int) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """``weight_sync.endpoints`` of engine ``index`` at its node's IP, asked of its actor
+        once (a replaced actor is asked again): an http receiver bound to every interface
+        (host 0.0.0.0) is reached there, on one node or several."""
+        actor = self.engines.actors[index]
+        known = self._engine_ips.get(index)
+        if known is None or known[0] is not actor:
+            known = (actor, str(self.ray.get(actor.node_ip.remote())))
+            self._engine_ips[index] = known
+        return self.weight_sync.endpoints(index, engine_host=known[1])
 
     def shutdown(self) -> None:
         for fleet in (getattr(self, "engines", None), getattr(self, "trainer", None)):
