@@ -49,7 +49,9 @@ CURVES: dict[str, list[list[tuple[float, float]]]] = {}
 ASYNC = (
     "grpo.async_grpo={enabled: true, max_trajectory_age_steps: 1, in_flight_weight_updates: true}"
 )
-SYNC = "grpo.async_grpo={enabled: false}"
+SYNC = (
+    "grpo.async_grpo={enabled: false, max_trajectory_age_steps: 0, in_flight_weight_updates: false}"
+)
 
 
 NEW_TOKENS = {"balanced": 48, "disjoint": 32}  # sync's generation ≈ training, 2-core box

@@ -75,7 +75,7 @@ def test_async_run_respects_the_age_bound_and_logs(quickstart_cfg, ray_session, 
     assert diff, "the exported model equals the model training started from"
 
 
-SYNC = ("grpo.async_grpo={enabled: false}", "grpo.max_num_steps=4")
+SYNC = ("~grpo.async_grpo", "grpo.max_num_steps=4")
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +116,14 @@ def test_sync_resume_reproduces_the_uninterrupted_run(
     from dockyard.train.algorithms.grpo import train
 
     part = quickstart_cfg(
-        "grpo.async_grpo={enabled: false}",
+        "~grpo.async_grpo",
         "grpo.max_num_steps=2",
         f"logger.log_dir={tmp_path}/part",
         f"checkpointing.checkpoint_dir={tmp_path}/c2",
     )
     train(part, progress=False)
     resumed = quickstart_cfg(
-        "grpo.async_grpo={enabled: false}",
+        "~grpo.async_grpo",
         "grpo.max_num_steps=4",
         f"logger.log_dir={tmp_path}/part",
         f"checkpointing.checkpoint_dir={tmp_path}/c2",

@@ -53,7 +53,7 @@ def test_jax_trainer_grpo_with_vllm_and_shm_weight_push(
     cfg = quickstart_cfg(
         "policy.dtensor_cfg.enabled=false",
         "policy.jax_cfg.enabled=true",
-        "grpo.async_grpo={enabled: false}",
+        "~grpo.async_grpo",
         "grpo.max_num_steps=3",
     )
     assert cfg.data_plane.weight_transport.type == "shm"

@@ -22,7 +22,7 @@ def test_two_trainer_ranks_train_like_one(quickstart_cfg, ray_session, tmp_path)
     runs, fleet_sizes = {}, {}
     for ranks in (1, 2):
         cfg = quickstart_cfg(
-            "grpo.async_grpo={enabled: false}",
+            "~grpo.async_grpo",
             "grpo.max_num_steps=2",
             f"cluster.trainer_ranks={ranks}",
             f"logger.log_dir={tmp_path}/r{ranks}",
