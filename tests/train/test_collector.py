@@ -1,10 +1,12 @@
 """The trajectory collector around a fake engine: prompts that can never fit the context are
 skipped (counted) with other tasks in their place, and endless failures stop the run with the
-last error instead of re-queueing forever."""
+last error instead of re-queueing forever; generation throughput is per second of wall time
+(groups generated concurrently share their seconds, the union of the requests' intervals)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,7 +15,7 @@ import numpy as np
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.core.interfaces.generation import GenerationResult, SamplingParams
 from dockyard.train.data import TaskLoader
-from dockyard.train.runtime.collector import MAX_ERRORS, Collector
+from dockyard.train.runtime.collector import MAX_ERRORS, Collector, GenerationClock
 
 
 class Tokenizer:
@@ -165,3 +167,88 @@ def test_a_replaced_engine_is_not_marked_dead_by_its_predecessors_requests() -> 
     rep = c.report()
     assert rep["collector/engine_failures"] == 2
     assert rep["collector/requeued"] == 2
+
+
+LATENCY_S = 0.3
+
+
+class SlowEngine:
+    """Every request takes LATENCY_S and returns ``params.n`` samples of 3 tokens."""
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+        await asyncio.sleep(LATENCY_S)
+        return [
+            GenerationResult(
+                np.array([3, 4, 5], dtype=np.int64),
+                np.full(3, -0.5, dtype=np.float32),
+                "ok",
+                "stop",
+                np.zeros(3, dtype=np.int32),
+            )
+            for _ in range(params.n)
+        ]
+
+
+def test_concurrent_groups_are_timed_by_wall_clock_not_summed_latency() -> None:
+    groups = 8
+    buf = Buffer()
+    tasks = [{"id": i, "text": "hi"} for i in range(groups)]
+    c = Collector(
+        [SlowEngine()],
+        Env(),
+        Tokenizer(),
+        TaskLoader(tasks, seed=0, shuffle=False, max_epochs=1),
+        buf,
+        SamplingParams(n=2, max_tokens=3),
+        max_groups_in_flight=groups,
+    )
+
+    async def main() -> None:
+        c.report()  # the window starts now
+        c.order(groups, 0)
+        await c.start()
+        for _ in range(500):
+            if len(buf.groups) >= groups:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(LATENCY_S)  # idle engines: busy for ~half the window
+        await c.stop()
+
+    asyncio.run(main())
+    rep = c.report()
+    assert len(buf.groups) == groups
+    assert rep["collector/gen_tokens"] == groups * 2 * 3
+    # all 8 groups ran at once: ~LATENCY_S of wall time, ~8x that of summed latency
+    assert LATENCY_S * 0.9 <= rep["collector/gen_wall_s"] < LATENCY_S * 2.5
+    assert rep["collector/gen_latency_s"] >= groups * LATENCY_S * 0.9
+    assert 0.2 < rep["collector/gen_busy_fraction"] < 0.8
+
+
+def test_the_clock_counts_the_union_of_overlapping_intervals(monkeypatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+
+    def at(t: float) -> None:
+        now[0] = t
+
+    clock = GenerationClock()  # window from t = 0
+    at(1.0)
+    clock.start()  # request a: 1..4
+    at(2.0)
+    clock.start()  # request b: 2..3, inside a
+    at(3.0)
+    clock.stop()
+    at(4.0)
+    clock.stop()  # union 3 s (latencies sum to 4 s)
+    at(6.0)
+    clock.start()  # request c: 6..9, still running at the read
+    at(8.0)
+    first = clock.read()
+    at(9.0)
+    clock.stop()
+    at(10.0)
+    second = clock.read()
+    assert first["collector/gen_wall_s"] == 5.0  # 1..4 and 6..8
+    assert first["collector/gen_busy_fraction"] == 5.0 / 8.0
+    assert second["collector/gen_wall_s"] == 1.0  # 8..9: c's rest
+    assert second["collector/gen_busy_fraction"] == 0.5

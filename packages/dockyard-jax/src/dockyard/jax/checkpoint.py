@@ -29,8 +29,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from dockyard.core.config.policy import PLAIN_TEMPLATE as PLAIN
-from dockyard.core.config.policy import read_chat_template
+from dockyard.core.config.policy import set_chat_template
 
 # Files of a Hugging Face folder besides the weights (copied when present).
 _MODEL_FILES = ("config.json", "generation_config.json")
@@ -44,7 +43,6 @@ _TOKENIZER_FILES = (
     "added_tokens.json",
     "chat_template.jinja",
 )
-_TEMPLATE_FILE = "chat_template.jinja"
 
 
 def _jsonable(x: Any) -> Any:
@@ -112,31 +110,6 @@ def _copy_files(source: Path, dest: Path, names: tuple[str, ...]) -> None:
     for name in names:
         if (source / name).is_file():
             shutil.copy(source / name, dest / name)
-
-
-def set_chat_template(folder: str | Path, chat_template: str | None) -> None:
-    """Make the tokenizer in ``folder`` carry ``chat_template`` (``policy.tokenizer
-    .chat_template``, see :func:`~dockyard.core.config.policy.read_chat_template`): None leaves it as
-    it is; Jinja text becomes ``chat_template.jinja``; ``plain`` leaves no template, so
-    ``AutoTokenizer.from_pretrained(folder).chat_template`` is None. Both drop the
-    ``chat_template`` key of ``tokenizer_config.json``, as transformers' own ``save_pretrained``
-    does (it reads the key where there is no ``chat_template.jinja``; the file wins when both
-    exist). ``dockyard.torch.checkpoint`` has the same function: neither trainer package
-    imports the other."""
-    text = read_chat_template(chat_template)
-    if text is None:
-        return
-    folder = Path(folder)
-    config_file = folder / "tokenizer_config.json"
-    if config_file.is_file():
-        config = json.loads(config_file.read_text())
-        if "chat_template" in config:
-            del config["chat_template"]
-            config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    if text == PLAIN:
-        (folder / _TEMPLATE_FILE).unlink(missing_ok=True)
-    else:
-        (folder / _TEMPLATE_FILE).write_text(text)
 
 
 def export_hf(checkpoint: str | Path, out: str | Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -28,6 +29,29 @@ def read_chat_template(value: str | None) -> str | None:
             f"text, or {PLAIN_TEMPLATE!r})"
         )
     return path.read_text()
+
+
+def set_chat_template(folder: str | Path, chat_template: str | None) -> None:
+    """Make the Hugging Face tokenizer in ``folder`` carry ``chat_template`` (a
+    ``policy.tokenizer.chat_template`` value, :func:`read_chat_template`), as the trainers'
+    exports do: None leaves it as it is; Jinja text becomes ``chat_template.jinja``; ``plain``
+    leaves no template, so ``AutoTokenizer.from_pretrained(folder).chat_template`` is None. Both
+    drop the ``chat_template`` key of ``tokenizer_config.json``, as transformers' own
+    ``save_pretrained`` does (the file wins where both exist)."""
+    text = read_chat_template(chat_template)
+    if text is None:
+        return
+    folder = Path(folder)
+    config_file = folder / "tokenizer_config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text())
+        if "chat_template" in config:
+            del config["chat_template"]
+            config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if text == PLAIN_TEMPLATE:
+        (folder / "chat_template.jinja").unlink(missing_ok=True)
+    else:
+        (folder / "chat_template.jinja").write_text(text)
 
 
 class TokenizerConfig(ConfigModel):
