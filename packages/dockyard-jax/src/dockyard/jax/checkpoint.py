@@ -29,20 +29,11 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from dockyard.core.config.policy import TOKENIZER_FILES as _TOKENIZER_FILES
 from dockyard.core.config.policy import set_chat_template
 
 # Files of a Hugging Face folder besides the weights (copied when present).
 _MODEL_FILES = ("config.json", "generation_config.json")
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "added_tokens.json",
-    "chat_template.jinja",
-)
 
 
 def _jsonable(x: Any) -> Any:

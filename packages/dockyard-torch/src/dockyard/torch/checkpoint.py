@@ -42,19 +42,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dockyard.core.config.policy import TOKENIZER_FILES as _TOKENIZER_FILES
 from dockyard.core.config.policy import set_chat_template
 from dockyard.torch.export import bucketed, iter_hf_tensors
 
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "added_tokens.json",
-    "chat_template.jinja",
-)
 _HF_META = "hf"
 
 

@@ -31,6 +31,19 @@ def read_chat_template(value: str | None) -> str | None:
     return path.read_text()
 
 
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+)
+"""The files of a Hugging Face tokenizer folder that the trainers' exports copy (when present)."""
+
+
 def set_chat_template(folder: str | Path, chat_template: str | None) -> None:
     """Make the Hugging Face tokenizer in ``folder`` carry ``chat_template`` (a
     ``policy.tokenizer.chat_template`` value, :func:`read_chat_template`), as the trainers'
