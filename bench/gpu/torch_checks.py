@@ -9,7 +9,9 @@
    of the matrix multiplies incl. the LM head; the attention term with T̄ the mean context),
    peak = ``--peak-tflops`` (H200 dense bf16: 989).
 
-Prints PASS/FAIL lines and a table; exits 1 on a failed check.
+Prints PASS/FAIL lines and a table; exits 1 on a failed check. With ``DOCKYARD_GPU_REPORT_DIR``
+set, the checks and figures also go to ``$DOCKYARD_GPU_REPORT_DIR/bench_torch_checks.json``
+(``scripts/gpu_checks.sh`` puts them in its report).
 
     python bench/gpu/torch_checks.py               # on a CUDA machine
     python bench/gpu/torch_checks.py --smoke       # the same code on CPU with a tiny model
@@ -18,7 +20,9 @@ Prints PASS/FAIL lines and a table; exits 1 on a failed check.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -27,13 +31,34 @@ import time
 import numpy as np
 import torch
 
+# Qwen2.5-0.5B's shapes (494 M parameters); rope_theta: the keyword transformers 4 and 5 accept.
+QWEN25_05B = {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+              "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+              "max_position_embeddings": 4096, "tie_word_embeddings": True, "rope_theta": 1e6}  # fmt: skip
 FAILED: list[str] = []
+FIGURES: dict = {"checks": {}, "throughput": {}}
 
 
 def check(name: str, ok: bool, detail: str) -> None:
     print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
+    FIGURES["checks"][name] = {"ok": bool(ok), "detail": detail}
     if not ok:
         FAILED.append(name)
+
+
+def write_figures() -> None:
+    """The checks and figures as JSON in ``$DOCKYARD_GPU_REPORT_DIR``, when it is set."""
+    folder = os.environ.get("DOCKYARD_GPU_REPORT_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "bench_torch_checks.json"), "w") as f:
+            json.dump({**FIGURES, "failed": FAILED}, f, indent=1, default=float)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def build_model(folder: str, smoke: bool) -> str:
@@ -44,17 +69,7 @@ def build_model(folder: str, smoke: bool) -> str:
         return str(build_tiny_model(family="qwen2"))
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    config = Qwen2Config(
-        vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        rope_theta=1e6,
-    )
+    config = Qwen2Config(**QWEN25_05B)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(folder)
     return folder
@@ -97,7 +112,7 @@ def nccl_one_device(path: str, batch, device: str) -> None:
     w_plain = weights(plain)
     del plain
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
     try:
         sharded = TorchPolicyWorker({**cfg, "fsdp": {"enabled": True}})
@@ -137,7 +152,8 @@ def bf16_numerics(path: str, batch) -> None:
         delta = np.concatenate([(after[k] - before[k]).ravel() for k in before])
         results[precision] = (lp, m, delta)
         del w
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     (lp32, m32, d32), (lp16, m16, d16) = results["float32"], results["bfloat16"]
     mask = batch.attention_mask.copy()
     mask[:, 0] = False
@@ -196,35 +212,39 @@ def throughput(path: str, batch, peak_tflops: float, repeats: int) -> None:
         t = statistics.median(times)
         mfu = tokens / t * f / (peak_tflops * 1e12)
         print(f"{mode:>8} {t:>8.3f} {tokens / t:>10.0f} {mfu:>6.1%}", flush=True)
+        FIGURES["throughput"][mode] = {"step_s": t, "tokens_per_s": tokens / t, "mfu": mfu}
         del w
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny model (code check)")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=32, help="throughput batch: sequences")
+    parser.add_argument("--seq", type=int, default=1024, help="throughput batch: max length")
     args = parser.parse_args()
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA GPU visible (use --smoke to run the code path on CPU)")
-    print(
-        f"torch {torch.__version__}, device "
-        f"{torch.cuda.get_device_name(0) if device == 'cuda' else 'cpu'}",
-        flush=True,
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        path = build_model(tmp, args.smoke)
-        vocab = 1024 if args.smoke else 151936
-        B, T = (8, 64) if args.smoke else (32, 1024)
-        batch = make_batch(B, T, vocab)
-        print(f"model ready in {time.perf_counter() - t0:.1f}s; batch {B} × ≤{T}", flush=True)
-        nccl_one_device(path, make_batch(8, T // 2, vocab, seed=1), device)
-        bf16_numerics(path, make_batch(8, T // 2, vocab, seed=2))
-        throughput(path, batch, args.peak_tflops, 2 if args.smoke else args.repeats)
+    FIGURES["device"] = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    print(f"torch {torch.__version__}, device {FIGURES['device']}", flush=True)
+    B, T = (8, 64) if args.smoke else (args.batch, args.seq)
+    FIGURES.update(batch=[B, T], peak_tflops=args.peak_tflops)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            path = build_model(tmp, args.smoke)
+            vocab = 1024 if args.smoke else 151936
+            batch = make_batch(B, T, vocab)
+            print(f"model ready in {time.perf_counter() - t0:.1f}s; batch {B} × ≤{T}", flush=True)
+            nccl_one_device(path, make_batch(8, T // 2, vocab, seed=1), device)
+            bf16_numerics(path, make_batch(8, T // 2, vocab, seed=2))
+            throughput(path, batch, args.peak_tflops, 2 if args.smoke else args.repeats)
+    finally:
+        write_figures()  # what was measured, also when a check raised
     print(f"\n{len(FAILED)} failed: {FAILED}" if FAILED else "\nall checks passed")
     sys.exit(1 if FAILED else 0)
 
