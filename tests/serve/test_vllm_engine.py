@@ -295,6 +295,24 @@ def test_generic_receiver_relay_and_greedy_state(loop, engine, tmp_path_factory)
     assert engine.policy_version == 3
 
 
+def check_engine_processes(actor_pid: int) -> None:
+    """The engine actor started one vLLM process, the engine core with the worker inside
+    (``uni`` executor), and it runs on the threads the actor set: every core the actor may
+    use (Ray alone would have left ``OMP_NUM_THREADS=1``)."""
+    import psutil
+
+    from dockyard.train.runtime.hosts import thread_count
+
+    def environ(p: psutil.Process) -> dict[str, str]:
+        raw = Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0")
+        return dict(e.decode().partition("=")[::2] for e in raw if b"=" in e)
+
+    vllm = [p for p in psutil.Process(actor_pid).children(recursive=True) if "VLLM" in p.name()]
+    assert [p.name() for p in vllm] == ["VLLM::EngineCore"]
+    env = environ(vllm[0])
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(thread_count())
+
+
 def test_engine_host_fresh_engine_matches_updated_engine(loop, engine) -> None:
     """A fresh engine started from v3's weights (here in the application's engine actor,
     ``EngineHost``, on a local Ray cluster) produces exactly the greedy outputs of the engine
@@ -321,6 +339,7 @@ def test_engine_host_fresh_engine_matches_updated_engine(loop, engine) -> None:
             "dockyard.serve.engines:build_engine", engines.engine_kwargs()
         )
         ray.get(actor.ready.remote(), timeout=900)
+        check_engine_processes(ray.get(actor.pid.remote()))
         fresh = [ray.get(actor.generate.remote(p, greedy()), timeout=300)[0] for p in PROMPTS]
         assert [f.token_ids.tolist() for f in fresh] == State.greedy_v3
         assert all(np.all(f.policy_versions == 3) for f in fresh)

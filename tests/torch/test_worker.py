@@ -162,3 +162,22 @@ def test_config_errors_name_the_key(qwen2_path):
             sequence_packing={"enabled": True},
             dynamic_batching={"enabled": True},
         )
+
+
+def test_export_copies_unless_asked_for_views(base_config, batch):
+    """``export_weights`` hands out copies (kept arrays survive a step); ``copy=False`` views
+    the live CPU parameters (a sender's export: the same values, one copy of the model less)."""
+    worker = TorchPolicyWorker({**base_config, "reference_policy": False})
+    params = [p.detach().numpy() for p in worker.model.state_dict().values()]
+    copies = _weights(worker)
+    views = {k: v for b in worker.export_weights(1 << 30, copy=False) for k, v in b.items()}
+    assert copies.keys() == views.keys()
+    for k in copies:
+        np.testing.assert_array_equal(copies[k], views[k])
+        assert not any(np.shares_memory(copies[k], p) for p in params), k
+        assert any(np.shares_memory(views[k], p) for p in params), k
+    before = {k: v.copy() for k, v in views.items()}
+    worker.train_step(batch, MaskedNLLLoss())
+    assert any(not np.array_equal(copies[k], _weights(worker)[k]) for k in copies)
+    for k in copies:
+        np.testing.assert_array_equal(copies[k], before[k])  # the copies did not move

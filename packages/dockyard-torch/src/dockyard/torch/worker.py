@@ -324,14 +324,16 @@ class TorchPolicyWorker(PolicyWorker):
 
     # ------------------------------------------------------- weights and state
     def export_weights(
-        self, bucket_bytes: int, mode: str | None = None
+        self, bucket_bytes: int, mode: str | None = None, *, copy: bool = True
     ) -> Iterator[dict[str, np.ndarray]]:
         """Buckets of full tensors by HF name (collective: iterate on every rank).
 
         ``mode`` (LoRA only): ``"merged"`` or ``"adapters"``; default ``lora.export``.
+        ``copy=False``: arrays may view the live parameters (on the CPU), valid until the next
+        optimizer step: for a weight sender, which copies every bucket before it returns.
         """
         mode = mode or self.cfg.lora.export
-        return bucketed(iter_hf_tensors(self.model, mode), bucket_bytes)
+        return bucketed(iter_hf_tensors(self.model, mode, copy=copy), bucket_bytes)
 
     def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
         ckpt.save_checkpoint(

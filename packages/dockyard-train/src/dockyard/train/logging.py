@@ -231,3 +231,34 @@ def plot_rewards(jsonl_path: str | Path, png_path: str | Path, title: str = "GRP
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def process_age_s() -> float:
+    """Wall seconds since this process started (its creation time, as the OS records it)."""
+    import time
+
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
+
+
+def startup_line(startup: dict[str, float], first_step_at: float) -> str:
+    """The log line on where a run's start-up went (``startup/*`` seconds)."""
+    names = {
+        "ray": "Ray",
+        "fleets": "fleets",
+        "trainer": "trainer",
+        "engines": "engines",
+        "sandbox": "sandbox",
+        "data": "data + collector",
+        "validation": "validation",
+    }
+    parts = []
+    for key, label in names.items():
+        took = startup.get(f"startup/{key}_s")
+        if took is not None:
+            parts.append(f"{label} {took:.1f} s")
+    return (
+        f"start-up: {', '.join(parts)} (the fleets start together); first step done "
+        f"{first_step_at:.1f} s after the process started"
+    )

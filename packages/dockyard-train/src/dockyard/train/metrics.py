@@ -11,7 +11,8 @@
 ``staleness/hist_<k>``     the histogram of ages (k = 0..max_age); ``in_flight_fraction``:
                            trajectories whose tokens span several policy versions
 ``train/*``                the loss's metrics (clip fraction, KL, IS weights...), grad norm
-``logprob_mismatch/*``     |log π_prev − log π_gen| over loss tokens (train vs generation)
+``logprob_mismatch/*``     |log π − log π_gen| over loss tokens (train vs generation), as the
+                           loss measured it; ``is_weight/*`` with IS correction on
 ``tokens_per_s/gen``       tokens the engines returned since the previous step's log ÷ the
                            wall seconds in that window during which at least one generation
                            request was outstanding (``collector/gen_wall_s``: the union of
@@ -30,9 +31,13 @@
 ``val/*``                  ``pass_rate``, ``reward``, ``samples`` of a validation
                            (``grpo.val_samples_per_prompt`` samples per held-out task at
                            ``grpo.val_temperature``); logged at the step whose weights it
-                           measured: 0 (before training), every ``val_period``, the last
-``time/*``                 wall-clock split: waiting for generation, logprobs, training,
-                           weight sync, checkpoint, validation, sandbox (summed over samples)
+                           measured: 0 (before training), every ``val_period``, the last (``val_at_end``)
+``time/*``                 wall-clock split: waiting for generation, logprobs (the reference
+                           policy's, β > 0), training, weight sync, checkpoint, validation;
+                           ``step_s`` the whole step; ``since_process_start_s`` when it ended
+``startup/*``              the first step's row only: seconds of each start-up phase (``ray``,
+                           ``trainer``, ``engines``, ``sandbox``: each fleet's own, started
+                           together; ``fleets`` all of them; ``data``; ``validation``)
 =========================  ===============================================================
 """
 
@@ -42,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from dockyard.core.experience import Batch, Group
+from dockyard.core.experience import Group
 from dockyard.train.batching import passed, response_length
 
 
@@ -115,19 +120,19 @@ def infra_report(groups: list[Group], step: int, shown: int = 3) -> str | None:
     )
 
 
-def mismatch_metrics(batch: Batch) -> dict[str, float]:
-    """Train-vs-generation logprob mismatch over loss tokens (needs ``prev_logprobs``)."""
-    if batch.prev_logprobs is None or not batch.loss_mask.any():
-        return {}
-    d = np.abs(batch.prev_logprobs - batch.gen_logprobs)[batch.loss_mask]
-    ratio = np.exp(batch.prev_logprobs - batch.gen_logprobs)[batch.loss_mask]
-    return {
-        "logprob_mismatch/mean": float(d.mean()),
-        "logprob_mismatch/max": float(d.max()),
-        "is_weight/mean": float(ratio.mean()),
-        "is_weight/max": float(ratio.max()),
-        "is_weight/min": float(ratio.min()),
+def mismatch_metrics(tm: dict[str, Any]) -> dict[str, float]:
+    """Train-vs-generation logprob mismatch over loss tokens, from the train step's metrics
+    (the loss measures |log π − log π_gen| in its own forward: π_prev is the policy trained):
+    ``logprob_mismatch/mean|max``, and ``is_weight/mean|max|min`` when the loss's
+    importance-sampling correction is on."""
+    names = {
+        "logprob_mismatch/mean": "logprob_mismatch_mean",
+        "logprob_mismatch/max": "logprob_mismatch_max",
+        "is_weight/mean": "is_weight_mean",
+        "is_weight/max": "is_weight_max",
+        "is_weight/min": "is_weight_min",
     }
+    return {key: float(tm[name]) for key, name in names.items() if name in tm}
 
 
 def train_metrics(m: dict[str, Any]) -> dict[str, float]:

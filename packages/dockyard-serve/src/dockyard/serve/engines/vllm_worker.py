@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Generator
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -48,8 +50,11 @@ class DockyardWorkerExtension:
     def dockyard_receive(self, spec: dict[str, Any], version: int) -> dict[str, Any]:
         """Receive one update through the receiver described by ``spec`` and load it.
 
-        Returns ``{"buckets", "tensors", "bytes", "seconds"}``. Raises if the update carries a
-        different version than ``version`` (a stale or out-of-order update).
+        Returns ``{"buckets", "tensors", "bytes", "seconds"}`` and where those seconds went:
+        ``receive_s`` (waiting on the transport: the sender's bytes, the handshakes),
+        ``load_s`` (the copy out of the transport's buffer and vLLM's ``load_weights``, with
+        the CPU backend's re-packing of each linear layer), ``finalize_s``. Raises if the
+        update carries a different version than ``version`` (a stale or out-of-order update).
         """
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload.layerwise import (
@@ -57,43 +62,90 @@ class DockyardWorkerExtension:
             initialize_layerwise_reload,
         )
 
-        from dockyard.serve.transports.torch_dtypes import from_numpy
-
         rx = self._dockyard_receiver(spec)
         ephemeral = bool(spec.get("ephemeral"))
         model = self.model_runner.get_model()  # type: ignore[attr-defined]
         device = next(model.parameters()).device
         t0 = time.perf_counter()
-        stats = {"buckets": 0, "tensors": 0, "bytes": 0}
+        stats: dict[str, Any] = {"buckets": 0, "tensors": 0, "bytes": 0}
+        phases: dict[str, float] = {"receive_s": 0.0, "load_s": 0.0, "finalize_s": 0.0}
         with set_current_vllm_config(self.vllm_config), torch.no_grad():  # type: ignore[attr-defined]
             initialize_layerwise_reload(model)
+            items = _timed(_buckets(rx), phases, "receive_s")
             try:
-                if hasattr(rx, "receive_torch"):
-                    items = ((h.version, t) for h, t in rx.receive_torch())
-                else:
-                    items = (
-                        (b.version, {k: from_numpy(v) for k, v in b.tensors.items()})
-                        for b in rx.receive()
-                    )
                 for got_version, tensors in items:
                     if got_version != version:
                         raise RuntimeError(
                             f"weight update carries version {got_version}, the engine expected {version}"
                         )
-                    # Own the memory: layerwise reload may hold tensors until a layer is complete.
-                    weights = [(k, t.to(device, copy=True)) for k, t in tensors.items()]
+                    t = time.perf_counter()
+                    weights = _owned(tensors, device)
                     model.load_weights(weights)
+                    phases["load_s"] += time.perf_counter() - t
                     stats["buckets"] += 1
                     stats["tensors"] += len(weights)
-                    stats["bytes"] += sum(t.numel() * t.element_size() for _, t in weights)
+                    stats["bytes"] += sum(w.numel() * w.element_size() for _, w in weights)
             finally:
+                items.close()  # on an error, the transport's connection closes now
+                t = time.perf_counter()
                 finalize_layerwise_reload(model, self.model_runner.model_config)  # type: ignore[attr-defined]
+                phases["finalize_s"] = time.perf_counter() - t
                 if ephemeral:
                     rx.close()
         stats["seconds"] = time.perf_counter() - t0
-        return stats
+        return {**stats, **phases}
 
     def dockyard_param_digest(self, names: list[str]) -> dict[str, float]:
         """``{name: float(sum)}`` of the named (vLLM-side) parameters, for tests."""
         params = dict(self.model_runner.get_model().named_parameters())  # type: ignore[attr-defined]
         return {n: float(params[n].double().sum()) for n in names if n in params}
+
+
+def _buckets(rx: Any) -> Generator[tuple[int, dict[str, Any]], None, None]:
+    """``(version, {name: array or tensor})`` per bucket of ``rx``; they view the transport's
+    buffer, valid until the next bucket is asked for."""
+    if hasattr(rx, "receive_torch"):
+        for header, tensors in rx.receive_torch():
+            yield header.version, tensors
+        return
+    for b in rx.receive():
+        yield b.version, b.tensors
+
+
+def _owned(tensors: dict[str, Any], device: torch.device) -> list[tuple[str, torch.Tensor]]:
+    """Copies on ``device`` of a bucket's arrays (numpy) or tensors: layerwise reload may hold
+    a tensor until its layer is complete, past the bucket's life.
+
+    On the CPU numpy makes the copies: a plain memcpy each, where a torch copy is an OpenMP
+    parallel region, and each region waits for every thread of the team (with the cores
+    shared, for one that is not running). Elsewhere the copy is the transfer to the device.
+    """
+    from dockyard.serve.transports.torch_dtypes import from_numpy
+
+    out = []
+    for name, w in tensors.items():
+        if isinstance(w, np.ndarray):
+            w = from_numpy(np.array(w, copy=True) if device.type == "cpu" else w)
+            out.append((name, w.to(device, copy=device.type != "cpu")))
+        else:
+            out.append((name, w.to(device, copy=True)))
+    return out
+
+
+def _timed(
+    it: Generator[Any, None, None], phases: dict[str, float], key: str
+) -> Generator[Any, None, None]:
+    """``it``, adding the time spent waiting for each item (and for its end) to ``phases[key]``;
+    closing this closes ``it``."""
+    try:
+        while True:
+            t = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            finally:
+                phases[key] += time.perf_counter() - t
+            yield item
+    finally:
+        it.close()

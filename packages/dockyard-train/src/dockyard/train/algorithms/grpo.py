@@ -5,20 +5,28 @@ pushes version ``s + 1`` to the engines. With ``A = grpo.async_grpo.max_trajecto
 (0 when asynchrony is off) the collector may generate the groups for step ``t`` once the engines
 serve version ``t − A``, and the buffer hands step ``s`` only groups whose oldest token has
 version ≥ ``s − A``. A = 0 is exactly on-policy GRPO; A ≥ 1 overlaps generation with training.
+Each step takes ``P·G / policy.train_global_batch_size`` optimizer steps, one per consecutive
+slice of the batch (usually one: ``train_global_batch_size = P·G``). With one, π_prev of the
+clipped ratio is the policy being trained: the loss takes ``stop_grad(log π)`` from the train
+step's own forward (as TRL does with one iteration per batch) and no separate logprob pass
+runs; with several, π_prev is computed once, before the first. The mismatch against the
+engines' logprobs comes from the loss's metrics. The asynchrony's off-policy gap
+(π_gen ≠ π_prev) is what the importance-sampling correction is for.
 
     for step in range(start, max_num_steps):
         heal()                                             # replace dead engines, sandboxes
         groups  = buffer.wait_sample(P, step)              # P complete groups, age ≤ A
                   (+ dynamic sampling: drop all-equal groups, draw more)
         batch   = build_batch(groups)                      # shaping, masks, advantages
-        batch.prev_logprobs = trainer.get_logprobs(batch)  # (+ reference logprobs if β > 0)
-        metrics = trainer.train_step(batch, loss_fn)       # version step -> step + 1
+        batch.ref_logprobs = trainer.get_reference_logprobs(batch)  # only if β > 0
+        metrics = trainer.train_step(batch, loss_fn)       # version step -> step + 1 (one
+                                                           #   per train_global_batch_size)
         collector.order(P, min_version=step + 1)           # work for step t = step + 1 + A
         checkpoint(step + 1)                               # every save_period steps
         push_weights(version=step + 1)                     # in-flight update, then the
         collector.set_version(step + 1)                    #   engines serve step + 1
         log(step + 1, metrics)                             # (+ validation every val_period
-                                                           #    steps and after the last one)
+                                                           #    steps, after the last: val_at_end)
     a trainer rank lost on the way: restart every rank, rewind (start = the restore point), again
 
 Faults (helpers in :mod:`dockyard.train.recovery`): every step the driver replaces engines
@@ -51,7 +59,7 @@ from dockyard.train.batching import (
     informative_groups,
     trainer_view,
 )
-from dockyard.train.logging import MetricsLogger, plot_rewards
+from dockyard.train.logging import MetricsLogger, plot_rewards, process_age_s, startup_line
 from dockyard.train.metrics import (
     infra_report,
     mismatch_metrics,
@@ -116,9 +124,9 @@ def train(
         on_step: ``callable(step, stack)`` called after each step (tests inject faults here).
 
     Validation (``grpo.val_*``: the pass rate of ``val_samples_per_prompt`` samples per held-out
-    task at ``val_temperature``) runs before the first step (``val_at_start``), every
-    ``val_period`` steps and after the last one; each is logged at the step whose weights it
-    measured (step 0: before training) with ``val/*`` keys.
+    task at ``val_temperature``) runs only where the config asks: before the first step
+    (``val_at_start``), every ``val_period`` steps, after the last one (``val_at_end``); each is
+    logged at the step whose weights it measured (step 0: before training) with ``val/*`` keys.
     """
     import ray
 
@@ -147,18 +155,26 @@ def train(
                     with timer("wait_generation"):
                         groups, drawn = _sample(stack, run.collector, cfg, step)
 
-                    # 2. the batch, then logprobs under the weights being trained
+                    # 2. the batch (+ reference logprobs if β > 0). π_prev is the policy being
+                    #    trained: with one optimizer step per batch the loss takes
+                    #    stop_grad(log π) from the step's own forward; a pass only for several
                     batch = build_batch(groups, opts)
-                    with timer("logprobs"):
-                        batch.prev_logprobs = trainer.get_logprobs(trainer_view(batch))
-                        if need_ref:
-                            batch.ref_logprobs = trainer.get_reference_logprobs(trainer_view(batch))
+                    n_opt = max(1, len(batch.input_ids) // cfg.policy.train_global_batch_size)
+                    if n_opt > 1 or need_ref:
+                        with timer("logprobs"):
+                            if n_opt > 1:
+                                batch.prev_logprobs = trainer.get_logprobs(trainer_view(batch))
+                            if need_ref:
+                                view = trainer_view(batch)
+                                batch.ref_logprobs = trainer.get_reference_logprobs(view)
 
-                    # 3. one optimizer step: version step -> step + 1
+                    # 3. the optimizer step(s), one per train_global_batch_size: version step ->
+                    #    step + 1
                     with timer("train"):
-                        tm = trainer.train_step(trainer_view(batch), loss_fn)
+                        tm = _train(trainer, batch, loss_fn, n_opt)
 
                     # 4. order the work for step + 1 + A, then checkpoint (before the weights move)
+                    run.settle_start_validation()
                     ray.get(run.collector.order.remote(P, step + 1))  # there: version ≥ step + 1
                     metrics = _step_metrics(groups, batch, tm, drawn, step, A)
                     if run.checkpoint_due(step + 1):
@@ -177,7 +193,10 @@ def train(
                 break
             except TrainerLost as lost:  # every rank restarts; the run rewinds
                 start = run.rewind(lost, step)
-        return run.finish()
+        val_end = run.final_validation()
+        if own_stack:  # the engines exit while the export and the plot are made
+            stack.stop_engines()
+        return run.finish(val_end)
     finally:
         if run is not None:
             run.close()
@@ -223,6 +242,8 @@ class _Run:
     logger: MetricsLogger
     val_start: float | None
     restarts: int = 0
+    startup: dict[str, float] = field(default_factory=dict)  # `startup/*`: the first step's
+    _val_at_start: tuple[float, Any] | None = None  # (its start, its ObjectRef) until settled
 
     @classmethod
     def begin(cls, cfg: Any, stack: Any, resume: bool, progress: bool) -> _Run:
@@ -233,6 +254,7 @@ class _Run:
 
         g = cfg.grpo
         P, A = g.num_prompts_per_step, g.async_grpo.age_bound()
+        t0 = time.perf_counter()
         tasks, val_tasks = load_tasks(cfg, "train"), load_tasks(cfg, "val")[: g.max_val_samples]
         collector = new_collector(stack, cfg, tasks)
         history: list[dict[str, float]] = []
@@ -247,30 +269,44 @@ class _Run:
             ray.get(collector.order.remote(P * (A + 1), 0))  # fill the pipeline: steps 0..A
             restore = RestorePoint(None, driver_state(stack, collector, 0, []))
         ray.get(collector.start.remote())
+        startup = {**getattr(stack, "startup", {}), "startup/data_s": time.perf_counter() - t0}
         config = cfg.model_dump(mode="json")
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
-        val_start = None
-        if val_tasks and g.val_at_start and start == 0:
-            try:
-                val = _validate(collector, val_tasks, cfg)
-            except BaseException:
-                logger.close()
-                raise
-            logger.log(0, val)
-            val_start = val["val/pass_rate"]
-            logger.write(f"validation before training: pass rate {100 * val_start:.1f}%")
-        return cls(
-            cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, val_start
-        )
+        run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
+        run.startup = startup
+        if val_tasks and g.val_at_start and start == 0:  # beside step 1, until its weight push
+            run._val_at_start = (time.perf_counter(), _validate_ref(collector, val_tasks, cfg))
+        return run
+
+    def settle_start_validation(self) -> None:
+        """Wait for the validation before training (``grpo.val_at_start``), which ran beside
+        the first step's generation and training: it measures the start's weights, so it ends
+        before the first weight push. Logged as step 0."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if self._val_at_start is None:
+            return
+        (t0, ref), self._val_at_start = self._val_at_start, None
+        try:
+            val: dict[str, float] = ray.get(ref)
+        except RayActorError:  # its collector was replaced by a rewind
+            self.logger.write("dockyard: the validation before training was lost in a rewind")
+            return
+        self.logger.log(0, val)
+        self.val_start = val["val/pass_rate"]
+        self.startup["startup/validation_s"] = time.perf_counter() - t0
+        self.logger.write(f"validation before training: pass rate {100 * self.val_start:.1f}%")
 
     def validate(self) -> dict[str, float]:
         return _validate(self.collector, self.val_tasks, self.cfg)
 
     def validation_due(self, step: int) -> bool:
-        """Every ``grpo.val_period`` steps, and after the last step."""
+        """Every ``grpo.val_period`` steps, and after the last step with ``grpo.val_at_end``."""
         g = self.cfg.grpo
         return bool(self.val_tasks) and (
-            step == g.max_num_steps or (g.val_period > 0 and step % g.val_period == 0)
+            (g.val_at_end and step == g.max_num_steps)
+            or (g.val_period > 0 and step % g.val_period == 0)
         )
 
     def checkpoint_due(self, step: int) -> bool:
@@ -308,6 +344,11 @@ class _Run:
                 metrics.update(self.validate())
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
+        metrics["time/since_process_start_s"] = process_age_s()
+        if self.startup:  # the first step of this process: where its start-up went
+            metrics.update(self.startup)
+            self.logger.write(startup_line(self.startup, metrics["time/since_process_start_s"]))
+            self.startup = {}
         self.history.append(metrics)
         if (masked := infra_report(groups, step)) is not None:
             self.logger.write(masked)
@@ -344,22 +385,28 @@ class _Run:
             self.logger.rewind(start)
             return start
 
-    def finish(self) -> GRPOResult:
-        """The validation after training (the last step's; run now, and logged at the last
-        step, when a resumed run had no step left), the Hugging Face export
-        (``checkpointing.export_hf``), the reward curve."""
+    def final_validation(self) -> float | None:
+        """The pass rate after training, then the collector stopped: ``grpo.val_at_end``'s
+        (the last step's; run now, and logged at the last step, when a resumed run had no step
+        left), else the last step's ``val_period`` one if it fell there, else None."""
         import ray
 
+        steps = self.cfg.grpo.max_num_steps
+        val_end = None
+        if self.val_tasks and self.history and self.history[-1].get("version") == steps:
+            val_end = self.history[-1].get("val/pass_rate")
+        if self.val_tasks and self.cfg.grpo.val_at_end and val_end is None:
+            ray.get(self.collector.stop.remote())
+            val = self.validate()
+            self.logger.log(steps, val)
+            val_end = val["val/pass_rate"]
+        ray.get(self.collector.stop.remote())  # nothing more to generate
+        return val_end
+
+    def finish(self, val_end: float | None) -> GRPOResult:
+        """The Hugging Face export (``checkpointing.export_hf``) and the reward curve."""
         cfg = self.cfg
         steps = cfg.grpo.max_num_steps
-        val_end = None
-        if self.val_tasks:
-            val_end = self.history[-1].get("val/pass_rate") if self.history else None
-            if val_end is None:
-                ray.get(self.collector.stop.remote())
-                val = self.validate()
-                self.logger.log(steps, val)
-                val_end = val["val/pass_rate"]
         if cfg.checkpointing.export_hf:
             self.export_hf(cfg.checkpointing.export_hf)
         plot = None
@@ -438,6 +485,36 @@ def _sample(stack: Any, collector: Any, cfg: Any, step: int) -> tuple[list[Any],
     )
 
 
+def _train(trainer: Any, batch: Any, loss_fn: Any, n_opt: int) -> dict[str, float]:
+    """``n_opt`` optimizer steps, one per consecutive slice of ``policy.train_global_batch_size``
+    sequences (whole groups: the batch holds them in order); their metrics averaged."""
+    view = trainer_view(batch)
+    if n_opt <= 1:
+        return dict(trainer.train_step(view, loss_fn))
+    steps = [trainer.train_step(part, loss_fn) for part in _row_slices(view, n_opt)]
+    keys = {k for m in steps for k, v in m.items() if isinstance(v, int | float | np.number)}
+    out = {k: float(np.mean([m[k] for m in steps if k in m])) for k in keys}
+    out["optimizer_steps"] = float(n_opt)
+    return out
+
+
+def _row_slices(batch: Any, n: int) -> list[Any]:
+    """``batch`` cut into ``n`` consecutive slices of rows (equal when ``n`` divides it)."""
+    import dataclasses
+
+    def part(rows: np.ndarray) -> Any:
+        arrays = {
+            f.name: None if (a := getattr(batch, f.name)) is None else a[rows]
+            for f in dataclasses.fields(batch)
+            if f.name != "extras"
+        }
+        return dataclasses.replace(
+            batch, **arrays, extras={k: v[rows] for k, v in batch.extras.items()}
+        )
+
+    return [part(rows) for rows in np.array_split(np.arange(len(batch.input_ids)), n)]
+
+
 def _step_metrics(
     groups: list[Any], batch: Any, tm: Any, drawn: int, step: int, max_age: int
 ) -> dict[str, float]:
@@ -445,7 +522,7 @@ def _step_metrics(
     step's metrics, the groups drawn, the version it produced."""
     return {
         **rollout_metrics(groups, step, max_age),
-        **mismatch_metrics(batch),
+        **mismatch_metrics(tm),
         **train_metrics(tm),
         "dynamic_sampling/groups_drawn": float(drawn),
         "version": float(step + 1),
@@ -477,7 +554,12 @@ def _validate(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> dict[str
     ``grpo.val_temperature`` (None: the training temperature; 0: greedy)."""
     import ray
 
+    out: dict[str, float] = ray.get(_validate_ref(collector, tasks, cfg))
+    return out
+
+
+def _validate_ref(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> Any:
+    """:func:`_validate` started, not waited for (its ObjectRef)."""
     g = cfg.grpo
     t = cfg.policy.generation.temperature if g.val_temperature is None else g.val_temperature
-    out: dict[str, float] = ray.get(collector.validate.remote(tasks, g.val_samples_per_prompt, t))
-    return out
+    return collector.validate.remote(tasks, g.val_samples_per_prompt, t)

