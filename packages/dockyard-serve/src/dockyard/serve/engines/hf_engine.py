@@ -13,13 +13,15 @@ machines without vLLM and for tests. One scheduler task runs the model; each ste
     version = the engine's policy version at this step
     retire the samples that hit EOS, a stop token or string, max_tokens or the context length
 
-Padding: the batch is left-padded; each row's attention mask hides the padding and its position
-ids count only its own tokens, so a row computes what it would alone, up to float rounding (a
-batched matmul or attention may sum in another order). Sampling is per sample: each draws one
-uniform from its own generator per token (inverse CDF over its probabilities), so the random
-stream does not depend on what else is in the batch. Greedy tokens therefore equal unbatched
-ones, and seeded samples equal those of the request run alone, unless two tokens' scores lie
-within rounding (~1e-6) of each other (greedy) or the uniform lies that close to a CDF boundary.
+What batching changes: nothing but float rounding. The batch is left-padded; each row's
+attention mask hides the padding and its position ids count only its own tokens, so a row's
+logits are those it gets alone up to the order in which a batched matmul or attention sums
+(float32 on CPU: logprobs within 1e-5 of an unpadded forward). The random stream is the
+sample's own: one float64 uniform per sampled token from its generator, turned into a token by
+inverse CDF over its filtered probabilities, whatever else is in the batch and whenever pauses,
+aborts or updates happen. So greedy tokens equal unbatched ones and a seeded sample equals the
+one its request gives alone, except where two scores tie within that rounding (greedy) or the
+uniform falls within it of a CDF boundary; in bfloat16 the rounding, and so the chance, grows.
 
 Between steps the scheduler yields to the event loop and waits while the engine is paused, so
 ``pause("keep")`` freezes samples with their KV caches, and a weight update lands between two
