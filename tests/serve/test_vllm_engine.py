@@ -212,6 +212,10 @@ def test_inflight_update_keep(loop, engine, tmp_path, tmp_path_factory) -> None:
         switched += int(v[0] == 0 and v[-1] == 1)
     assert switched >= 1, [r.policy_versions for r in res]
     assert engine.last_update["buckets"] >= 2
+    u = engine.last_update  # where the update's time went (the caller paused: no pause here)
+    assert u["pause_s"] < 0.05
+    assert u["rpc_s"] >= u["seconds"]
+    assert u["receive_s"] + u["load_s"] + u["finalize_s"] <= u["seconds"]
 
 
 def test_after_update_logprobs_match_new_weights(loop, engine, torch_lp) -> None:
@@ -298,7 +302,7 @@ def test_generic_receiver_relay_and_greedy_state(loop, engine, tmp_path_factory)
 def check_engine_processes(actor_pid: int) -> None:
     """The engine actor started one vLLM process, the engine core with the worker inside
     (``uni`` executor), and it runs on the threads the actor set: every core the actor may
-    use (Ray alone would have left ``OMP_NUM_THREADS=1``)."""
+    use but one, left to the front end in the actor (the rule of ``hosts.fleet_threads``)."""
     import psutil
 
     from dockyard.train.runtime.hosts import thread_count
@@ -310,7 +314,7 @@ def check_engine_processes(actor_pid: int) -> None:
     vllm = [p for p in psutil.Process(actor_pid).children(recursive=True) if "VLLM" in p.name()]
     assert [p.name() for p in vllm] == ["VLLM::EngineCore"]
     env = environ(vllm[0])
-    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(thread_count())
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(max(1, thread_count() - 1))
 
 
 def test_engine_host_fresh_engine_matches_updated_engine(loop, engine) -> None:
@@ -347,3 +351,28 @@ def test_engine_host_fresh_engine_matches_updated_engine(loop, engine) -> None:
         ray.get(actor.shutdown.remote())
     finally:
         ray.shutdown()
+
+
+def test_worker_loads_copies_of_a_bucket() -> None:
+    """The worker hands vLLM's loaders copies of a bucket (the transport reuses its buffer for
+    the next one; layerwise reload may keep a tensor until its layer is complete): numpy
+    arrays are copied by numpy on the CPU, bfloat16 included; tensors by torch."""
+    import ml_dtypes
+    import torch
+
+    from dockyard.serve.engines.vllm_worker import _owned
+
+    buf = np.arange(48, dtype=np.float32)
+    bucket = {
+        "w": buf[:32].reshape(4, 8),
+        "h": buf[32:].view(np.uint16)[:16].view(ml_dtypes.bfloat16).reshape(2, 8),
+        "t": torch.ones(3),
+    }
+    want = {k: torch.as_tensor(np.array(v, dtype=np.float32)) for k, v in bucket.items()}
+    got = dict(_owned(bucket, torch.device("cpu")))
+    buf[:] = -1.0  # the next bucket lands in the buffer
+    bucket["t"].zero_()
+    assert [got[k].dtype for k in ("w", "h", "t")] == [torch.float32, torch.bfloat16, torch.float32]
+    for k, v in got.items():
+        assert v.shape == want[k].shape
+        torch.testing.assert_close(v.float(), want[k])

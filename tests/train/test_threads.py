@@ -29,6 +29,7 @@ def probe() -> dict[str, Any]:
         "omp": os.environ.get("OMP_NUM_THREADS"),
         "mkl": os.environ.get("MKL_NUM_THREADS"),
         "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+        "wait": os.environ.get("OMP_WAIT_POLICY"),
         "cores": sorted(os.sched_getaffinity(0)),
     }
 
@@ -39,7 +40,7 @@ class ProbeWorker:
 
     step = 0
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], **rank: int) -> None:
         import torch  # noqa: F401
 
     def get_logprobs(self, batch: Any) -> dict[str, Any]:
@@ -57,8 +58,8 @@ class ProbeEngine:
         return probe()
 
 
-def probe_worker(config: dict[str, Any]) -> ProbeWorker:
-    return ProbeWorker(config)
+def probe_worker(config: dict[str, Any], **rank: int) -> ProbeWorker:
+    return ProbeWorker(config, **rank)
 
 
 def probe_engine() -> ProbeEngine:
@@ -67,7 +68,8 @@ def probe_engine() -> ProbeEngine:
 
 def test_the_rule() -> None:
     """Bound: the host counts its bound cores (None); one actor of a CPU fleet that takes
-    turns with the other: all its cores (None); otherwise its Ray CPUs, rounded down."""
+    turns with the other: the host counts the cores it may run on (None); otherwise its Ray
+    CPUs, rounded down."""
     assert fleet_threads("0-1", 1.0, overlap=True) is None
     assert fleet_threads(None, 1.0, overlap=False) is None
     assert fleet_threads(None, 1.0, overlap=True) == 1
@@ -114,7 +116,8 @@ def test_hosts_set_the_threads_in_ray_actors(local_ray) -> None:
     policy("trainer, unbound", everything, CORES)
     policy("trainer, async share", 1, CORES, threads=fleet_threads(None, 1.0, overlap=True))
     policy("trainer, bound to one core", 1, [int(one)], cpus=one)
-    engine_host("engine, unbound", everything, CORES)
+    policy("trainer, rank 0 of 2", 1, CORES, world_size=2)  # the ranks compute at once
+    engine_host("engine, unbound", max(1, everything - 1), CORES)  # one for its front end
     engine_host("engine, bound to one core", 1, [int(one)], cpus=one)
     if len(CORES) >= 2:
         two = f"{CORES[0]},{CORES[1]}"
@@ -126,6 +129,9 @@ def test_hosts_set_the_threads_in_ray_actors(local_ray) -> None:
             want = {"torch": expect, "interop": expect, "omp": str(expect), "mkl": str(expect)}
             assert {k: got[k] for k in want} == want, (name, got)
             assert got["cores"] == cores, (name, got)
+            # several threads on cores not bound to the fleet: they wait passively
+            passive = expect > 1 and "bound to" not in name
+            assert got["wait"] == ("PASSIVE" if passive else None), (name, got)
             if name.startswith("engine, bound"):
                 assert got["bind"] == one, got  # vllm-cpu's OpenMP threads: the same core
     finally:

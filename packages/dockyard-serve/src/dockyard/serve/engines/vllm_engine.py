@@ -379,6 +379,7 @@ class VLLMEngine(GenerationEngine):
         t2 = time.perf_counter()
         if auto_pause:
             await self.resume()
+        t3 = time.perf_counter()
         self.last_update = {
             **stats,
             "wall_seconds": t2 - t0,
@@ -387,8 +388,8 @@ class VLLMEngine(GenerationEngine):
             "pause_s": t0 - t_start,
             "rpc_s": t1 - t0,  # the worker's "seconds" plus the round trip to it
             "commit_s": t2 - t1,  # prefix-cache reset and the engine's weight version
-            "resume_s": time.perf_counter() - t2,
-            "total_s": time.perf_counter() - t_start,
+            "resume_s": t3 - t2,
+            "total_s": t3 - t_start,
         }
 
     async def _relay(self, receiver: WeightReceiver, version: int) -> dict[str, Any]:

