@@ -137,3 +137,20 @@ def test_hosts_set_the_threads_in_ray_actors(local_ray) -> None:
     finally:
         for actor, *_ in cases.values():
             ray.kill(actor)
+
+
+def test_wait_policy_is_the_operators_or_ours(monkeypatch) -> None:
+    """A team of several threads on shared cores waits passively; a process that inherited our
+    PASSIVE but should not wait passively drops it; an operator's own setting is kept."""
+    from dockyard.train.runtime import hosts
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv(hosts._WAIT_MARK, raising=False)
+    hosts._set_wait_policy(passive=True)
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    hosts._set_wait_policy(passive=False)  # e.g. a one-thread actor started from that process
+    assert "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the operator's
+    hosts._set_wait_policy(passive=True)
+    hosts._set_wait_policy(passive=False)
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"

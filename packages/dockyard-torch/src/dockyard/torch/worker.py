@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
+from dockyard.core.rl.metrics import add_metric, final_metrics, merge_metrics
 from dockyard.torch import checkpoint as ckpt
 from dockyard.torch.config import TorchPolicyConfig
 from dockyard.torch.export import bucketed, iter_hf_tensors
@@ -279,10 +280,10 @@ class TorchPolicyWorker(PolicyWorker):
             loss, metrics = loss_fn(lp, mb)
             (loss * scale).backward()
             w = float(loss_mask[idx].sum())
-            sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+            add_metric(sums, "loss", float(loss.detach()), w)
             for key, val in metrics.items():
                 if key != "loss" and not key.startswith("num_") and _is_scalar(val):
-                    sums[key] = sums.get(key, 0.0) + float(val) * w
+                    add_metric(sums, key, float(val), w)
         lr = float(self.optimizer.param_groups[0]["lr"])
         grad_norm = self._clip_and_step()
         metrics_out = self._reduce_metrics(sums, n_tok)
@@ -316,11 +317,7 @@ class TorchPolicyWorker(PolicyWorker):
             dist.all_gather_object(gathered, sums if self._counts_here else {})
         else:
             gathered = [sums]
-        total: dict[str, float] = {}
-        for part in gathered:
-            for k, v in part.items():
-                total[k] = total.get(k, 0.0) + v
-        return {k: v if k == "loss" else v / max(n_tok, 1.0) for k, v in total.items()}
+        return final_metrics(merge_metrics(gathered), n_tok)
 
     # ------------------------------------------------------- weights and state
     def export_weights(

@@ -395,7 +395,20 @@ def _cpu_quota() -> float | None:
     return quota_us / period_us if quota_us > 0 and period_us > 0 else None
 
 
-def _set_threads(n: int, *, load_torch: bool = False, shared: bool = False) -> int:
+# set beside OMP_WAIT_POLICY when a host chose it, so that a process started from one (a test's
+# Ray workers, an engine core) tells it from an operator's own setting
+_WAIT_MARK = "DOCKYARD_OMP_WAIT_POLICY"
+
+
+def _set_wait_policy(*, passive: bool) -> None:
+    ours = os.environ.get(_WAIT_MARK) == os.environ.get("OMP_WAIT_POLICY", "")
+    if passive and (ours or "OMP_WAIT_POLICY" not in os.environ):
+        os.environ["OMP_WAIT_POLICY"] = os.environ[_WAIT_MARK] = "PASSIVE"
+    elif not passive and ours:  # inherited from a process a host set it in
+        del os.environ["OMP_WAIT_POLICY"], os.environ[_WAIT_MARK]
+
+
+def _set_threads(n: int, *, load_torch: bool = False, shared: bool | None = None) -> int:
     """Run this process, and the processes it starts, on ``n`` threads; returns ``n``.
 
     The variables first (:data:`THREAD_VARS`: a backend imported later, or a process started
@@ -405,15 +418,16 @@ def _set_threads(n: int, *, load_torch: bool = False, shared: bool = False) -> i
     ``load_torch`` and torch is installed.
 
     ``shared`` (cores not bound to this fleet) with ``n`` > 1 also sets
-    ``OMP_WAIT_POLICY=PASSIVE`` unless it is set: OpenMP threads that wait for each other then
+    ``OMP_WAIT_POLICY=PASSIVE`` unless the operator set it (one inherited from another host's
+    process is dropped where this one should not wait passively): OpenMP threads that wait for each other then
     sleep instead of spinning, so a team whose cores other work also wants (the other fleet,
     the engine's front end, the environment's scoring, other jobs) does not collapse —
     measured 4-20x slower spinning (docs/training.md).
     """
     for var in THREAD_VARS:
         os.environ[var] = str(n)
-    if shared and n > 1:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if shared is not None:
+        _set_wait_policy(passive=shared and n > 1)
     if "torch" not in sys.modules and not (load_torch and importlib.util.find_spec("torch")):
         return n
     import torch
