@@ -378,8 +378,7 @@ def dockyard_config(regime: str, prep: dict[str, str], args: argparse.Namespace)
 
 
 def dockyard_command(cfg: Path, system: str, run_dir: Path) -> list[str]:
-    # the console script (``python -m dockyard.train.cli`` does not run: the package has no
-    # ``__main__``)
+    # the console script, as a user runs it (``python -m dockyard.train.cli`` is the same)
     return [
         str(Path(sys.executable).with_name("dockyard")),
         "train",

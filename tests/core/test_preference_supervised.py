@@ -104,6 +104,39 @@ def test_preference_losses(variant, sft, rng):
     assert 0.0 <= m["preference_accuracy"] <= 1.0
 
 
+@pytest.mark.parametrize("variant", ["dpo", "ipo", "rdpo", "simpo", "orpo"])
+def test_preference_pairs_loss_sums_adjacent_rows(variant, rng):
+    """The LossFn over rows (chosen 2i, rejected 2i + 1) is the per-pair loss of the rows'
+    masked sums, and micro-batches of whole pairs add up to the whole batch's loss."""
+    from dockyard.core.rl import PreferenceLoss, PreferencePairsLoss
+
+    B, T = 6, 9  # 3 pairs
+    lp = -rng.uniform(0.1, 3.0, (B, T))
+    ref = lp + rng.normal(0, 0.5, (B, T))
+    mask = np.zeros((B, T), dtype=bool)
+    for i, (start, end) in enumerate([(2, 9), (2, 5), (4, 8), (4, 9), (1, 3), (1, 9)]):
+        mask[i, start:end] = True
+    sums = np.where(mask, lp, 0).sum(1)
+    rsums = np.where(mask, ref, 0).sum(1)
+    n = mask.sum(1).astype(float)
+    opts = {"beta": 0.2, "sft_weight": 0.3}
+    want, _ = preference_loss(variant, sums[0::2], sums[1::2], rsums[0::2], rsums[1::2],
+                              chosen_lengths=n[0::2], rejected_lengths=n[1::2], **opts)  # fmt: skip
+    fn = PreferencePairsLoss(PreferenceLoss(variant, opts))
+    assert fn.rows_per_group == 2
+    batch = {"loss_mask": mask, "ref_logprobs": ref}
+    got, m = fn(lp, batch)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert m["logps_chosen"] == pytest.approx(sums[0::2].mean())
+    parts = [
+        fn(lp[rows], {"loss_mask": mask[rows], "ref_logprobs": ref[rows], "num_sequences": B})[0]
+        for rows in (slice(0, 2), slice(2, 6))
+    ]
+    assert sum(parts) == pytest.approx(want, rel=1e-12)
+    with pytest.raises(ValueError, match="whole \\(chosen, rejected\\) pairs"):
+        fn(lp[:3], {"loss_mask": mask[:3], "ref_logprobs": ref[:3]})
+
+
 def test_preference_needs_reference():
     with pytest.raises(ValueError, match="ref_chosen_logps"):
         preference_loss("dpo", np.zeros(2), np.zeros(2))

@@ -18,6 +18,7 @@ from dockyard.envs.math import (
     extract_choice,
     load_math_jsonl,
 )
+from dockyard.envs.math.verify import _check
 from dockyard.envs.rewards import CORRECT, FORMAT, OVERLONG, RewardConfig
 
 
@@ -177,3 +178,23 @@ def test_multiple_choice_env():
     assert _score(env, task, "Paris!").rewards == {CORRECT: 0.0, FORMAT: 0.0}
     with pytest.raises(ValueError, match="not one of ABC"):
         _score(env, {**task, "answer": "D"}, "Answer: D")
+
+
+def test_plain_numbers_are_compared_without_sympy(monkeypatch):
+    """Two plain decimals get math-verify's verdict without it (it costs 20-30 ms a check);
+    anything else still goes through it."""
+    import math_verify
+
+    calls = []
+    real = math_verify.verify
+    monkeypatch.setattr(math_verify, "verify", lambda *a, **k: calls.append(a) or real(*a, **k))
+    v = MathVerifier()
+    assert v.check("355", " 355.0").correct
+    assert not v.check("355", "356").correct
+    assert v.check("-0.5", "-0.50").correct
+    assert not v.check("0.5", "-0.5").correct
+    assert calls == []
+    assert v.check("1/2", "0.5").correct
+    assert calls
+    for gold, pred in [("355", "355.0"), ("-0.5", "-0.50"), ("355", "356"), ("0.5", "-0.5")]:
+        assert v.check(gold, pred).correct == _check(gold, pred, 5)  # the same verdict

@@ -58,13 +58,15 @@ def test_vllm_on_cpu_runs_eager_unless_set() -> None:
     assert eager({"enforce_eager": True}, gpus=1) is True
 
 
-def test_other_backends_get_the_model_and_version_only_and_no_gpus_on_cpu() -> None:
+def test_transformers_engines_get_the_context_length_and_the_trainer_dtype() -> None:
     master = _master(policy={"generation": {"backend": "transformers"}})
     engines = EngineConfig.from_master(master)
     assert engines.engine_kwargs() == {
         "backend": "transformers",
         "model": "/m",
         "initial_version": 0,
+        "max_model_len": 300,
+        "dtype": "float32",
     }
     assert (engines.num_engines, engines.gpus) == (1, 0.0)
 

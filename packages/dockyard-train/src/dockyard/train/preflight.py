@@ -6,7 +6,9 @@ checks here look at the machine, each a function ``(cfg, load) -> list[str]`` in
 :data:`CHECKS`, each problem a line starting with the dotted key to change:
 
 ========== ================================================================================
-loss       ``loss_fn.type`` is one the GRPO driver trains (``dockyard sft`` skips it)
+loss       ``loss_fn.type`` is one the command's driver trains (``dockyard train``: a policy
+           gradient, ``dockyard dpo``: a preference loss; ``config check``: one some driver
+           trains; ``dockyard sft`` skips it)
 names      ``env.<name>.type`` and ``data.dataset_name`` are registered (dockyard-envs)
 models     ``policy.model_name`` / ``policy.tokenizer.name``: a local folder exists and holds
            a model (``config.json``) and a tokenizer; a Hub name is in the HF cache, or this
@@ -98,23 +100,36 @@ def report(prog: str, err: ConfigError) -> NoReturn:
     raise SystemExit(2)
 
 
-def deep_check(cfg: Any, *, load: bool = True, skip: Iterable[str] = ()) -> list[str]:
+def deep_check(
+    cfg: Any, *, load: bool = True, skip: Iterable[str] = (), driver: str | None = None
+) -> list[str]:
     """Every problem the checks in :data:`CHECKS` find in ``cfg`` (a ``MasterConfig``), but
-    those named in ``skip``; ``load``: load the model's config and tokenizer with transformers.
-    Each problem starts with its dotted key; ``ConfigError(problems, source)`` reports them."""
+    those named in ``skip``; ``load``: load the model's config and tokenizer with transformers;
+    ``driver``: the command that will run it (``train``, ``sft``, ``dpo``: the loss must be its
+    driver's; None: any driver's). Each problem starts with its dotted key;
+    ``ConfigError(problems, source)`` reports them."""
+    checks = {**CHECKS, "loss": functools.partial(check_loss, driver=driver)}
     problems: list[str] = []
-    for name, check in CHECKS.items():
+    for name, check in checks.items():
         if name not in skip:
             problems += check(cfg, load)
     return problems
 
 
 def validate(
-    cfg: Any, source: str, deep: bool = False, *, load: bool = True, skip: Iterable[str] = ()
+    cfg: Any,
+    source: str,
+    deep: bool = False,
+    *,
+    load: bool = True,
+    skip: Iterable[str] = (),
+    driver: str | None = None,
 ) -> Any:
     """``cfg`` (a ``MasterConfig``) once it passes the names check, with ``deep`` every check
-    in :data:`CHECKS` but ``skip``; else :class:`ConfigError` naming ``source``."""
-    problems = deep_check(cfg, load=load, skip=skip) if deep else unknown_names(cfg)
+    in :data:`CHECKS` but ``skip`` (``driver`` as in :func:`deep_check`); else
+    :class:`ConfigError` naming ``source``."""
+    check = functools.partial(deep_check, load=load, skip=skip, driver=driver)
+    problems = check(cfg) if deep else unknown_names(cfg)
     if problems:
         raise ConfigError(problems, source)
     return cfg
@@ -127,12 +142,14 @@ def load_and_validate(
     *,
     load: bool = True,
     skip: Iterable[str] = (),
+    driver: str | None = None,
 ) -> Any:
     """The ``MasterConfig`` of ``path`` with ``overrides`` through the schema and
     :func:`validate`; every problem in one :class:`ConfigError`."""
     from dockyard.core.config.loader import load_config
 
-    return validate(load_config(path, list(overrides)), str(path), deep, load=load, skip=skip)
+    cfg = load_config(path, list(overrides))
+    return validate(cfg, str(path), deep, load=load, skip=skip, driver=driver)
 
 
 def check_or_exit(
@@ -143,10 +160,12 @@ def check_or_exit(
     *,
     load: bool = True,
     skip: Iterable[str] = (),
+    driver: str | None = None,
 ) -> Any:
-    """:func:`validate`, or :func:`report` (exit 2): for a config built in code."""
+    """:func:`validate`, or :func:`report` (exit 2): for a config built in code. ``driver``
+    (default ``prog``): the command whose driver runs it."""
     try:
-        return validate(cfg, source, deep, load=load, skip=skip)
+        return validate(cfg, source, deep, load=load, skip=skip, driver=driver or prog)
     except ConfigError as e:
         report(prog, e)
 
@@ -159,11 +178,13 @@ def load_or_exit(
     *,
     load: bool = True,
     skip: Iterable[str] = (),
+    driver: str | None = None,
 ) -> Any:
     """:func:`load_and_validate`; on any problem print them all and exit 2 (``SystemExit(2)``),
-    no traceback: what every launcher calls first."""
+    no traceback: what every launcher calls first. ``driver`` (default ``prog``): the command
+    whose driver runs it (the loss check)."""
     try:
-        return load_and_validate(path, overrides, deep, load=load, skip=skip)
+        return load_and_validate(path, overrides, deep, load=load, skip=skip, driver=driver or prog)
     except ConfigError as e:
         report(prog, e)
 
@@ -461,11 +482,12 @@ def check_outputs(cfg: Any, load: bool) -> list[str]:
     return problems
 
 
-def check_loss(cfg: Any, load: bool) -> list[str]:
-    """The GRPO driver can train ``loss_fn.type`` (a policy-gradient loss)."""
-    from dockyard.train.algorithms.grpo_checks import check_loss_for_grpo
+def check_loss(cfg: Any, load: bool, driver: str | None = None) -> list[str]:
+    """``loss_fn.type`` is one ``driver`` trains (None: one some driver trains;
+    :mod:`dockyard.train.algorithms.drivers`)."""
+    from dockyard.train.algorithms.drivers import loss_problems
 
-    return check_loss_for_grpo(cfg)
+    return loss_problems(cfg, driver)
 
 
 CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {

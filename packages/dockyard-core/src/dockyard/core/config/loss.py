@@ -8,7 +8,7 @@ docs/algorithms.md and ``dockyard.core.rl``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -232,3 +232,7 @@ LossConfig = Annotated[
     Field(discriminator="type"),
 ]
 PG_LOSS_TYPES = ("clipped_pg", "cispo")
+PREFERENCE_LOSS_TYPES: tuple[str, ...] = get_args(
+    PreferenceLossConfig.model_fields["type"].annotation
+)
+"""The ``loss_fn.type`` values of :class:`PreferenceLossConfig` (the DPO driver's)."""

@@ -28,6 +28,10 @@ class LossFn(Protocol):
     ``num_sequences`` (global counts, 0-d). Metrics are 0-d arrays, means over this
     micro-batch's loss tokens (``num_tokens`` gives the weight for averaging across
     micro-batches).
+
+    A loss that couples rows sets ``rows_per_group = k`` (a class attribute; absent: 1): the
+    trainer keeps every run of k adjacent rows (rows ``k·i .. k·i + k − 1``) in one micro-batch
+    on one rank, in order. ``PreferencePairsLoss`` sets 2: a pair's chosen and rejected rows.
     """
 
     def __call__(self, logprobs: Any, batch: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]: ...

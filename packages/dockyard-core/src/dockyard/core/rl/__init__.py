@@ -22,7 +22,8 @@ Shapes: ``B`` sequences of ``T`` tokens; ``P`` groups (prompts) of ``G`` samples
 * Aggregation (:mod:`.aggregate`): token-level or sequence-level, with global normalisers.
 * Preference (:mod:`.preference`): ``preference_loss(variant, chosen_logps [B], ...)`` for DPO,
   cDPO, IPO, DPOP, R-DPO, SimPO, ORPO (+ SFT blend); ``bradley_terry_loss``; bound to a
-  config's options: ``PreferenceLoss``, ``BradleyTerryLoss``.
+  config's options: ``PreferenceLoss``, ``BradleyTerryLoss``; ``PreferencePairsLoss``: the
+  trainer's ``LossFn`` over adjacent (chosen, rejected) rows (the DPO driver's).
 * Supervised (:mod:`.supervised`): ``masked_nll``, ``MaskedNLLLoss``, ``topk_forward_kl``,
   ``DistillationLoss``.
 * Shaping (:mod:`.shaping`): ``overlong_penalty``, ``overlong_filter``,
@@ -55,6 +56,7 @@ from dockyard.core.rl.preference import (
     BradleyTerryLoss,
     PreferenceLoss,
     PreferenceOptions,
+    PreferencePairsLoss,
     bradley_terry_loss,
     preference_loss,
 )
@@ -79,6 +81,7 @@ __all__ = [
     "PolicyLoss",
     "PreferenceLoss",
     "PreferenceOptions",
+    "PreferencePairsLoss",
     "aggregate",
     "bradley_terry_loss",
     "cispo_loss",

@@ -22,18 +22,23 @@ Bradley–Terry (reward models; Ouyang et al. 2022): ℓ = −log σ(r_c − r_r
 
 :class:`PreferenceLoss` and :class:`BradleyTerryLoss` bind these to a config's options
 (``PreferenceLoss.from_config(cfg.loss_fn)``); they take per-pair arrays, not the trainer's
-``LossFn`` batch: a preference driver sums its chosen / rejected rows first.
+``LossFn`` batch. :class:`PreferencePairsLoss` is the ``LossFn`` a DPO driver trains with: each
+pair is two adjacent rows of the batch (chosen at 2i, rejected at 2i + 1), it sums each row's
+logprobs over its ``loss_mask`` (π, and ρ from ``ref_logprobs``; |y| is the row's mask count)
+and asks the trainer to keep the two rows of a pair in one micro-batch
+(``rows_per_group = 2``).
 
 Adding a variant: write ``def _my(pc, pr, rc, rr, lc, lr, o) -> (loss [B], z [B])`` below, with
-its formula in this docstring, and register it in :data:`PREFERENCE_LOSSES`; add it to the
-config's ``loss_fn.type`` choices and a float64 reference test.
+its formula in this docstring, and register it in :data:`PREFERENCE_LOSSES` (and in
+:data:`REFERENCE_FREE` when it reads no ρ); add it to the config's ``loss_fn.type`` choices and
+a float64 reference test.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from dockyard.core.rl._xp import Array, namespace
 from dockyard.core.rl.registry import Registry
@@ -54,6 +59,8 @@ class PreferenceOptions:
 
 PrefFn = Callable[[Any, Array, Array, Any, Any, Any, Any, PreferenceOptions], tuple[Array, Array]]
 PREFERENCE_LOSSES: Registry[PrefFn] = Registry("preference loss")
+REFERENCE_FREE = frozenset({"simpo", "orpo"})
+"""The variants that read no reference logprobs (ρ): a driver skips the reference pass."""
 
 
 def _need(x: Any, what: str, variant: str) -> Any:
@@ -255,3 +262,65 @@ class BradleyTerryLoss:
     def from_config(cls, loss_cfg: Any) -> BradleyTerryLoss:
         """Build from ``MasterConfig.loss_fn`` (a ``BradleyTerryLossConfig``)."""
         return cls(**loss_cfg.loss_options())
+
+
+@dataclass(frozen=True)
+class PreferencePairsLoss:
+    """The trainer's ``LossFn`` for a preference loss over a batch of adjacent (chosen,
+    rejected) rows: row 2i is pair i's chosen response, row 2i + 1 its rejected one.
+
+    Per row: π = Σ_t m_t·log π_t over ``loss_mask`` m (the response tokens), |y| = Σ_t m_t, and
+    ρ = Σ_t m_t·ref_logprobs_t when the batch has ``ref_logprobs`` (the reference-free simpo and
+    orpo need none). The micro-batch's mean over its b/2 pairs is rescaled by (b/2) / N_pairs,
+    N_pairs = ``num_sequences`` / 2 (the step's rows with a loss token: every row has one), so
+    the micro-batches' losses sum to the step's mean. ``rows_per_group = 2`` asks the trainer to
+    keep each pair in one micro-batch and on one rank (the torch worker does); a micro-batch with
+    an odd number of rows is an error, never a silently mixed pair.
+
+    Metrics: those of :func:`preference_loss` (``preference_accuracy``, ``preference_margin``:
+    of the variant's z), ``logps_chosen`` / ``logps_rejected`` (mean π_c, π_r) and ``loss``.
+    """
+
+    loss: PreferenceLoss = field(default_factory=PreferenceLoss)
+    rows_per_group: ClassVar[int] = 2
+
+    def __call__(self, logprobs: Any, batch: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        xp = namespace(logprobs)
+        lp = xp.promote_half(logprobs)
+        b = lp.shape[0]
+        if b % 2:
+            raise ValueError(
+                f"a preference loss needs whole (chosen, rejected) pairs in each micro-batch, got "
+                f"{b} rows: the trainer must honour rows_per_group = 2 (the torch worker does; "
+                "elsewhere, an even train_micro_batch_size over adjacent pairs)"
+            )
+        m = xp.to_float(batch["loss_mask"], lp)
+        seq = xp.sum(xp.where(m > 0, lp, 0.0), axis=1)
+        n = xp.sum(m, axis=1)
+        ref = batch.get("ref_logprobs")
+        rs = None if ref is None else xp.sum(xp.where(m > 0, xp.to_float(ref, lp), 0.0), axis=1)
+        loss, metrics = self.loss(
+            seq[0::2],
+            seq[1::2],
+            None if rs is None else rs[0::2],
+            None if rs is None else rs[1::2],
+            chosen_lengths=n[0::2],
+            rejected_lengths=n[1::2],
+        )
+        total = batch.get("num_sequences")
+        if total is not None:  # this micro-batch's share of the step's pairs
+            loss = loss * (b / xp.maximum(total, 1.0))
+        pairs = max(b // 2, 1)
+        kept = xp.stop_gradient(seq)
+        metrics = {
+            **metrics,
+            "logps_chosen": xp.sum(kept[0::2]) / pairs,
+            "logps_rejected": xp.sum(kept[1::2]) / pairs,
+            "loss": xp.stop_gradient(loss),
+        }
+        return loss, metrics
+
+    @classmethod
+    def from_config(cls, loss_cfg: Any) -> PreferencePairsLoss:
+        """Build from ``MasterConfig.loss_fn`` (a ``PreferenceLossConfig``)."""
+        return cls(PreferenceLoss.from_config(loss_cfg))

@@ -128,6 +128,10 @@ def train(
     (``val_at_start``), every ``val_period`` steps, after the last one (``val_at_end``); each is
     logged at the step whose weights it measured (step 0: before training) with ``val/*`` keys.
     """
+    from dockyard.train.algorithms.drivers import check_loss_for_grpo
+
+    if problems := check_loss_for_grpo(cfg):  # a config built in code skips the pre-flight
+        raise ValueError(problems[0])
     import ray
 
     from dockyard.core.rl import PolicyLoss
@@ -139,7 +143,7 @@ def train(
     loss_fn = PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
     opts, need_ref = BatchOptions.from_config(cfg), needs_reference(cfg)
     own_stack = stack is None
-    stack = stack or Stack(cfg, cfg.logger.log_dir)
+    stack = stack or Stack(cfg, cfg.logger.log_dir, wait=False)  # begin waits for its fleets
     trainer = stack.trainer  # a TrainerClient: every call reaches every rank
     run: _Run | None = None
     try:
@@ -256,7 +260,14 @@ class _Run:
         P, A = g.num_prompts_per_step, g.async_grpo.age_bound()
         t0 = time.perf_counter()
         tasks, val_tasks = load_tasks(cfg, "train"), load_tasks(cfg, "val")[: g.max_val_samples]
-        collector = new_collector(stack, cfg, tasks)
+        # the collector's process (its environment, tokenizer, task filtering: seconds) starts
+        # while the fleets load, unless it needs the sandbox fleet's addresses
+        early = stack.sandbox is None
+        collector = new_collector(stack, cfg, tasks) if early else None
+        t_wait = time.perf_counter()
+        stack.wait_ready()
+        t_wait = time.perf_counter() - t_wait
+        collector = collector or new_collector(stack, cfg, tasks)
         history: list[dict[str, float]] = []
         start = 0
         last = ckpt.latest_checkpoint(Path(cfg.checkpointing.checkpoint_dir)) if resume else None
@@ -269,7 +280,9 @@ class _Run:
             ray.get(collector.order.remote(P * (A + 1), 0))  # fill the pipeline: steps 0..A
             restore = RestorePoint(None, driver_state(stack, collector, 0, []))
         ray.get(collector.start.remote())
-        startup = {**getattr(stack, "startup", {}), "startup/data_s": time.perf_counter() - t0}
+        # data + collector: the part of their start not hidden behind the fleets'
+        data_s = time.perf_counter() - t0 - t_wait
+        startup = {**getattr(stack, "startup", {}), "startup/data_s": data_s}
         config = cfg.model_dump(mode="json")
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
         run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
@@ -416,9 +429,12 @@ class _Run:
         return GRPOResult(steps, self.history, cfg.logger.log_dir, plot, self.val_start, val_end)
 
     def export_hf(self, out: str) -> None:
-        """The final policy as a Hugging Face folder: from the checkpoint saved after the last
-        step (:meth:`checkpoint_due` saves one whenever ``checkpointing.export_hf`` is set)."""
-        from dockyard.train.export import export_hf
+        """The final policy as a Hugging Face folder. The torch trainer writes it from the
+        weights it holds (what the checkpoint saved after the last step holds: the driver then
+        loads no model, which cost it ~8 s of imports and loading at every run's end); the JAX
+        trainer's folder comes from that checkpoint (:meth:`checkpoint_due` saves one whenever
+        ``checkpointing.export_hf`` is set)."""
+        from dockyard.train.export import export_hf, write_folder
 
         folder = self.restore.folder
         if folder is None:
@@ -426,7 +442,10 @@ class _Run:
                 f"checkpointing.export_hf={out!r}: this run saved no checkpoint to export"
             )
         self.logger.write(f"exporting {folder} as a Hugging Face model to {out}")
-        export_hf(folder, out, force=True)
+        if self.cfg.policy.jax_cfg.enabled:
+            export_hf(folder, out, force=True)
+        else:
+            write_folder(out, lambda tmp: self.stack.trainer.export_hf(str(tmp)), force=True)
 
     def close(self) -> None:
         import ray

@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "train": ("dockyard.train.cli.train", "Run GRPO training from a config."),
     "sft": ("dockyard.train.cli.sft", "Run supervised fine-tuning from a config."),
+    "dpo": (
+        "dockyard.train.cli.dpo",
+        "Run DPO (or cDPO, IPO, DPOP, R-DPO, SimPO, ORPO) on preference pairs from a config.",
+    ),
     "quickstart": ("dockyard.train.cli.quickstart", "Run the CPU quickstart end to end."),
     "export": (
         "dockyard.train.cli.export",

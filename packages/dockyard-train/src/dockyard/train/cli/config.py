@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 import yaml
 
@@ -56,5 +57,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
     what = "valid, and passes the pre-flight checks on this machine" if args.deep else "valid"
-    print(f"# OK: {args.file} is {what}", file=sys.stderr)
+    print(f"# OK: {args.file} is {what}{_driver(cfg)}", file=sys.stderr)
     return 0
+
+
+def _driver(cfg: Any) -> str:
+    """``; ... runs with `dockyard dpo```: the command whose driver trains the config's loss."""
+    from dockyard.train.algorithms.drivers import LOSS_DRIVERS
+
+    command = LOSS_DRIVERS.get(cfg.loss_fn.type)
+    return f"; loss_fn.type {cfg.loss_fn.type} runs with `dockyard {command}`" if command else ""

@@ -185,7 +185,7 @@ def checked_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
         cfg = make_config(model_dir, out, args)
     except ConfigError as e:
         report("quickstart", ConfigError(e.problems, source))
-    return check_or_exit(cfg, source, "quickstart", deep=True, skip=("models",))
+    return check_or_exit(cfg, source, "quickstart", deep=True, skip=("models",), driver="train")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -64,8 +64,9 @@ class PolicyHost:
             bind_cpus(cpus, "cluster.trainer_cpus")
         elif threads is None and world_size > 1:  # the ranks compute at once: a share each
             threads = ray_cpus()
-        # the variables before the backend's import, torch's own pools once it imported torch
-        n = _set_threads(thread_count(threads), shared=not cpus)
+        # the variables before the backend's import, torch's own pools once it imported torch;
+        # threads given (fleets that overlap, ranks computing at once) wait passively
+        n = _set_threads(thread_count(threads), shared=not cpus and threads is not None)
         self._build = (load_object(factory), config, world_size)
         _set_threads(n)
         self.rank = rank
@@ -189,13 +190,14 @@ class EngineHost:
         threads: int | None = None,
         cpus: str | None = None,
     ) -> None:
+        shared = not cpus and threads is not None  # as PolicyHost's
         if cpus:
             bind_cpus(cpus, "cluster.inference_cpus")
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpus)
         elif threads is None:
             threads = max(1, thread_count() - 1)
         # every engine runs on torch: set its pools now, before the engine's first op
-        _set_threads(thread_count(threads), load_torch=True, shared=not cpus)
+        _set_threads(thread_count(threads), load_torch=True, shared=shared)
         self.engine = load_object(factory)(**config)
 
     async def ready(self) -> bool:
@@ -417,9 +419,12 @@ def _set_threads(n: int, *, load_torch: bool = False, shared: bool | None = None
     (before the first inter-op work), its inter-op pool — when torch is imported already, or
     ``load_torch`` and torch is installed.
 
-    ``shared`` (cores not bound to this fleet) with ``n`` > 1 also sets
+    ``shared`` (cores not bound to this fleet that other work wants at the same time: the
+    fleets overlap, or several ranks compute at once) with ``n`` > 1 also sets
     ``OMP_WAIT_POLICY=PASSIVE`` unless the operator set it (one inherited from another host's
-    process is dropped where this one should not wait passively): OpenMP threads that wait for each other then
+    process is dropped where this one should not wait passively). Not for a lone actor of a
+    run whose fleets take turns: on idle cores a passive team's wake-ups cost 20-35% of a 10 M
+    model's train step (``bench/torch_step.py --sizes 10m --threads 2``, 2026-12-02): OpenMP threads that wait for each other then
     sleep instead of spinning, so a team whose cores other work also wants (the other fleet,
     the engine's front end, the environment's scoring, other jobs) does not collapse —
     measured 4-20x slower spinning (docs/training.md).

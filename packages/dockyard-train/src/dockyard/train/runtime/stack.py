@@ -58,7 +58,17 @@ def jax_worker_config(cfg: Any) -> dict[str, Any]:
 class Stack:
     """See the module docstring. ``cpu_split`` reserves CPUs for (trainer, engine) actors."""
 
-    def __init__(self, cfg: Any, run_dir: str, *, sandbox_urls: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Any,
+        run_dir: str,
+        *,
+        sandbox_urls: list[str] | None = None,
+        wait: bool = True,
+    ) -> None:
+        """``wait=False``: return once the fleets are starting (their actors' handles and the
+        buffer exist); :meth:`wait_ready` waits for them — meanwhile the caller can start what
+        needs only the handles (the collector)."""
         self.cfg = cfg
         t0 = time.perf_counter()
         self.ray = require_ray()
@@ -94,21 +104,37 @@ class Stack:
         cpus = float(self.ray.cluster_resources().get("CPU", 1))
         share = max(cpus / 2.0, 0.5) if cfg.cluster.gpus_per_node == 0 else 1.0
         try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
-            t1 = time.perf_counter()
+            self._t_fleets = time.perf_counter()
             self.engines = self._start_engines(share)
             self.trainer = self._start_trainer(share)
-            waits = {"trainer": self.trainer.ready(), "engines": self.engines.call("ready")}
+            self._waits: dict[str, list[Any]] | None = {
+                "trainer": self.trainer.ready(),
+                "engines": self.engines.call("ready"),
+            }
             if self.sandbox is not None:
-                waits["sandbox"] = self.sandbox.starting()
+                self._waits["sandbox"] = self.sandbox.starting()
+            self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound())
+        except BaseException:
+            self.shutdown()  # what did start must not outlive a failed start
+            raise
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait until every fleet has started (once; raises the first start-up error, after
+        stopping what did start)."""
+        if self._waits is None:
+            return
+        waits, self._waits = self._waits, None
+        try:
             for name, took in _ready_times(self.ray, waits).items():
                 self.startup[f"startup/{name}_s"] = took
             if self.sandbox is not None:
                 self.sandbox_urls = self.sandbox.urls
-            self.startup["startup/fleets_s"] = time.perf_counter() - t1
         except BaseException:
-            self.shutdown()  # what did start must not outlive a failed start
+            self.shutdown()
             raise
-        self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound())
+        self.startup["startup/fleets_s"] = time.perf_counter() - self._t_fleets
 
     def new_buffer(self) -> Any:
         """Replace the replay buffer with an empty one (a rewind: puts still on their way to
@@ -131,17 +157,12 @@ class Stack:
         # (cluster.trainer_ranks fits the trainer and its mesh: checked with the config)
         per_rank = cpus if gpus else max(cpus / world, 0.25)  # CPU ranks share the trainer's cores
         spec = FleetSpec("trainer", size=world, cpus=per_rank, gpus=gpus)
-        from dockyard.train.runtime.hosts import PolicyHost, fleet_threads
+        from dockyard.train.runtime.hosts import fleet_threads
 
         bound = cfg.cluster.trainer_cpus
         overlap = cfg.grpo.async_grpo.enabled  # async: generation runs beside training
         threads = fleet_threads(bound, per_rank, overlap=overlap, size=world, gpus=bool(gpus))
-        # TrainerClient.start with each rank's thread count (it passes none itself)
-        ranks = {"world_size": world, "defer": world > 1, "cpus": bound, "threads": threads}
-        fleet = Fleet(spec, PolicyHost, lambda i: ((factory, wcfg), {"rank": i, **ranks}))
-        client = TrainerClient(fleet)
-        client._join()
-        return client
+        return TrainerClient.start(spec, factory, wcfg, cpus=bound, threads=threads)
 
     def _start_engines(self, cpus: float) -> Fleet:
         """The inference fleet's actors (started, not waited for: ``ready`` loads the engine),

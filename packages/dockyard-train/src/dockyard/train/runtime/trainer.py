@@ -66,19 +66,22 @@ class TrainerClient:
 
     @classmethod
     def start(
-        cls, spec: FleetSpec, factory: str, config: dict[str, Any], *, cpus: str | None = None
+        cls,
+        spec: FleetSpec,
+        factory: str,
+        config: dict[str, Any],
+        *,
+        cpus: str | None = None,
+        threads: int | None = None,
     ) -> TrainerClient:
         """Start ``spec.size`` ranks, each building ``factory`` (``"module:callable"``) from
-        ``config``; with several, they join one process group. Not waited for: :meth:`ready`."""
+        ``config``; with several, they join one process group. Not waited for: :meth:`ready`.
+
+        ``cpus``: the cores to bind the ranks to; ``threads``: each rank's compute threads
+        (None: the host's count, :func:`~dockyard.train.runtime.hosts.fleet_threads`)."""
         world = spec.size
-        fleet = Fleet(
-            spec,
-            PolicyHost,
-            lambda i: (
-                (factory, config),
-                {"rank": i, "world_size": world, "defer": world > 1, "cpus": cpus},
-            ),
-        )
+        ranks = {"world_size": world, "defer": world > 1, "cpus": cpus, "threads": threads}
+        fleet = Fleet(spec, PolicyHost, lambda i: ((factory, config), {"rank": i, **ranks}))
         client = cls(fleet)
         client._join()
         return client

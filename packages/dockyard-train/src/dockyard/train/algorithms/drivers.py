@@ -1,0 +1,70 @@
+"""Which driver trains which ``loss_fn.type``, checked before anything starts (the pre-flight).
+
+``MasterConfig`` is shared by every driver, so it accepts each ``loss_fn.type``; each driver
+trains its own and refuses the others with the command that does train them:
+
+===================================  =================================  ===================
+``loss_fn.type``                     driver                             command
+===================================  =================================  ===================
+``clipped_pg``, ``cispo``            GRPO (:mod:`.grpo`)                ``dockyard train``
+``nll``                              SFT (:mod:`.sft`)                  ``dockyard sft``
+``dpo`` ... ``orpo``                 DPO (:mod:`.dpo`)                  ``dockyard dpo``
+``distillation``, ``bradley_terry``  none yet (issue 24)                refused everywhere
+===================================  =================================  ===================
+
+``dockyard config check`` knows no driver: it accepts a loss that some driver trains. A new
+driver adds its loss types to :data:`LOSS_DRIVERS`. Each problem is one line starting with the
+dotted key to change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dockyard.core.config.loss import PG_LOSS_TYPES, PREFERENCE_LOSS_TYPES
+
+LOSS_DRIVERS: dict[str, str] = {
+    **dict.fromkeys(PG_LOSS_TYPES, "train"),
+    "nll": "sft",
+    **dict.fromkeys(PREFERENCE_LOSS_TYPES, "dpo"),
+}
+"""``loss_fn.type`` -> the ``dockyard`` command whose driver trains it."""
+
+DRIVER_NAMES = {
+    "train": "the GRPO driver (dockyard train)",
+    "sft": "the SFT driver (dockyard sft)",
+    "dpo": "the DPO driver (dockyard dpo)",
+}
+_KINDS = {
+    "train": "a policy-gradient loss",
+    "sft": "a supervised (NLL) loss",
+    "dpo": "a preference loss",
+}
+_NOT_YET = {
+    "distillation": "a distillation driver",
+    "bradley_terry": "a reward-model driver",
+}
+
+
+def loss_problems(cfg: Any, command: str | None = None) -> list[str]:
+    """``loss_fn.type`` is trained by ``command`` (``train``, ``sft``, ``dpo``); with None
+    (or another command: ``config check``, ``quickstart``), by some driver."""
+    kind = cfg.loss_fn.type
+    owner = LOSS_DRIVERS.get(kind)
+    if owner is None:
+        what = _NOT_YET.get(kind, "a driver")
+        return [f"loss_fn.type: {kind!r} needs {what}, which dockyard does not have yet"]
+    if command not in DRIVER_NAMES or owner == command:
+        return []
+    mine = [repr(t) for t, c in LOSS_DRIVERS.items() if c == command]
+    trains = " or ".join(mine) if len(mine) < 3 else f"one of {', '.join(mine)}"
+    return [
+        f"loss_fn.type: {kind!r} is {_KINDS[owner]}, which {DRIVER_NAMES[command]} does not "
+        f"train (it trains {trains}): set loss_fn.type to one of those, or run this config "
+        f"with `dockyard {owner} --config FILE`"
+    ]
+
+
+def check_loss_for_grpo(cfg: Any) -> list[str]:
+    """The GRPO driver can train ``loss_fn.type`` (what ``train()`` itself checks first)."""
+    return loss_problems(cfg, "train")
