@@ -100,7 +100,7 @@ def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
         raise FileNotFoundError(f"data file {p} does not exist (data.train_path / data.val_path)")
     if p.suffix.lower() in PARQUET_SUFFIXES:
         try:
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # pyright: ignore[reportMissingImports] (optional)
         except ImportError as e:
             raise ImportError(
                 f"reading the Parquet file {p} needs pyarrow: pip install pyarrow"
