@@ -72,19 +72,9 @@ class TaskLoader:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Tasks from a JSONL file (one JSON object per line); errors name the line."""
-    out = []
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"data file {p} does not exist (data.train_path / data.val_path)")
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{i}: not a JSON object: {e}") from e
-    return out
+    """Tasks from a JSONL file (one JSON object per line; a ``.parquet`` file: one a row);
+    errors name the line (:func:`read_records`)."""
+    return [record for _, record in read_records(path)]
 
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
