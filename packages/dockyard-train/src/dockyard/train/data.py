@@ -93,7 +93,8 @@ def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
             import pyarrow.parquet as pq  # pyright: ignore[reportMissingImports] (optional)
         except ImportError as e:
             raise ImportError(
-                f"reading the Parquet file {p} needs pyarrow: pip install pyarrow"
+                f"reading the Parquet file {p} needs pyarrow: "
+                "pip install 'dockyard-train[parquet]' (or pyarrow)"
             ) from e
         rows = pq.read_table(p).to_pylist()
         return [(f"{p}:row {i}", row) for i, row in enumerate(rows, 1)]
