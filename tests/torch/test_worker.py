@@ -81,6 +81,20 @@ def test_update_does_not_depend_on_micro_batching(base_config, batch, variant, o
     _assert_close_update(_weights(worker), weights_ref)
 
 
+@pytest.mark.parametrize("mb", [8, 3, 1])
+def test_sft_nll_metric_is_the_batch_mean_whatever_the_micro_batching(base_config, batch, mb):
+    """``nll`` is the step's mean token NLL: equal to the (token-mean) loss with one
+    micro-batch or several (each micro-batch's own mean, weighted by its tokens)."""
+    worker = TorchPolicyWorker(
+        {**base_config, "reference_policy": False, "train_micro_batch_size": mb}
+    )
+    lp = worker.get_logprobs(batch)
+    want = float(-lp[batch.loss_mask].sum() / batch.loss_mask.sum())
+    metrics = worker.train_step(batch, MaskedNLLLoss())
+    assert metrics["loss"] == pytest.approx(want, rel=1e-5)
+    assert metrics["nll"] == pytest.approx(want, rel=1e-5)
+
+
 def _assert_close_update(got, expected, lr=1e-3):
     """Equal up to 1% of one Adam step (lr): elements whose gradient is near Adam's ε can
     differ by more than float32 rounding between two summation orders."""

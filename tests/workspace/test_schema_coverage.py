@@ -49,8 +49,6 @@ schema's validators, checking a key there is not using it."""
 UNREAD: dict[str, str] = {
     "policy.dtensor_cfg.enabled": "the schema makes it the complement of policy.jax_cfg.enabled "
     "(exactly one is true); the runtime picks the trainer by jax_cfg.enabled",
-    "loss_fn.teacher_model_name": "read by the distillation driver of issue 24; refused by GRPO "
-    "until then (algorithms/drivers.py)",
 }
 """Field paths no code reads on purpose -> why."""
 

@@ -110,6 +110,10 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
         needs_sandbox=True,
         description="a Python expression meeting a spec (the quickstart)",
     ),
+    "reward_model": EnvSpec(
+        "dockyard.envs.reward_model:RewardModelEnvironment",
+        description="a response scored by a reward model folder (what `dockyard rm` exports)",
+    ),
 }
 """The environments of dockyard-envs (others come from entry points)."""
 

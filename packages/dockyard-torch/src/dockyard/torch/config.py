@@ -91,6 +91,12 @@ class TorchPolicyConfig(_Strict):
     reference_policy: bool = Field(
         True, description="keep a frozen reference (a copy, or the LoRA base with adapters off)"
     )
+    teacher_model_name: str | None = Field(
+        None,
+        description="a frozen teacher (a local HF causal LM folder with the policy's vocabulary) "
+        "loaded beside the policy: a distillation loss gets its top-k logits on the policy's "
+        "tokens in the train step (core loss_fn.teacher_model_name)",
+    )
     activation_checkpointing: bool = False
     attn_implementation: str = Field("sdpa", description="transformers attn_implementation")
     seed: int = 0
@@ -118,7 +124,8 @@ class TorchPolicyConfig(_Strict):
         """From a validated ``dockyard.core.config.MasterConfig`` (``policy.dtensor_cfg``).
 
         Every ``policy`` key the torch worker honours is mapped; ``reference_policy`` is on when
-        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and an unset
+        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``teacher_model_name`` is a distillation
+        loss's ``loss_fn.teacher_model_name``, ``seed`` is ``grpo.seed`` and an unset
         ``scheduler.total_steps`` is ``grpo.max_num_steps``; a ``.jinja`` file named by
         ``policy.tokenizer.chat_template`` is read here (the ranks need not see it). A key it
         cannot honour is an error naming the key and the fix: ``precision: float16``."""
@@ -141,6 +148,7 @@ class TorchPolicyConfig(_Strict):
             max_grad_norm=p.max_grad_norm,
             generation_temperature=p.generation.temperature or 1.0,
             reference_policy=beta > 0.0,
+            teacher_model_name=getattr(loss_fn, "teacher_model_name", None),
             activation_checkpointing=p.dtensor_cfg.activation_checkpointing,
             tensor_parallel_size=p.dtensor_cfg.tensor_parallel_size,
             seed=int(master.grpo.seed),

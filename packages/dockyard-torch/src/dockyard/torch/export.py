@@ -13,6 +13,10 @@ LoRA (peft) models export either
 * ``merged``: W = W₀ + (α/r)·B·A under the base name (the engine needs no LoRA support), or
 * ``adapters``: only ``…q_proj.lora_A.weight`` / ``…lora_B.weight`` under peft's saved names
   (``base_model.model.…``, without the adapter name), as in ``adapter_model.safetensors``.
+
+A module peft trains in full (``modules_to_save``: the ``score`` head of a ``SEQ_CLS`` model)
+exports its trained copy, under its HF name (``score.weight``) or, with ``adapters``, peft's
+saved one (``base_model.model.score.weight``); peft's frozen original is left out.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 import torch
 
 _PEFT_PREFIX = "base_model.model."
+_SAVED = ".modules_to_save.default."  # peft's trainable copy of a ``modules_to_save`` module
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -64,13 +69,17 @@ def iter_hf_tensors(
         if not is_peft:
             yield name, _to_numpy(_full(tensor), dtype, copy)
             continue
+        if ".original_module." in name:
+            continue  # peft's frozen copy of a module that trains in full (below)
         if mode == "adapters":
-            if ".lora_A." in name or ".lora_B." in name:
-                yield name.replace(".default.", "."), _to_numpy(_full(tensor), dtype, copy)
+            if ".lora_A." in name or ".lora_B." in name or _SAVED in name:
+                saved = name.replace(_SAVED, ".").replace(".default.", ".")
+                yield saved, _to_numpy(_full(tensor), dtype, copy)
             continue
         if ".lora_A." in name or ".lora_B." in name:
             continue  # folded into the base weight below
         hf_name = name.removeprefix(_PEFT_PREFIX).replace(".base_layer.", ".")
+        hf_name = hf_name.replace(_SAVED, ".")  # a module trained in full: a classifier head
         full = _full(tensor)
         module = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
         if module is not None and name.endswith(".weight") and module in scaling:

@@ -117,13 +117,34 @@ def compute_dtype(cfg: TorchPolicyConfig, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if cfg.precision == "bfloat16" else torch.float32
 
 
-def load_hf_model(cfg: TorchPolicyConfig, device: torch.device, *, trainable: bool = True):
-    """Load ``cfg.model_name`` (float32) onto ``device``; LoRA-wrap it when configured."""
-    from transformers import AutoModelForCausalLM
+def load_hf_model(
+    cfg: TorchPolicyConfig,
+    device: torch.device,
+    *,
+    trainable: bool = True,
+    num_labels: int | None = None,
+):
+    """Load ``cfg.model_name`` (float32) onto ``device``; LoRA-wrap it when configured.
 
-    model = AutoModelForCausalLM.from_pretrained(
-        cfg.model_name, dtype=torch.float32, attn_implementation=cfg.attn_implementation
-    ).to(device)
+    ``num_labels``: a sequence-classification model instead of the causal LM
+    (``AutoModelForSequenceClassification``, its head new and random unless the folder has one;
+    a reward model: 1), with ``config.pad_token_id`` set from the tokenizer (its pad token, else
+    its end-of-sequence token) when the model's config has none, and LoRA's task type
+    ``SEQ_CLS`` (the head trains in full)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    kwargs: dict[str, Any] = {
+        "dtype": torch.float32, "attn_implementation": cfg.attn_implementation
+    }  # fmt: skip
+    if num_labels is None:
+        model = AutoModelForCausalLM.from_pretrained(cfg.model_name, **kwargs)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            cfg.model_name, num_labels=num_labels, **kwargs
+        )
+        _set_pad_token(model.config, cfg)
+        model.config.architectures = [type(model).__name__]  # what the exported folder holds
+    model = model.to(device)
     model.config.use_cache = False
     if trainable and cfg.lora.enabled:
         try:
@@ -139,7 +160,7 @@ def load_hf_model(cfg: TorchPolicyConfig, device: torch.device, *, trainable: bo
                 lora_dropout=cfg.lora.dropout,
                 target_modules=list(cfg.lora.target_modules),
                 bias="none",
-                task_type="CAUSAL_LM",
+                task_type="CAUSAL_LM" if num_labels is None else "SEQ_CLS",
             ),
         )
     if trainable and cfg.activation_checkpointing:
@@ -151,6 +172,23 @@ def load_hf_model(cfg: TorchPolicyConfig, device: torch.device, *, trainable: bo
         model.eval()
         model.requires_grad_(False)
     return model
+
+
+def _set_pad_token(config: Any, cfg: TorchPolicyConfig) -> None:
+    """``config.pad_token_id`` from the tokenizer when the model names none: a sequence
+    classifier scores the last token that is not padding, and refuses a batch without one."""
+    if config.pad_token_id is not None:
+        return
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(cfg.tokenizer_name or cfg.model_name)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    if pad is None:
+        raise ValueError(
+            f"the tokenizer of {cfg.tokenizer_name or cfg.model_name} has neither a pad nor an "
+            "end-of-sequence token: a sequence classifier needs one to find each row's last token"
+        )
+    config.pad_token_id = int(pad)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

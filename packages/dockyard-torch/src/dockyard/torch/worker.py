@@ -78,15 +78,25 @@ class TorchPolicyWorker(PolicyWorker):
         self.dtype = compute_dtype(cfg, self.device)
         self.fsdp = use_fsdp(cfg, self.dist)
         torch.manual_seed(cfg.seed)
-        self.model = load_hf_model(cfg, self.device)
+        self.model = self._load_model(trainable=True)
         shard_model(self.model, self.dist, cfg, self.fsdp)
         self.reference = None
         if cfg.reference_policy and not cfg.lora.enabled:
-            self.reference = load_hf_model(cfg, self.device, trainable=False)
+            self.reference = self._load_model(trainable=False)
             shard_model(self.reference, self.dist, cfg, self.fsdp)
+        self.teacher = None  # a distillation loss's frozen teacher (a causal LM)
+        if cfg.teacher_model_name:
+            teacher_cfg = cfg.model_copy(update={"model_name": cfg.teacher_model_name})
+            self.teacher = load_hf_model(teacher_cfg, self.device, trainable=False)
+            shard_model(self.teacher, self.dist, teacher_cfg, self.fsdp)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler = build_optimizer(params, cfg.optimizer, cfg.scheduler)
         self._step = 0
+
+    def _load_model(self, trainable: bool) -> torch.nn.Module:
+        """The HF model this worker trains (``trainable``) or keeps frozen (the reference): a
+        causal LM here; a subclass with another head overrides it."""
+        return load_hf_model(self.cfg, self.device, trainable=trainable)
 
     # ----------------------------------------------------------------- helpers
     @property
@@ -164,21 +174,59 @@ class TorchPolicyWorker(PolicyWorker):
 
     def _mb_logprobs(self, model, ids, lengths, idx) -> torch.Tensor:
         """``[b, T_mb]`` logprobs of micro-batch ``idx``, 0 at t = 0 and on padding."""
-        logits, width, (row, input_ids) = self._forward(model, ids, lengths, idx)
+        return self._logprobs_of(self._forward(model, ids, lengths, idx), lengths[idx])
+
+    def _logprobs_of(self, fwd: tuple[torch.Tensor, int, Any], lens: np.ndarray) -> torch.Tensor:
+        """``[b, T_mb]`` logprobs from :meth:`_forward`'s output (``lens``: the rows' lengths)."""
+        logits, width, (row, input_ids) = fwd
         tau = self.cfg.generation_temperature
         if row is not None:
             return unpack(token_logprobs(logits, input_ids, tau)[0], row, width)
-        lp = token_logprobs(logits, input_ids, tau)
-        cols = torch.arange(width, device=self.device)
-        lens = torch.as_tensor(lengths[idx], device=self.device)
-        return lp * (cols[None, :] < lens[:, None])
+        return token_logprobs(logits, input_ids, tau) * self._valid(width, lens)
 
-    def _dummy_backward(self) -> None:
-        """A zero-weighted forward/backward that keeps FSDP collectives in step."""
+    def _valid(self, width: int, lens: np.ndarray) -> torch.Tensor:
+        """``[b, width]`` 1.0 on each row's tokens, 0.0 on its padding."""
+        cols = torch.arange(width, device=self.device)
+        return (cols[None, :] < torch.as_tensor(lens, device=self.device)[:, None]).float()
+
+    def _per_token(self, x: torch.Tensor, row: Any, width: int, lens: np.ndarray) -> torch.Tensor:
+        """Per-position values ``[b|1, T_mb|N, ...]`` of :meth:`_forward`'s logits, already
+        shifted (position t describes token t), as ``[b, T_mb, ...]``: unpacked from a packed
+        row, 0 at t = 0 and on padding."""
+        if row is not None:
+            return unpack(x[0], row, width)
+        keep = self._valid(width, lens).to(x.dtype)
+        return x * keep.view(*keep.shape, *([1] * (x.dim() - 2)))
+
+    def _aligned_logits(self, fwd: tuple[torch.Tensor, int, Any], lens: np.ndarray):
+        """``[b, T_mb, V] float32`` logits aligned like the logprobs (position t: the
+        distribution of token t; 0 at t = 0 and on padding), differentiable; unscaled."""
+        logits, width, (row, _) = fwd
+        shifted = torch.nn.functional.pad(logits[:, :-1].float(), (0, 0, 1, 0))
+        return self._per_token(shifted, row, width, lens)
+
+    def _mb_topk(self, model, ids, lengths, idx, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``model``'s top-k logits of micro-batch ``idx`` (no gradient): ``(values [b, T_mb,
+        k] float32, indices [b, T_mb, k] int64)``, aligned like the logprobs, 0 on padding."""
+        with torch.no_grad():
+            logits, width, (row, _) = self._forward(model, ids, lengths, idx)
+            v, j = topk_logits(logits, k)
+            return self._per_token(v, row, width, lengths[idx]), self._per_token(
+                j, row, width, lengths[idx]
+            )
+
+    def _dummy_pass(self, train: bool, teacher: bool = False) -> None:
+        """A zero-weighted forward (then, with ``train``, backward) that keeps FSDP collectives
+        in step; with ``teacher``, the teacher's forward between them, as in a real
+        micro-batch of a distillation loss."""
         ids = torch.zeros((1, 2), dtype=torch.int64, device=self.device)
-        with self._autocast():
+        with self._autocast(), torch.set_grad_enabled(train):
             logits = self.model(input_ids=ids, use_cache=False).logits
-        (logits.float().sum() * 0.0).backward()
+        if teacher and self.teacher is not None:
+            with self._autocast(), torch.no_grad():
+                self.teacher(input_ids=ids, use_cache=False)
+        if train:
+            (logits.float().sum() * 0.0).backward()
 
     def _gather_rows(self, out: np.ndarray) -> np.ndarray:
         """Fill rows owned by other ranks (each rank computed ``rank::world_size``)."""
@@ -239,13 +287,9 @@ class TorchPolicyWorker(PolicyWorker):
                     self.model(input_ids=torch.zeros((1, 2), dtype=torch.int64, device=self.device))
                     continue
                 idx = plan[i]
-                logits, width, (row, _) = self._forward(self.model, ids, lengths, idx)
-                v, j = topk_logits(logits, k)
-                if row is not None:
-                    v, j = unpack(v[0], row, width), unpack(j[0], row, width)
-                keep = (np.arange(width)[None, :] < lengths[idx][:, None])[..., None]
-                values[idx, :width] = v.float().cpu().numpy() * keep
-                indices[idx, :width] = j.cpu().numpy() * keep
+                v, j = self._mb_topk(self.model, ids, lengths, idx, k)
+                values[idx, : v.shape[1]] = v.cpu().numpy()
+                indices[idx, : j.shape[1]] = j.cpu().numpy()
         return self._gather_rows(values), self._gather_rows(indices)
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
@@ -255,49 +299,16 @@ class TorchPolicyWorker(PolicyWorker):
         means over micro-batches and ranks, ``grad_norm`` (before clipping), ``lr`` (the one this
         step used), ``num_loss_tokens``, ``num_sequences``, ``tokens_per_s``,
         ``step_time_s``.
+
+        A loss with ``teacher_topk = k`` (a distillation loss) also gets, per micro-batch,
+        ``student_logits [b, T_mb, V]`` (differentiable, aligned like the logprobs) and the
+        frozen teacher's ``teacher_topk_logits`` / ``teacher_topk_indices [b, T_mb, k]`` on the
+        same tokens: computed here, micro-batch by micro-batch (nothing ``[B, T, V]`` leaves
+        the rank).
         """
         t0 = time.perf_counter()
-        ids = np.asarray(batch.input_ids, dtype=np.int64)
-        lengths = sequence_lengths(batch.attention_mask)
-        group = int(getattr(loss_fn, "rows_per_group", 1))  # rows the loss takes together
-        mine = self._shard(ids.shape[0], group)
-        loss_mask = np.asarray(batch.loss_mask, dtype=bool)
-        counts = torch.tensor(
-            [loss_mask[mine].sum(), (loss_mask[mine].sum(axis=1) > 0).sum(), lengths[mine].sum()],
-            dtype=torch.float64,
-            device=self.device,
-        )
-        if dist.is_initialized():
-            if not self._counts_here:
-                counts.zero_()
-            dist.all_reduce(counts)
-        n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
-        plan = self._plan(lengths, mine, train=True, group=group)
-        n_mb = self._num_microbatches(plan)
-        scale = float(self.dist.dp_size) if self.fsdp else 1.0
-        fields = _batch_fields(batch)
-        sums: dict[str, float] = {}
         self.model.train()
-        for i in range(n_mb):
-            if i >= len(plan):
-                self._dummy_backward()
-                continue
-            idx = plan[i]
-            lp = self._mb_logprobs(self.model, ids, lengths, idx)
-            width = lp.shape[1]
-            mb = {
-                k: self._tensor(v[idx][:, :width] if v.ndim == 2 else v[idx])
-                for k, v in fields.items()
-            }
-            mb["num_loss_tokens"] = torch.tensor(n_tok, device=self.device)
-            mb["num_sequences"] = torch.tensor(n_seq, device=self.device)
-            loss, metrics = loss_fn(lp, mb)
-            (loss * scale).backward()
-            w = float(loss_mask[idx].sum())
-            add_metric(sums, "loss", float(loss.detach()), w)
-            for key, val in metrics.items():
-                if key != "loss" and not key.startswith("num_") and _is_scalar(val):
-                    add_metric(sums, key, float(val), w)
+        sums, n_tok, n_seq, n_all = self._loss_pass(batch, loss_fn, train=True)
         lr = float(self.optimizer.param_groups[0]["lr"])
         grad_norm = self._clip_and_step()
         metrics_out = self._reduce_metrics(sums, n_tok)
@@ -310,6 +321,78 @@ class TorchPolicyWorker(PolicyWorker):
             step_time_s=time.perf_counter() - t0,
         )
         return metrics_out
+
+    def loss_metrics(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
+        """The metrics :meth:`train_step` would report for ``batch`` (``loss`` and the loss's
+        own, ``num_loss_tokens``, ``num_sequences``) without a gradient or a step: a held-out
+        evaluation (the distillation driver's held-out KL)."""
+        self.model.eval()
+        with torch.no_grad():
+            sums, n_tok, n_seq, _ = self._loss_pass(batch, loss_fn, train=False)
+        out = self._reduce_metrics(sums, n_tok)
+        out.update(num_loss_tokens=n_tok, num_sequences=n_seq)
+        return out
+
+    def _loss_pass(
+        self, batch: Batch, loss_fn: LossFn, train: bool
+    ) -> tuple[dict[str, float], float, float, float]:
+        """The loss over this rank's micro-batches (backward with ``train``): the metric sums
+        and the global loss-token, sequence and token counts."""
+        ids = np.asarray(batch.input_ids, dtype=np.int64)
+        lengths = sequence_lengths(batch.attention_mask)
+        group = int(getattr(loss_fn, "rows_per_group", 1))  # rows the loss takes together
+        topk = int(getattr(loss_fn, "teacher_topk", 0) or 0)  # a distillation loss's k
+        if topk and self.teacher is None:
+            raise RuntimeError(
+                "this loss distils from a teacher, but the worker has none: set "
+                "teacher_model_name (core: loss_fn.teacher_model_name)"
+            )
+        mine = self._shard(ids.shape[0], group)
+        loss_mask = np.asarray(batch.loss_mask, dtype=bool)
+        counts = torch.tensor(
+            [loss_mask[mine].sum(), (loss_mask[mine].sum(axis=1) > 0).sum(), lengths[mine].sum()],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        if dist.is_initialized():
+            if not self._counts_here:
+                counts.zero_()
+            dist.all_reduce(counts)
+        n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
+        plan = self._plan(lengths, mine, train=train, group=group)
+        n_mb = self._num_microbatches(plan)
+        scale = float(self.dist.dp_size) if self.fsdp else 1.0
+        fields = _batch_fields(batch)
+        sums: dict[str, float] = {}
+        for i in range(n_mb):
+            if i >= len(plan):  # the collectives of a real micro-batch, in the same order
+                self._dummy_pass(train, teacher=bool(topk))
+                continue
+            idx = plan[i]
+            fwd = self._forward(self.model, ids, lengths, idx)
+            lp = self._logprobs_of(fwd, lengths[idx])
+            width = lp.shape[1]
+            mb = {
+                k: self._tensor(v[idx][:, :width] if v.ndim == 2 else v[idx])
+                for k, v in fields.items()
+            }
+            mb["num_loss_tokens"] = torch.tensor(n_tok, device=self.device)
+            mb["num_sequences"] = torch.tensor(n_seq, device=self.device)
+            if topk:
+                assert self.teacher is not None
+                mb["student_logits"] = self._aligned_logits(fwd, lengths[idx])
+                values, indices = self._mb_topk(self.teacher, ids, lengths, idx, topk)
+                mb["teacher_topk_logits"], mb["teacher_topk_indices"] = values, indices
+            del fwd
+            loss, metrics = loss_fn(lp, mb)
+            if train:
+                (loss * scale).backward()
+            w = float(loss_mask[idx].sum())
+            add_metric(sums, "loss", float(loss.detach()), w)
+            for key, val in metrics.items():
+                if key != "loss" and not key.startswith("num_") and _is_scalar(val):
+                    add_metric(sums, key, float(val), w)
+        return sums, n_tok, n_seq, n_all
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         t = torch.as_tensor(a, device=self.device)

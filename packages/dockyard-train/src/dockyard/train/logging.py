@@ -201,8 +201,17 @@ def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step
     )
 
 
-def plot_rewards(jsonl_path: str | Path, png_path: str | Path, title: str = "GRPO") -> Path:
-    """Reward (and pass rate, validation pass rate where logged) against step, as a PNG."""
+_REWARD_CURVES = (("reward/mean", "-"), ("pass_rate", "--"), ("val/pass_rate", "o-"))
+
+
+def plot_rewards(
+    jsonl_path: str | Path,
+    png_path: str | Path,
+    title: str = "GRPO",
+    curves: tuple[tuple[str, str], ...] = _REWARD_CURVES,
+) -> Path:
+    """Reward (and pass rate, validation pass rate where logged) against step, as a PNG;
+    ``curves``: other ``(metric, matplotlib line style)`` pairs to draw instead."""
     try:
         import matplotlib
     except ImportError as e:
@@ -215,7 +224,7 @@ def plot_rewards(jsonl_path: str | Path, png_path: str | Path, title: str = "GRP
 
     rows = read_jsonl_metrics(jsonl_path)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    for key, style in (("reward/mean", "-"), ("pass_rate", "--"), ("val/pass_rate", "o-")):
+    for key, style in curves:
         pts = [(r["step"], r[key]) for r in rows if key in r]
         if pts:
             xs, ys = zip(*pts, strict=True)

@@ -18,6 +18,7 @@ from dockyard.core.config.grpo import (
     RewardShapingConfig,
     RLOOAdvConfig,
 )
+from dockyard.core.config.judge import JudgeConfig
 from dockyard.core.config.loader import (
     apply_overrides,
     config_from_dict,
@@ -79,6 +80,7 @@ __all__ = [
     "GenerationConfig",
     "HttpTransportConfig",
     "JaxConfig",
+    "JudgeConfig",
     "LoRAConfig",
     "LoggerConfig",
     "MasterConfig",

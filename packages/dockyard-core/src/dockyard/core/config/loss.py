@@ -192,20 +192,22 @@ class NLLLossConfig(ConfigModel):
 
 
 class DistillationLossConfig(ConfigModel):
-    """Top-k forward KL(p_teacher ‖ q_student) distillation."""
+    """On-policy top-k distillation: KL(p_teacher ‖ q_student) (or reverse) on the student's samples (``dockyard distill``)."""
 
     type: Literal["distillation"] = "distillation"
     """Loss variant."""
     teacher_model_name: str
-    """Teacher model name or folder (read by the distillation driver; the GRPO driver refuses this loss)."""
+    """Teacher model name or folder: a frozen causal LM with the student's vocabulary, loaded by the torch trainer beside the student (``dockyard distill``; the GRPO driver refuses this loss)."""
     topk: int = Field(default=64, ge=1)
     """k: teacher logits kept per position."""
     temperature: float = Field(default=1.0, gt=0)
     """τ applied to teacher and student logits."""
+    kl_type: Literal["forward", "reverse"] = "forward"
+    """KL direction: forward KL(p_T ‖ q_S) over the teacher's top-k (mass-covering), or reverse KL(q_S ‖ p_T) with both renormalised over the teacher's top-k ids (mode-seeking)."""
 
     def loss_options(self) -> dict[str, Any]:
-        """Keyword options for ``dockyard.core.rl.topk_forward_kl``."""
-        return {"topk": self.topk, "temperature": self.temperature}
+        """Keyword options for ``dockyard.core.rl.DistillationLoss``."""
+        return {"topk": self.topk, "temperature": self.temperature, "kl_type": self.kl_type}
 
 
 class BradleyTerryLossConfig(ConfigModel):

@@ -23,9 +23,10 @@ Shapes: ``B`` sequences of ``T`` tokens; ``P`` groups (prompts) of ``G`` samples
 * Preference (:mod:`.preference`): ``preference_loss(variant, chosen_logps [B], ...)`` for DPO,
   cDPO, IPO, DPOP, R-DPO, SimPO, ORPO (+ SFT blend); ``bradley_terry_loss``; bound to a
   config's options: ``PreferenceLoss``, ``BradleyTerryLoss``; ``PreferencePairsLoss``: the
-  trainer's ``LossFn`` over adjacent (chosen, rejected) rows (the DPO driver's).
+  trainer's ``LossFn`` over adjacent (chosen, rejected) rows (the DPO driver's);
+  ``BradleyTerryPairsLoss``: the same for a reward model's row scores (the RM driver's).
 * Supervised (:mod:`.supervised`): ``masked_nll``, ``MaskedNLLLoss``, ``topk_forward_kl``,
-  ``DistillationLoss``.
+  ``topk_reverse_kl``, ``DistillationLoss``, ``OnPolicyDistillationLoss`` (its ``LossFn``).
 * Shaping (:mod:`.shaping`): ``overlong_penalty``, ``overlong_filter``,
   ``dynamic_sampling_keep``.
 """
@@ -54,6 +55,7 @@ from dockyard.core.rl.losses import (
 from dockyard.core.rl.preference import (
     PREFERENCE_LOSSES,
     BradleyTerryLoss,
+    BradleyTerryPairsLoss,
     PreferenceLoss,
     PreferenceOptions,
     PreferencePairsLoss,
@@ -64,8 +66,10 @@ from dockyard.core.rl.shaping import dynamic_sampling_keep, overlong_filter, ove
 from dockyard.core.rl.supervised import (
     DistillationLoss,
     MaskedNLLLoss,
+    OnPolicyDistillationLoss,
     masked_nll,
     topk_forward_kl,
+    topk_reverse_kl,
 )
 
 __all__ = [
@@ -75,9 +79,11 @@ __all__ = [
     "POLICY_LOSSES",
     "PREFERENCE_LOSSES",
     "BradleyTerryLoss",
+    "BradleyTerryPairsLoss",
     "ClippedPGLoss",
     "DistillationLoss",
     "MaskedNLLLoss",
+    "OnPolicyDistillationLoss",
     "PolicyLoss",
     "PreferenceLoss",
     "PreferenceOptions",
@@ -103,4 +109,5 @@ __all__ = [
     "reinforce_pp_advantages",
     "rloo_advantages",
     "topk_forward_kl",
+    "topk_reverse_kl",
 ]

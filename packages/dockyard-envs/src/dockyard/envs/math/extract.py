@@ -8,6 +8,9 @@ Priority (the first that matches wins):
 
 Returns ``(answer, source)`` with ``source`` in ``boxed | answer_line | last_number``, or
 ``(None, None)``.
+
+Multiple choice: :func:`extract_choice` (lenient: ``answer is **B**``, ``\\boxed{B}``) and
+:func:`extract_answer_letter` (strict: only the last line that is ``Answer: X``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ _ANSWER_LINE = re.compile(
     r"(?im)^[\s*#>_-]*(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+?)\s*$"
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?")
+_ANSWER_LETTER_LINE = re.compile(r"(?im)^[ \t*#>_-]*answer[ \t*]*[:：][ \t*]*(.*?)[ \t]*$")
+_LETTER = re.compile(r"^[(\[]?([A-Za-z])[)\]]?[.*]*$")
 _CHOICE = re.compile(r"(?im)answer\s*(?:is)?\s*[:：]?\s*\(?\**\s*([A-Z])\b\)?")
 
 
@@ -73,3 +78,19 @@ def extract_choice(text: str, letters: str = "ABCDEFGHIJ") -> str | None:
     if boxed and len(boxed.strip("() ")) == 1 and boxed.strip("() ").upper() in letters:
         return boxed.strip("() ").upper()
     return None
+
+
+def extract_answer_letter(text: str, letters: str = "ABCDEFGHIJ") -> str | None:
+    """Strict multiple choice: the letter of the *last* line of the form ``Answer: X`` (case of
+    ``Answer`` and ``X`` free; ``X`` may be ``(X)``, ``**X**``, ``X.``; markdown bullets or bold
+    around ``Answer`` allowed). The last such line decides: when it names no letter of
+    ``letters`` (``Answer: K`` with four choices, ``Answer: B or C``, ``Answer: the second``),
+    the answer is None, never an earlier line's."""
+    lines = _ANSWER_LETTER_LINE.findall(text)
+    if not lines:
+        return None
+    m = _LETTER.match(lines[-1].strip().strip("*").strip())
+    if m is None:
+        return None
+    letter = m.group(1).upper()
+    return letter if letter in letters else None

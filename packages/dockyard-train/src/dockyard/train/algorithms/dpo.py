@@ -129,23 +129,25 @@ def parse_pair(record: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def load_pairs(path: str | Path) -> list[dict[str, Any]]:
-    """The preference pairs of a JSONL or Parquet file (:func:`parse_pair` each)."""
-    pairs = [parse_pair(rec, where) for where, rec in read_records(path)]
+def load_pairs(path: str | Path, parse: Any = None) -> list[dict[str, Any]]:
+    """The preference pairs of a JSONL or Parquet file (``parse(record, where)`` each, default
+    :func:`parse_pair`; the RM driver's reads a margin too)."""
+    parse = parse or parse_pair
+    pairs = [parse(rec, where) for where, rec in read_records(path)]
     if not pairs:
         raise ValueError(f"{path}: no preference pairs")
     return pairs
 
 
-def load_data(cfg: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load_data(cfg: Any, parse: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(train, held-out)`` pairs of a ``MasterConfig``: ``data.train_path`` and
     ``data.val_path``; without a val_path a seeded tenth of the training pairs (``grpo.seed``;
     at least one when there are two or more) is held out. At most ``grpo.max_val_samples``
-    held-out pairs."""
-    pairs = load_pairs(cfg.data.train_path)
+    held-out pairs. ``parse``: as in :func:`load_pairs`."""
+    pairs = load_pairs(cfg.data.train_path, parse)
     cap = cfg.grpo.max_val_samples
     if cfg.data.val_path:
-        return pairs, load_pairs(cfg.data.val_path)[:cap]
+        return pairs, load_pairs(cfg.data.val_path, parse)[:cap]
     n_val = min(cap, max(1, len(pairs) // 10)) if len(pairs) > 1 else 0
     order = np.random.default_rng(cfg.grpo.seed).permutation(len(pairs))
     val = {int(i) for i in order[:n_val]}

@@ -9,8 +9,12 @@ trains its own and refuses the others with the command that does train them:
 ``clipped_pg``, ``cispo``            GRPO (:mod:`.grpo`)                ``dockyard train``
 ``nll``                              SFT (:mod:`.sft`)                  ``dockyard sft``
 ``dpo`` ... ``orpo``                 DPO (:mod:`.dpo`)                  ``dockyard dpo``
-``distillation``, ``bradley_terry``  none yet (issue 24)                refused everywhere
+``bradley_terry``                    reward model (:mod:`.rm`)          ``dockyard rm``
+``distillation``                     distillation (:mod:`.distill`)     ``dockyard distill``
 ===================================  =================================  ===================
+
+Online DPO (:mod:`.online_dpo`, ``dockyard online-dpo``) trains the preference losses too, on
+pairs its judge ranks: it checks ``loss_fn.type`` as the DPO driver does.
 
 ``dockyard config check`` knows no driver: it accepts a loss that some driver trains. A new
 driver adds its loss types to :data:`LOSS_DRIVERS`. Each problem is one line starting with the
@@ -27,6 +31,8 @@ LOSS_DRIVERS: dict[str, str] = {
     **dict.fromkeys(PG_LOSS_TYPES, "train"),
     "nll": "sft",
     **dict.fromkeys(PREFERENCE_LOSS_TYPES, "dpo"),
+    "bradley_terry": "rm",
+    "distillation": "distill",
 }
 """``loss_fn.type`` -> the ``dockyard`` command whose driver trains it."""
 
@@ -34,20 +40,21 @@ DRIVER_NAMES = {
     "train": "the GRPO driver (dockyard train)",
     "sft": "the SFT driver (dockyard sft)",
     "dpo": "the DPO driver (dockyard dpo)",
+    "rm": "the reward-model driver (dockyard rm)",
+    "distill": "the distillation driver (dockyard distill)",
 }
 _KINDS = {
     "train": "a policy-gradient loss",
     "sft": "a supervised (NLL) loss",
     "dpo": "a preference loss",
+    "rm": "a reward-model loss",
+    "distill": "a distillation loss",
 }
-_NOT_YET = {
-    "distillation": "a distillation driver",
-    "bradley_terry": "a reward-model driver",
-}
+_NOT_YET: dict[str, str] = {}
 
 
 def loss_problems(cfg: Any, command: str | None = None) -> list[str]:
-    """``loss_fn.type`` is trained by ``command`` (``train``, ``sft``, ``dpo``); with None
+    """``loss_fn.type`` is trained by ``command`` (``train``, ``sft``, ``dpo``, ``rm``); with None
     (or another command: ``config check``, ``quickstart``), by some driver."""
     kind = cfg.loss_fn.type
     owner = LOSS_DRIVERS.get(kind)

@@ -90,6 +90,8 @@ class GRPOResult:
     plot: str | None = None
     val_start: float | None = None
     val_end: float | None = None
+    val: dict[int, dict[str, float]] = field(default_factory=dict)
+    """step -> the ``val/*`` metrics of each validation (step 0: before training)."""
 
 
 def load_tasks(cfg: Any, split: str) -> list[dict[str, Any]]:
@@ -114,6 +116,7 @@ def train(
     progress: bool = True,
     stack: Any = None,
     on_step: Any = None,
+    driver: str = "train",
 ) -> GRPOResult:
     """Run GRPO per ``cfg`` (a ``MasterConfig``); see the module docstring.
 
@@ -122,32 +125,29 @@ def train(
         progress: show the progress bar.
         stack: a running :class:`~dockyard.train.runtime.stack.Stack` to reuse (else built).
         on_step: ``callable(step, stack)`` called after each step (tests inject faults here).
+        driver: the command running the loop: ``train``, or ``distill`` (:mod:`.distill`:
+            the distillation loss; validation adds the held-out KL to the teacher).
 
     Validation (``grpo.val_*``: the pass rate of ``val_samples_per_prompt`` samples per held-out
     task at ``val_temperature``) runs only where the config asks: before the first step
     (``val_at_start``), every ``val_period`` steps, after the last one (``val_at_end``); each is
     logged at the step whose weights it measured (step 0: before training) with ``val/*`` keys.
     """
-    from dockyard.train.algorithms.drivers import check_loss_for_grpo
-
-    if problems := check_loss_for_grpo(cfg):  # a config built in code skips the pre-flight
-        raise ValueError(problems[0])
+    loss_fn = _loss_for(cfg, driver)  # a config built in code skips the pre-flight: checked
     import ray
 
-    from dockyard.core.rl import PolicyLoss
     from dockyard.train.runtime.stack import Stack, needs_reference
     from dockyard.train.runtime.trainer import TrainerLost
 
     g = cfg.grpo
     P, A = g.num_prompts_per_step, g.async_grpo.age_bound()
-    loss_fn = PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
     opts, need_ref = BatchOptions.from_config(cfg), needs_reference(cfg)
     own_stack = stack is None
     stack = stack or Stack(cfg, cfg.logger.log_dir, wait=False)  # begin waits for its fleets
     trainer = stack.trainer  # a TrainerClient: every call reaches every rank
     run: _Run | None = None
     try:
-        run = _Run.begin(cfg, stack, resume, progress)  # data, collector, log (+ validation)
+        run = _Run.begin(cfg, stack, resume, progress, loss_fn)  # data, collector, log (+ val)
         start = step = run.start
         while True:  # once through; again from the restore point after a lost trainer rank
             try:
@@ -208,6 +208,21 @@ def train(
             stack.shutdown()
 
 
+def _loss_for(cfg: Any, driver: str) -> Any:
+    """The loop's loss: the policy gradient of ``loss_fn``, or (``loss_fn.type:
+    distillation``) the on-policy distillation loss, which the trainer hands the teacher's
+    top-k on the sampled tokens; ValueError for a loss ``driver`` does not train."""
+    from dockyard.core.rl import OnPolicyDistillationLoss, PolicyLoss
+    from dockyard.train.algorithms.drivers import loss_problems
+
+    if problems := loss_problems(cfg, driver):
+        raise ValueError(problems[0])
+
+    if cfg.loss_fn.type == "distillation":
+        return OnPolicyDistillationLoss.from_config(cfg.loss_fn)
+    return PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
+
+
 class _Timer:
     """Seconds per phase of one step (``time/<name>_s``), and the whole step's."""
 
@@ -246,14 +261,17 @@ class _Run:
     logger: MetricsLogger
     val_start: float | None
     restarts: int = 0
+    distill: Any = None  # the distillation loss (validation adds its held-out KL), else None
+    val: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/* metrics
     startup: dict[str, float] = field(default_factory=dict)  # `startup/*`: the first step's
     _val_at_start: tuple[float, Any] | None = None  # (its start, its ObjectRef) until settled
 
     @classmethod
-    def begin(cls, cfg: Any, stack: Any, resume: bool, progress: bool) -> _Run:
+    def begin(cls, cfg: Any, stack: Any, resume: bool, progress: bool, loss_fn: Any) -> _Run:
         """Load the data; start a collector from the latest checkpoint (``resume``) or from
         the run's start (seeded, the pipeline filled for steps 0..A); open the log; validate
-        before training (``grpo.val_at_start``), logged as step 0."""
+        before training (``grpo.val_at_start``), logged as step 0 (distilling, before the
+        first step: the held-out KL needs the trainer's start weights)."""
         import ray
 
         g = cfg.grpo
@@ -287,7 +305,10 @@ class _Run:
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
         run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
         run.startup = startup
-        if val_tasks and g.val_at_start and start == 0:  # beside step 1, until its weight push
+        run.distill = loss_fn if getattr(loss_fn, "teacher_topk", None) else None
+        if val_tasks and g.val_at_start and start == 0 and run.distill is not None:
+            run._settle(time.perf_counter(), run.validate())
+        elif val_tasks and g.val_at_start and start == 0:  # beside step 1, until its push
             run._val_at_start = (time.perf_counter(), _validate_ref(collector, val_tasks, cfg))
         return run
 
@@ -306,12 +327,24 @@ class _Run:
         except RayActorError:  # its collector was replaced by a rewind
             self.logger.write("dockyard: the validation before training was lost in a rewind")
             return
+        self._settle(t0, val)
+
+    def _settle(self, t0: float, val: dict[str, float]) -> None:
+        """Log the validation before training (started at ``t0``) as step 0."""
         self.logger.log(0, val)
+        self.val[0] = val
         self.val_start = val["val/pass_rate"]
         self.startup["startup/validation_s"] = time.perf_counter() - t0
-        self.logger.write(f"validation before training: pass rate {100 * self.val_start:.1f}%")
+        kl = f", held-out KL {val['val/distill_kl']:.4f}" if "val/distill_kl" in val else ""
+        self.logger.write(f"validation before training: pass rate {100 * self.val_start:.1f}%{kl}")
 
     def validate(self) -> dict[str, float]:
+        if self.distill is not None:  # + the held-out KL of the student's samples
+            from dockyard.train.algorithms.distill import validate_distillation
+
+            return validate_distillation(
+                self.stack, self.collector, self.val_tasks, self.cfg, self.distill
+            )
         return _validate(self.collector, self.val_tasks, self.cfg)
 
     def validation_due(self, step: int) -> bool:
@@ -354,7 +387,8 @@ class _Run:
             with timer("validation"):
                 if step == self.cfg.grpo.max_num_steps:  # nothing more to generate for
                     ray.get(self.collector.stop.remote())
-                metrics.update(self.validate())
+                self.val[step] = self.validate()
+                metrics.update(self.val[step])
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
         metrics["time/since_process_start_s"] = process_age_s()
@@ -412,6 +446,7 @@ class _Run:
             ray.get(self.collector.stop.remote())
             val = self.validate()
             self.logger.log(steps, val)
+            self.val[steps] = val
             val_end = val["val/pass_rate"]
         ray.get(self.collector.stop.remote())  # nothing more to generate
         return val_end
@@ -426,7 +461,9 @@ class _Run:
         if cfg.logger.jsonl_enabled:
             png = Path(cfg.logger.log_dir) / "reward_curve.png"
             plot = str(plot_rewards(self.logger.jsonl_path, png))
-        return GRPOResult(steps, self.history, cfg.logger.log_dir, plot, self.val_start, val_end)
+        return GRPOResult(
+            steps, self.history, cfg.logger.log_dir, plot, self.val_start, val_end, self.val
+        )
 
     def export_hf(self, out: str) -> None:
         """The final policy as a Hugging Face folder. The torch trainer writes it from the

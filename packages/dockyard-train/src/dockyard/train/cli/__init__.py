@@ -25,6 +25,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "dockyard.train.cli.dpo",
         "Run DPO (or cDPO, IPO, DPOP, R-DPO, SimPO, ORPO) on preference pairs from a config.",
     ),
+    "online-dpo": (
+        "dockyard.train.cli.online_dpo",
+        "Run online DPO: the policy's samples ranked by an LLM judge (engine fleet or OpenAI URL).",
+    ),
+    "rm": (
+        "dockyard.train.cli.rm",
+        "Train a reward model (Bradley-Terry) on preference pairs from a config.",
+    ),
+    "distill": (
+        "dockyard.train.cli.distill",
+        "Run on-policy distillation from a frozen teacher (top-k KL on the student's samples).",
+    ),
+    "eval": (
+        "dockyard.train.cli.eval",
+        "Evaluate models on a benchmark or a held-out set: pass@k, maj@k, breakdowns.",
+    ),
     "quickstart": ("dockyard.train.cli.quickstart", "Run the CPU quickstart end to end."),
     "export": (
         "dockyard.train.cli.export",

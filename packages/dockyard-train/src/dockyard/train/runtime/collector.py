@@ -403,6 +403,14 @@ class CollectorHost(Collector):
     ) -> dict[str, float]:
         """Pass rate (and mean reward) of ``n`` samples per task on the engines' current weights,
         sampled at ``temperature`` (0: greedy decoding, where ``n`` should be 1)."""
+        return validation_metrics(await self.validation_groups(tasks, n, temperature), n)
+
+    async def validation_groups(
+        self, tasks: list[dict[str, Any]], n: int, temperature: float
+    ) -> list[Any]:
+        """The groups :meth:`validate` scores (one per task that fits the context): what a
+        driver measuring more than the pass rate on them gets (the distillation's held-out
+        KL)."""
         params = replace(self.params, n=n, temperature=temperature, seed=None)
         sem = asyncio.Semaphore(self.max_in_flight)
         # prompts over data.max_input_seq_length would make the engine refuse the request
@@ -418,17 +426,7 @@ class CollectorHost(Collector):
                     eng, self.env, self.tokenizer, task, f"val:{i}", p, self.max_turns
                 )
 
-        from dockyard.train.batching import passed
-
-        groups = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)))
-        trajs = [t for g in groups for t in g.trajectories if not t.infra_error]
-        if not trajs:
-            return {"val/pass_rate": float("nan"), "val/infra_errors": float(len(tasks) * n)}
-        return {
-            "val/pass_rate": sum(passed(t) for t in trajs) / len(trajs),
-            "val/reward": sum(t.reward for t in trajs) / len(trajs),
-            "val/samples": float(len(trajs)),
-        }
+        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
 
     async def drain(self) -> None:
         """Stop starting groups and wait until none is in flight (updates without in-flight)."""
@@ -439,6 +437,21 @@ class CollectorHost(Collector):
     def set_version(self, version: int) -> None:
         self.paused = False
         super().set_version(version)
+
+
+def validation_metrics(groups: list[Any], n: int) -> dict[str, float]:
+    """``val/pass_rate``, ``val/reward`` and ``val/samples`` of validation ``groups`` (``n``
+    samples per task), samples masked as ``infra_error`` left out."""
+    from dockyard.train.batching import passed
+
+    trajs = [t for g in groups for t in g.trajectories if not t.infra_error]
+    if not trajs:
+        return {"val/pass_rate": float("nan"), "val/infra_errors": float(len(groups) * n)}
+    return {
+        "val/pass_rate": sum(passed(t) for t in trajs) / len(trajs),
+        "val/reward": sum(t.reward for t in trajs) / len(trajs),
+        "val/samples": float(len(trajs)),
+    }
 
 
 def load_tokenizer(cfg: Any) -> Any:

@@ -114,6 +114,9 @@ class PolicyHost:
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         return self.worker.train_step(batch, loss_fn)
 
+    def loss_metrics(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
+        return self.worker.loss_metrics(batch, loss_fn)
+
     def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
         self.worker.save_checkpoint(path, extra_state)
 

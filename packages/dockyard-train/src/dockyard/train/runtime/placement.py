@@ -46,6 +46,9 @@ class FleetSpec:
     cpus: float = 1.0
     gpus: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
+    name: str | None = None
+    """The placement group's name (None: ``dockyard-<role>``): a second fleet of a role
+    (a judge's engines beside the policy's) needs its own."""
 
     def bundles(self) -> list[dict[str, float]]:
         b: dict[str, float] = {f"fleet:{self.role}": 1.0}
@@ -61,7 +64,9 @@ def placement_group(spec: FleetSpec, timeout_s: float = 120.0) -> Any:
     ray = require_ray()
     from ray.util.placement_group import placement_group as _pg
 
-    pg = _pg(spec.bundles(), strategy=STRATEGIES[spec.role], name=f"dockyard-{spec.role}")
+    pg = _pg(
+        spec.bundles(), strategy=STRATEGIES[spec.role], name=spec.name or f"dockyard-{spec.role}"
+    )
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         avail = ray.available_resources()

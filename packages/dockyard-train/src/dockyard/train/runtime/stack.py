@@ -65,10 +65,14 @@ class Stack:
         *,
         sandbox_urls: list[str] | None = None,
         wait: bool = True,
+        environment: bool = True,
+        reserve_cpus: float = 0.0,
     ) -> None:
         """``wait=False``: return once the fleets are starting (their actors' handles and the
         buffer exist); :meth:`wait_ready` waits for them — meanwhile the caller can start what
-        needs only the handles (the collector)."""
+        needs only the handles (the collector). ``environment=False``: the trainer and the
+        engines only (no environment, sandbox or replay buffer: online DPO, whose reward is a
+        judge); ``reserve_cpus`` Ray CPUs are left out of the fleets' shares (a judge fleet)."""
         self.cfg = cfg
         t0 = time.perf_counter()
         self.ray = require_ray()
@@ -80,12 +84,36 @@ class Stack:
         self.run_dir = run_dir
         self.sandbox = None
         self.sandbox_urls = list(sandbox_urls or [])
+        self.env_name = self._start_sandbox(cfg) if environment else None
+        self.model_path = cfg.policy.model_name
+        cpus = float(self.ray.cluster_resources().get("CPU", 1)) - reserve_cpus
+        floor = 0.25 if reserve_cpus else 0.5
+        share = max(cpus / 2.0, floor) if cfg.cluster.gpus_per_node == 0 else 1.0
+        try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
+            self._t_fleets = time.perf_counter()
+            self.engines = self._start_engines(share)
+            self.trainer = self._start_trainer(share)
+            self._waits: dict[str, list[Any]] | None = {
+                "trainer": self.trainer.ready(),
+                "engines": self.engines.call("ready"),
+            }
+            if self.sandbox is not None:
+                self._waits["sandbox"] = self.sandbox.starting()
+            self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound()) if environment else None
+        except BaseException:
+            self.shutdown()  # what did start must not outlive a failed start
+            raise
+        if wait:
+            self.wait_ready()
+
+    def _start_sandbox(self, cfg: Any) -> str:
+        """The run's environment name; its sandbox fleet starting (not waited for) when the
+        environment needs one and no service URL is given."""
         env_name = cfg.env_for_data()
         if env_name is None:
             raise ValueError(
                 "no environment: add an env.<name> entry (and data.env_name if several)"
             )
-        self.env_name = env_name
         from dockyard.train.environments import needs_sandbox
 
         env_cfg = cfg.env[env_name]
@@ -100,25 +128,7 @@ class Stack:
                 repo_roots=cfg.cluster.sandbox_repo_roots,
                 git_schemes=cfg.cluster.sandbox_git_schemes,
             )
-        self.model_path = cfg.policy.model_name
-        cpus = float(self.ray.cluster_resources().get("CPU", 1))
-        share = max(cpus / 2.0, 0.5) if cfg.cluster.gpus_per_node == 0 else 1.0
-        try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
-            self._t_fleets = time.perf_counter()
-            self.engines = self._start_engines(share)
-            self.trainer = self._start_trainer(share)
-            self._waits: dict[str, list[Any]] | None = {
-                "trainer": self.trainer.ready(),
-                "engines": self.engines.call("ready"),
-            }
-            if self.sandbox is not None:
-                self._waits["sandbox"] = self.sandbox.starting()
-            self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound())
-        except BaseException:
-            self.shutdown()  # what did start must not outlive a failed start
-            raise
-        if wait:
-            self.wait_ready()
+        return env_name
 
     def wait_ready(self) -> None:
         """Wait until every fleet has started (once; raises the first start-up error, after

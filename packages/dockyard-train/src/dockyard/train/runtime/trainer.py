@@ -14,6 +14,7 @@ until their timeout), any other error is raised as soon as it is known.
 ``get_reference_logprobs``  the same under the frozen reference policy
 ``get_topk_logits(b, k)``   ``(values [B, T, k] float32, indices [B, T, k] int64)``
 ``train_step(batch, loss)`` one optimizer step; the step's metrics
+``loss_metrics(b, loss)``   the loss's metrics over ``batch``, no step (held-out)
 ``save_checkpoint(path)``   the trainer's own sharded checkpoint (``load_checkpoint`` reads it)
 ``export_hf(path)``         a Hugging Face folder of the current weights
 ``restart()``               every rank again (a process group cannot lose a member)
@@ -138,6 +139,10 @@ class TrainerClient:
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         """One optimizer step over ``batch`` (version ``s`` -> ``s + 1``); its metrics."""
         return _rank0([a.train_step.remote(batch, loss_fn) for a in self.actors])
+
+    def loss_metrics(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
+        """``loss_fn``'s metrics over ``batch`` without a step (a held-out evaluation)."""
+        return _rank0([a.loss_metrics.remote(batch, loss_fn) for a in self.actors])
 
     def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
         """Model, optimizer, scheduler, RNG and step under ``path`` (every rank its shard)."""

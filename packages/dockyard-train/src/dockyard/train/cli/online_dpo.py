@@ -1,0 +1,96 @@
+"""`dockyard online-dpo --config FILE [--output DIR] [overrides...]`: online DPO with an LLM judge.
+
+Each step samples ``grpo.num_generations_per_prompt`` (K) candidates for
+``grpo.num_prompts_per_step`` prompts of ``data.train_path`` from the policy's engines, ranks
+them with the ``judge`` (its own vLLM fleet, ``judge.backend: engine``, or any
+OpenAI-compatible URL, ``openai``), takes a DPO step (``loss_fn``: a preference loss) on each
+prompt's best-vs-worst pair and pushes the weights to the engines. Held out
+(``data.val_path``, else a tenth): the judge's win rate over the starting policy every
+``grpo.val_period`` steps and at the end. The trained model goes to ``--output`` (default
+``checkpointing.export_hf``, else ``LOG_DIR/model``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", required=True, help="YAML config (examples/configs/online_dpo.yaml)"
+    )
+    parser.add_argument("--output", default=None, help="folder for the trained HF model")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides: judge.num_engines=2")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dockyard.core.config.errors import ConfigError
+    from dockyard.train.algorithms.online_dpo import config_problems
+    from dockyard.train.preflight import deep_check, load_or_exit, report
+
+    cfg = load_or_exit(args.config, args.overrides, "online-dpo", driver="dpo")
+    # the loss must be a preference loss (the DPO driver's); no environment or sandbox
+    if problems := deep_check(cfg, load=False, skip=("sandbox",), driver="dpo") + config_problems(
+        cfg
+    ):
+        report("online-dpo", ConfigError(problems, args.config))
+    out = args.output or cfg.checkpointing.export_hf or str(Path(cfg.logger.log_dir) / "model")
+    result, log_dir = train(cfg, out, progress=not args.no_progress)
+    val = result.val
+    rate = (
+        " -> ".join(
+            f"{val[s]['val/win_rate']:.3f} (step {s})" for s in sorted({min(val), max(val)})
+        )
+        if val
+        else "not measured"
+    )
+    print(f"online DPO ({cfg.loss_fn.type}): {len(result.history)} steps; judge win rate over the "
+          f"starting policy {rate}; model in {out}; logs in {log_dir}", flush=True)  # fmt: skip
+    return 0
+
+
+def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
+    """Start the policy's fleets and the judge, run :func:`online_dpo`, stop everything;
+    ``(OnlineDPOResult, log folder)``."""
+    from transformers import AutoTokenizer
+
+    from dockyard.core.interfaces import SamplingParams
+    from dockyard.core.rl import PreferenceLoss
+    from dockyard.train.algorithms.online_dpo import load_prompt_data, online_dpo, start_policy
+    from dockyard.train.judge import Judge, backend_from_config, start_judge_fleet, stop_judge_fleet
+    from dockyard.train.logging import MetricsLogger
+    from dockyard.train.prompts import PromptRenderer
+
+    p, g, j = cfg.policy, cfg.grpo, cfg.judge
+    train, val = load_prompt_data(cfg)
+    gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
+    judge_cpus = 0.0 if j.backend == "openai" or gpus else 0.25 * j.num_engines
+    gen = p.generation
+    params = SamplingParams(n=g.num_generations_per_prompt, max_tokens=gen.max_new_tokens,
+                            temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k,
+                            stop=list(gen.stop_strings), stop_token_ids=list(gen.stop_token_ids))  # fmt: skip
+    tok = AutoTokenizer.from_pretrained(p.tokenizer.name or p.model_name)
+    policy = start_policy(cfg, str(cfg.logger.log_dir), reserve_cpus=judge_cpus)
+    fleet = judge = log = None
+    try:  # whatever started is stopped, whatever fails
+        if j.backend == "engine":
+            fleet = start_judge_fleet(j.model_name, j.num_engines, gpus=gpus, cpus=judge_cpus / j.num_engines or 1.0, seed=g.seed)  # fmt: skip
+        judge = Judge.from_config(j, backend_from_config(j, fleet.actors if fleet else None))
+        log = MetricsLogger(cfg.logger, g.max_num_steps, config_dict=cfg.model_dump(mode="json"),
+                            progress=progress, desc="online-dpo")  # fmt: skip
+        result = online_dpo(policy, judge, PromptRenderer.from_config(cfg, tok), train, val,
+                            PreferenceLoss.from_config(cfg.loss_fn), params,
+                            steps=g.max_num_steps, prompts_per_step=g.num_prompts_per_step,
+                            seed=g.seed, val_period=g.val_period, val_at_end=g.val_at_end,
+                            output_dir=out, log=log)  # fmt: skip
+    finally:
+        for close in (log and log.close, judge and judge.close):
+            if close:
+                close()
+        if fleet is not None:
+            stop_judge_fleet(fleet)
+        policy.shutdown()
+    return result, str(cfg.logger.log_dir if log is None else log.dir)

