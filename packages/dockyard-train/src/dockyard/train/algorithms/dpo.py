@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -280,6 +281,46 @@ def preference_metrics(
 
 
 # --------------------------------------------------------------------------- the loop
+def pair_steps(
+    worker: Any,
+    n_train: int,
+    batch: Callable[[list[int]], Batch],
+    loss_fn: Any,  # the trainer's loss of the driver's rows (a LossFn, or the RM's on scores)
+    evaluate: Callable[[int], dict[str, float]],
+    log: Callable[[int, dict[str, float]], None],
+    *,
+    steps: int,
+    batch_size: int,
+    seed: int,
+    val_period: int,
+    val_at_end: bool,
+) -> list[dict[str, float]]:
+    """The optimizer steps of a pair driver (DPO, the reward model): step s trains on
+    ``batch(idx)`` of ``batch_size`` training pairs — a seeded order over the ``n_train``
+    pairs, reshuffled at each epoch — with ``loss_fn``; logs ``train/*`` (+ ``evaluate(s)``'s
+    ``val/*`` every ``val_period`` steps and after the last with ``val_at_end``) and
+    ``time/step_s`` through ``log(s, metrics)``. Returns each step's train metrics."""
+    history: list[dict[str, float]] = []
+    batch_size = min(batch_size, n_train)
+    rng = np.random.default_rng(seed)
+    order, pos = rng.permutation(n_train), 0
+    for step in range(1, steps + 1):
+        if pos + batch_size > len(order):
+            order, pos = rng.permutation(n_train), 0
+        idx = [int(i) for i in order[pos : pos + batch_size]]
+        pos += batch_size
+        t0 = time.perf_counter()
+        m = worker.train_step(batch(idx), loss_fn)
+        m = {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
+        m["time/step_s"] = time.perf_counter() - t0
+        history.append(m)
+        shown = {f"train/{k}": v for k, v in m.items() if k != "time/step_s"}
+        if (val_period and step % val_period == 0) or (val_at_end and step == steps):
+            shown.update(evaluate(step))
+        log(step, {**shown, "time/step_s": m["time/step_s"]})
+    return history
+
+
 @dataclass
 class DPOResult:
     """``history``: each step's train metrics; ``val``: step -> held-out metrics (step 0:
@@ -345,25 +386,17 @@ def dpo(
 
     if val_at_start and val:
         _log(log, 0, evaluate(0, ref_val))
-    pairs_loss = PreferencePairsLoss(loss)
-    batch_size = min(batch_size, len(train))
-    rng = np.random.default_rng(seed)
-    order, pos = rng.permutation(len(train)), 0
-    for step in range(1, steps + 1):
-        if pos + batch_size > len(order):
-            order, pos = rng.permutation(len(train)), 0
-        idx = [int(i) for i in order[pos : pos + batch_size]]
-        pos += batch_size
-        t0 = time.perf_counter()
+
+    def batch(idx: list[int]) -> Batch:
         refs = None if ref_train is None else [ref_train[i] for i in idx]
-        m = worker.train_step(collate_pairs([train[i] for i in idx], refs), pairs_loss)
-        m = {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
-        m["time/step_s"] = time.perf_counter() - t0
-        result.history.append(m)
-        shown = {f"train/{k}": v for k, v in m.items() if k != "time/step_s"}
-        if (val_period and step % val_period == 0) or (val_at_end and step == steps):
-            shown.update(evaluate(step))
-        _log(log, step, {**shown, "time/step_s": m["time/step_s"]})
+        return collate_pairs([train[i] for i in idx], refs)
+
+    result.history = pair_steps(
+        worker, len(train), batch, PreferencePairsLoss(loss), evaluate,
+        lambda step, m: _log(log, step, m),
+        steps=steps, batch_size=batch_size, seed=seed, val_period=val_period,
+        val_at_end=val_at_end,
+    )  # fmt: skip
     if output_dir is not None:
         result.output_dir = worker.export_hf(str(output_dir))
     return result

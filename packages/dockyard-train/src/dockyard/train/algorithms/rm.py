@@ -30,7 +30,6 @@ under ``use_margin``). ``LOG_DIR/rm_accuracy.png`` plots the held-out and traini
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,7 +39,13 @@ import numpy as np
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces import TrainMetrics
 from dockyard.core.rl.preference import BradleyTerryLoss, BradleyTerryPairsLoss
-from dockyard.train.algorithms.dpo import EncodedPair, collate_pairs, encode_pair, parse_pair
+from dockyard.train.algorithms.dpo import (
+    EncodedPair,
+    collate_pairs,
+    encode_pair,
+    pair_steps,
+    parse_pair,
+)
 
 
 class Trainer(Protocol):
@@ -193,24 +198,12 @@ def reward_modelling(
 
     if val_at_start and val:
         _log(log, 0, evaluate(0))
-    pairs_loss = BradleyTerryPairsLoss(loss)
-    batch_size = min(batch_size, len(train))
-    rng = np.random.default_rng(seed)
-    order, pos = rng.permutation(len(train)), 0
-    for step in range(1, steps + 1):
-        if pos + batch_size > len(order):
-            order, pos = rng.permutation(len(train)), 0
-        idx = [int(i) for i in order[pos : pos + batch_size]]
-        pos += batch_size
-        t0 = time.perf_counter()
-        m = worker.train_step(collate_rm([train[i] for i in idx]), pairs_loss)
-        m = {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
-        m["time/step_s"] = time.perf_counter() - t0
-        result.history.append(m)
-        shown = {f"train/{k}": v for k, v in m.items() if k != "time/step_s"}
-        if (val_period and step % val_period == 0) or (val_at_end and step == steps):
-            shown.update(evaluate(step))
-        _log(log, step, {**shown, "time/step_s": m["time/step_s"]})
+    result.history = pair_steps(
+        worker, len(train), lambda idx: collate_rm([train[i] for i in idx]),
+        BradleyTerryPairsLoss(loss), evaluate, lambda step, m: _log(log, step, m),
+        steps=steps, batch_size=batch_size, seed=seed, val_period=val_period,
+        val_at_end=val_at_end,
+    )  # fmt: skip
     if output_dir is not None:
         result.output_dir = worker.export_hf(str(output_dir))
     return result
