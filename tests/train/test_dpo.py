@@ -321,6 +321,8 @@ def test_dockyard_dpo_with_lora_logs_and_exports(tiny: Path, tmp_path: Path, cap
     out = capsys.readouterr().out
     assert "DPO (dpo): 3 steps on 12 pairs" in out
     assert "0.500 (step 0) -> " in out
+    assert f"plot: {tmp_path / 'logs' / 'dpo_accuracy.png'}" in out
+    assert (tmp_path / "logs" / "dpo_accuracy.png").stat().st_size > 1000
     rows = [
         json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()
     ]

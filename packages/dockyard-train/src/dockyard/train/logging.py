@@ -242,6 +242,21 @@ def plot_rewards(
     return out
 
 
+def plot_curves(
+    log: MetricsLogger, cfg_logger: Any, name: str, title: str, curves: tuple[tuple[str, str], ...]
+) -> str:
+    """Draw ``curves`` of a finished run's metrics.jsonl as ``LOG_DIR/<name>.png``
+    (:func:`plot_rewards`); its path, or why none was drawn (no JSONL log, no matplotlib), for
+    a driver's closing line."""
+    import importlib.util
+
+    if not cfg_logger.jsonl_enabled:
+        return "none (logger.jsonl_enabled is false)"
+    if importlib.util.find_spec("matplotlib") is None:
+        return 'none (needs matplotlib: pip install "dockyard-train[plot]")'
+    return str(plot_rewards(log.jsonl_path, Path(log.dir) / f"{name}.png", title, curves))
+
+
 def process_age_s() -> float:
     """Wall seconds since this process started (its start time, as the OS records it: to a
     clock tick on Linux, where psutil's creation time is rounded by the boot time's whole

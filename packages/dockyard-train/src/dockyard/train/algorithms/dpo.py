@@ -321,6 +321,21 @@ def pair_steps(
     return history
 
 
+def loop_options(cfg: Any) -> dict[str, Any]:
+    """The keyword options of a pair driver's loop (:func:`dpo`, the reward model's) from a
+    ``MasterConfig``: steps, pairs per step, seed, held-out evaluation, the length cap."""
+    p, g = cfg.policy, cfg.grpo
+    return {
+        "steps": g.max_num_steps,
+        "batch_size": p.train_global_batch_size,
+        "seed": g.seed,
+        "val_period": g.val_period,
+        "val_at_start": g.val_at_start,
+        "val_at_end": g.val_at_end,
+        "max_tokens": p.max_total_sequence_length,
+    }
+
+
 @dataclass
 class DPOResult:
     """``history``: each step's train metrics; ``val``: step -> held-out metrics (step 0:

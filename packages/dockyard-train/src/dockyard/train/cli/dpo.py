@@ -6,7 +6,7 @@ held out: ``data.val_path``, else a seeded tenth of the training pairs (at most
 ``grpo.max_val_samples``). Steps: ``grpo.max_num_steps``; pairs per step:
 ``policy.train_global_batch_size``, per micro-batch ``policy.train_micro_batch_size`` (two rows
 each); held-out evaluation: ``grpo.val_at_start``, ``val_period``, ``val_at_end``; metrics:
-``logger.log_dir``. The trained model is written as a Hugging Face folder to ``--output``
+``logger.log_dir`` (and ``dpo_accuracy.png`` there: held-out and training preference accuracy). The trained model is written as a Hugging Face folder to ``--output``
 (default ``checkpointing.export_hf``, else ``LOG_DIR/model``).
 """
 
@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import Any
+
+CURVES = (("val/preference_accuracy", "o-"), ("train/preference_accuracy", "-"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
 
     from dockyard.core.rl import PreferenceLoss
     from dockyard.torch.worker import TorchPolicyWorker
-    from dockyard.train.algorithms.dpo import dpo, load_data
-    from dockyard.train.logging import MetricsLogger
+    from dockyard.train.algorithms.dpo import dpo, load_data, loop_options
+    from dockyard.train.logging import MetricsLogger, plot_curves
     from dockyard.train.prompts import PromptRenderer
     from dockyard.train.runtime.stack import torch_worker_config
 
@@ -79,22 +81,17 @@ def run(args: argparse.Namespace) -> int:
             train,
             val,
             PreferenceLoss.from_config(cfg.loss_fn),
-            steps=g.max_num_steps,
-            batch_size=p.train_global_batch_size,
-            seed=g.seed,
-            val_period=g.val_period,
-            val_at_start=g.val_at_start,
-            val_at_end=g.val_at_end,
-            max_tokens=p.max_total_sequence_length,
+            **loop_options(cfg),
             output_dir=out,
             log=log,
         )
     finally:
         log.close()
+    plot = plot_curves(log, cfg.logger, "dpo_accuracy", f"DPO ({cfg.loss_fn.type})", CURVES)
     print(
         f"DPO ({cfg.loss_fn.type}): {len(result.history)} steps on {len(train)} pairs, final loss "
         f"{result.history[-1]['loss']:.4f}; held-out preference accuracy {_accuracy(result.val)}"
-        f" on {len(val)} pairs; model in {out}; logs in {log.dir}",
+        f" on {len(val)} pairs; model in {out}; logs in {log.dir}; plot: {plot}",
         flush=True,
     )
     return 0

@@ -14,7 +14,6 @@ Face sequence-classification folder to ``--output`` (default ``checkpointing.exp
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
 
     from dockyard.core.rl import BradleyTerryLoss
     from dockyard.torch.reward import TorchRewardWorker
-    from dockyard.train.algorithms.dpo import load_data
+    from dockyard.train.algorithms.dpo import load_data, loop_options
     from dockyard.train.algorithms.rm import parse_rm_pair, reward_modelling
-    from dockyard.train.logging import MetricsLogger, plot_rewards
+    from dockyard.train.logging import MetricsLogger, plot_curves
     from dockyard.train.prompts import PromptRenderer
     from dockyard.train.runtime.stack import torch_worker_config
 
@@ -83,24 +82,13 @@ def run(args: argparse.Namespace) -> int:
             train,
             val,
             BradleyTerryLoss.from_config(cfg.loss_fn),
-            steps=g.max_num_steps,
-            batch_size=p.train_global_batch_size,
-            seed=g.seed,
-            val_period=g.val_period,
-            val_at_start=g.val_at_start,
-            val_at_end=g.val_at_end,
-            max_tokens=p.max_total_sequence_length,
+            **loop_options(cfg),
             output_dir=out,
             log=log,
         )
     finally:
         log.close()
-    plot = "none (logger.jsonl_enabled is false)"
-    if cfg.logger.jsonl_enabled and importlib.util.find_spec("matplotlib") is None:
-        plot = 'none (needs matplotlib: pip install "dockyard-train[plot]")'
-    elif cfg.logger.jsonl_enabled:
-        png = Path(log.dir) / "rm_accuracy.png"
-        plot = str(plot_rewards(log.jsonl_path, png, "reward model", ACCURACY_CURVES))
+    plot = plot_curves(log, cfg.logger, "rm_accuracy", "reward model", ACCURACY_CURVES)
     print(
         f"reward model: {len(result.history)} steps on {len(train)} pairs, final loss "
         f"{result.history[-1]['loss']:.4f}; held-out pair accuracy {_accuracy(result.val)} on "
