@@ -274,6 +274,37 @@ def test_names_are_registered(tmp_path, model) -> None:
     assert "data.dataset_name" not in problems_of(tmp_path, model)
 
 
+def test_environment_options_are_checked_before_anything_starts(
+    tmp_path, model, tokenizer_dir
+) -> None:
+    """Keys the environment does not take, a missing required one, and what its own
+    ``check_options`` refuses (a reward model folder that is not one) are lines of the list."""
+    rm = ("~env.math", "data.dataset_name=null")
+    assert "env.math.options.verify_timeout: not an option of MathEnvironment (options: " in (
+        problems_of(tmp_path, model, "env.math.options={verify_timeout: 2}")
+    )
+    assert "env.math" not in problems_of(tmp_path, model, "env.math.options={verify_timeout_s: 2}")
+    missing = problems_of(tmp_path, model, *rm, "env.rm={type: reward_model}")
+    assert "env.rm.options.model_path: required by RewardModelEnvironment, not set" in missing
+    causal = problems_of(
+        tmp_path, model, *rm, f"env.rm={{type: reward_model, options: {{model_path: '{model}'}}}}"
+    )
+    assert (
+        f"env.rm.options: env options model_path {str(model)!r} is not a sequence-classification model"
+        in causal
+    )
+    seq_cls = write_model(
+        tmp_path / "rm",
+        tokenizer_dir,
+        architectures=["Qwen2ForSequenceClassification"],
+        num_labels=1,
+    )
+    ok = problems_of(
+        tmp_path, model, *rm, f"env.rm={{type: reward_model, options: {{model_path: '{seq_cls}'}}}}"
+    )
+    assert "env.rm" not in ok
+
+
 @pytest.mark.parametrize(
     ("overrides", "module", "line"),
     [

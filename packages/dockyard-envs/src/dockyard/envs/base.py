@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from dockyard.core.interfaces.environment import Environment, StepResult
 from dockyard.envs.rewards import RewardConfig, approx_token_count, shape
@@ -26,6 +27,14 @@ class BaseEnvironment(Environment):
     ) -> None:
         self.reward = reward or RewardConfig()
         self.count_tokens = count_tokens
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> list[str]:
+        """What is wrong with these constructor ``options`` (``env.<name>.options``), one line
+        each, found cheaply and without side effects (no model loaded, no service reached):
+        the pre-flight (``dockyard train``, ``config check --deep``) calls it before anything
+        starts. Override it where an option names a file or folder the environment reads."""
+        return []
 
     async def aclose(self) -> None:
         """Release connections held for the running event loop (sandbox clients)."""

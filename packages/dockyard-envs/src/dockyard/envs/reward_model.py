@@ -111,6 +111,14 @@ class RewardModelEnvironment(BaseEnvironment):
         )
         self._flushes: set[asyncio.Task[None]] = set()  # held until done (asyncio keeps none)
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> list[str]:
+        try:
+            check_reward_model_folder(options["model_path"])
+        except (ValueError, OSError) as e:
+            return [str(e)]
+        return []
+
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         return _messages(task)
 

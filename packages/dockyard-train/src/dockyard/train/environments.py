@@ -77,14 +77,50 @@ def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = 
         kwargs["sandbox_urls"] = urls
     if "timeout_s" in params:
         kwargs["timeout_s"] = env_cfg.timeout_s
-    for k, v in env_cfg.options.items():
-        if k not in params:
-            raise ValueError(
-                f"env.{name}.options.{k} is not an option of {getattr(cls, '__name__', cls)} "
-                f"(options: {', '.join(p for p in params if p != 'self')})"
-            )
-        kwargs[k] = v
+    unknown = _unknown_options(name, env_cfg, cls)
+    if unknown:
+        raise ValueError(unknown[0])
+    kwargs.update(env_cfg.options)
     return ConcurrencyLimited(cls(**kwargs), env_cfg.max_concurrency)
+
+
+# what the runtime passes itself, never an option
+_FROM_THE_RUNTIME = ("self", "sandbox_urls", "timeout_s")
+
+
+def _unknown_options(name: str, env_cfg: Any, cls: Any) -> list[str]:
+    params = inspect.signature(cls).parameters
+    takes = ", ".join(p for p in params if p not in _FROM_THE_RUNTIME) or "none"
+    return [
+        f"env.{name}.options.{k}: not an option of {getattr(cls, '__name__', cls)} "
+        f"(options: {takes})"
+        for k in env_cfg.options
+        if k not in params or k in _FROM_THE_RUNTIME
+    ]
+
+
+def option_problems(name: str, env_cfg: Any) -> list[str]:
+    """What is wrong with ``env.<name>.options``, found without building the environment: keys
+    its constructor does not take, required ones missing, and what the class's own
+    ``check_options(options) -> list[str]`` finds (files it reads, values it refuses: see
+    :meth:`dockyard.envs.base.BaseEnvironment.check_options`). An unknown name: nothing here
+    (the names check reports it)."""
+    try:
+        cls = registry.env_factory(env_type(name, env_cfg))
+    except (ValueError, LookupError):
+        return []
+    problems = _unknown_options(name, env_cfg, cls)
+    for p in inspect.signature(cls).parameters.values():
+        required = p.default is inspect.Parameter.empty and p.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        )
+        if required and p.name not in _FROM_THE_RUNTIME and p.name not in env_cfg.options:
+            problems.append(f"env.{name}.options.{p.name}: required by {cls.__name__}, not set")
+    check = getattr(cls, "check_options", None)
+    if not problems and callable(check):
+        problems += [f"env.{name}.options: {line}" for line in check(dict(env_cfg.options))]
+    return problems
 
 
 def load_dataset(

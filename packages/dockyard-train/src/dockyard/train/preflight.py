@@ -10,6 +10,8 @@ loss       ``loss_fn.type`` is one the command's driver trains (``dockyard train
            gradient, ``dockyard dpo``: a preference loss; ``config check``: one some driver
            trains; ``dockyard sft`` skips it)
 names      ``env.<name>.type`` and ``data.dataset_name`` are registered (dockyard-envs)
+envs       ``env.<name>.options`` are the environment's own, its required ones are set, and
+           its ``check_options`` accepts them (a reward model's folder, a task directory)
 models     ``policy.model_name`` / ``policy.tokenizer.name``: a local folder exists and holds
            a model (``config.json``) and a tokenizer; a Hub name is in the HF cache, or this
            machine can download it; a chat template exists (``policy.tokenizer.chat_template``);
@@ -51,7 +53,7 @@ from typing import Any, NoReturn
 from urllib.parse import urlparse
 
 from dockyard.core.config.errors import ConfigError
-from dockyard.train.environments import needs_sandbox, unknown_names
+from dockyard.train.environments import needs_sandbox, option_problems, unknown_names
 
 # the files of which a tokenizer folder needs one (fast, sentencepiece, BPE, WordPiece)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
@@ -374,6 +376,12 @@ def check_names(cfg: Any, load: bool) -> list[str]:
     return unknown_names(cfg)
 
 
+def check_envs(cfg: Any, load: bool) -> list[str]:
+    """Each ``env.<name>.options`` as its environment takes them
+    (:func:`dockyard.train.environments.option_problems`)."""
+    return [line for name, env_cfg in cfg.env.items() for line in option_problems(name, env_cfg)]
+
+
 def check_files(cfg: Any, load: bool) -> list[str]:
     """The data files the config names exist (relative paths: from the working directory)."""
     problems = []
@@ -493,6 +501,7 @@ def check_loss(cfg: Any, load: bool, driver: str | None = None) -> list[str]:
 CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
     "loss": check_loss,
     "names": check_names,
+    "envs": check_envs,
     "models": check_models,
     "files": check_files,
     "extras": check_extras,
