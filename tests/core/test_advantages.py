@@ -152,4 +152,5 @@ def test_clip_and_errors(table):
         "rloo",
         "reinforce_plus_plus",
         "gdpo",
+        "opd",
     }

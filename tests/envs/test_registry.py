@@ -24,7 +24,18 @@ from dockyard.envs.registry import (
     make_env,
 )
 
-SANDBOXED = {"code", "swe", "terminal", "expression"}
+SANDBOXED = {
+    "code",
+    "swe",
+    "swe_agent",
+    "terminal",
+    "expression",
+    "gdpval",
+    "gdpval_agentic",
+    "harbor",
+    "programbench",
+    "programbench_single",
+}
 
 
 def fake_distribution(

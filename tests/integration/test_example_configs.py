@@ -12,7 +12,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
 
-@pytest.mark.parametrize("name", ["grpo_math", "grpo_code", "grpo_swe", "grpo_terminal"])
+@pytest.mark.parametrize(
+    "name", ["grpo_math", "grpo_code", "grpo_swe", "grpo_terminal", "grpo_swe_agent"]
+)
 def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_session) -> None:
     from dockyard.core.config import load_config
     from dockyard.train.algorithms.grpo import train

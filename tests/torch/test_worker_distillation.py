@@ -4,6 +4,7 @@ the step does not depend on the micro-batching; ``loss_metrics`` is the same los
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,172 @@ def test_two_fsdp_ranks_distil_as_one_process(models, tmp_path: Path) -> None:
     assert got["step"]["loss"] == pytest.approx(step["loss"], rel=1e-5)
     assert got["step"]["grad_norm"] == pytest.approx(step["grad_norm"], rel=1e-4)
     assert got["step"]["num_loss_tokens"] == step["num_loss_tokens"]
+
+
+# ------------------------------------------------ several teachers, other tokenizers, OPD
+@pytest.fixture(scope="module")
+def cross() -> tuple[Path, Path, Path]:
+    """(student, teacher A, teacher B): tiny models whose tokenizers differ — byte-level BPE
+    with 512, 768 and 1024 ids: the teachers merge more, so some student tokens start inside a
+    teacher token (unaligned), and the two teachers' vocabularies differ from each other."""
+    from dockyard.torch.testing import build_tiny_model
+
+    kw: dict[str, Any] = {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
+    return (build_tiny_model(**kw, seed=0, vocab_size=512),
+            build_tiny_model(**kw, seed=1, vocab_size=768),
+            build_tiny_model(**kw, seed=2, vocab_size=1024))  # fmt: skip
+
+
+def _text_batch(student: Path) -> Batch:
+    """Real text (code, prose, digits) in the student's tokens; the loss on all but 2 tokens."""
+    from transformers import AutoTokenizer
+
+    from dockyard.torch.testing import sample_texts
+
+    tok = AutoTokenizer.from_pretrained(str(student))
+    rows = [tok(t, add_special_tokens=False)["input_ids"][:40] for t in sample_texts()[:4]]
+    B, T = len(rows), max(map(len, rows))
+    ids = np.zeros((B, T), dtype=np.int64)
+    att = np.zeros((B, T), dtype=bool)
+    lm = np.zeros((B, T), dtype=bool)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], att[i, : len(r)], lm[i, 2 : len(r)] = r, True, True
+    z = np.zeros((B, T), dtype=np.float32)
+    return Batch(ids, att, lm, advantages=z, gen_logprobs=z)
+
+
+def _teachers(*specs: tuple[Path, float]) -> list[dict[str, Any]]:
+    return [{"model_name": str(p), "weight": w} for p, w in specs]
+
+
+def test_one_teacher_of_the_students_vocabulary_as_a_list_is_the_one_teacher_path(models) -> None:
+    student, teacher = models
+    batch = _batch(3)
+    fn = OnPolicyDistillationLoss(DistillationLoss(topk=K))
+    want = _worker(student, teacher).train_step(batch, fn)
+    got = _worker(student, teachers=_teachers((teacher, 2.0))).train_step(batch, fn)
+    assert got["distill_kl"] == pytest.approx(want["distill_kl"], rel=1e-5)
+    assert got["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
+    assert got["distill_aligned"] == 1.0
+
+
+def test_a_teacher_with_another_tokenizer_is_aligned_through_the_text(cross) -> None:
+    """The worker's view of each teacher equals one computed here from the teacher's own
+    tokenisation: at student token t starting where teacher token j does, the teacher's
+    log-softmax before j, through BPM's map; ℓ_k: its log-likelihood of the response's text;
+    both teachers leave some student tokens unaligned."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dockyard.core.rl import align_positions, project_to_student
+    from dockyard.torch.teachers import sequence_starts
+
+    student, a, b = cross
+    batch = _text_batch(student)
+    w = _worker(student, teachers=_teachers((a, 1.0), (b, 1.0)))
+    ts = w.teacher_set
+    assert all(t.tokenizer is not None for t in ts.teachers)
+    lengths = batch.attention_mask.sum(1)
+    idx = list(range(len(lengths)))
+    probs, aligned, scores, tokens = ts.views(None, batch.input_ids, lengths, idx,
+                                              batch.loss_mask, 512, torch.device("cpu"))  # fmt: skip
+    s_tok = AutoTokenizer.from_pretrained(str(student))
+    fractions = []
+    for k, (folder, t) in enumerate(zip((a, b), ts.teachers, strict=True)):
+        model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+        tok = AutoTokenizer.from_pretrained(str(folder))
+        for r in idx:
+            text, s_starts = sequence_starts(s_tok, batch.input_ids[r, : lengths[r]].tolist())
+            t_ids = tok(text, add_special_tokens=False)["input_ids"]
+            _, t_starts = sequence_starts(tok, t_ids)
+            j = align_positions(s_starts, t_starts)
+            with torch.no_grad():
+                lp = torch.log_softmax(model(torch.tensor([t_ids])).logits[0].double(), -1)
+            n = int(lengths[r])
+            bounds = set(t_starts.tolist()) | {len(text)}
+            for pos in range(n):
+                assert bool(aligned[k][r, pos]) == (j[pos] >= 1)
+                if j[pos] < 1:
+                    assert not tokens[k][1][r, pos]
+                    continue
+                want = project_to_student(lp[j[pos] - 1].numpy(), t.token_map, 512)
+                np.testing.assert_allclose(probs[k][r, pos].numpy(), want, atol=1e-5)
+                # OPD's log π_T of the token's text: the chain over the teacher tokens it spans
+                end = int(s_starts[pos + 1]) if pos + 1 < n else len(text)
+                inside = [i for i, d in enumerate(t_starts) if s_starts[pos] <= d < end]
+                y_lp, y_on = float(tokens[k][0][r, pos]), bool(tokens[k][1][r, pos])
+                if end < 0:  # the next token starts inside a character: no end known
+                    assert not y_on
+                elif end in bounds:
+                    assert y_on
+                    chain = sum(float(lp[i - 1, t_ids[i]]) for i in inside)
+                    assert y_lp == pytest.approx(chain, abs=1e-4)
+                elif len(inside) == 1:
+                    y = int(batch.input_ids[r, pos])
+                    assert y_lp == pytest.approx(math.log(max(want[y], 1e-13)), abs=1e-4)
+                else:
+                    assert not y_on
+            resp = t_starts >= s_starts[2]
+            want_score = float(sum(lp[i - 1, t_ids[i]] for i in np.nonzero(resp)[0] if i >= 1))
+            assert float(scores[k][r]) == pytest.approx(want_score, abs=1e-3)
+        valid = batch.loss_mask
+        fractions.append(float(aligned[k].numpy()[valid].mean()))
+    # unaligned: student tokens inside a teacher's longer merges, and inside a character (the
+    # partial UTF-8 bytes of "Ünïcödé, 東京, 🚀")
+    assert all(0.3 < f < 1.0 for f in fractions), fractions
+
+
+@pytest.mark.parametrize("mode", ["weighted_sum", "average_logits", "select_teacher"])
+def test_two_teachers_with_other_tokenizers_distil(cross, mode: str) -> None:
+    """A few steps on one batch lower the KL to the combined target, whatever the combination;
+    the aligned fraction of the loss tokens is reported."""
+    student, a, b = cross
+    batch = _text_batch(student)
+    fn = OnPolicyDistillationLoss(DistillationLoss(topk=16))
+    w = _worker(student, teachers=_teachers((a, 1.0), (b, 3.0)),
+                teacher_combination=mode, optimizer={"lr": 3e-3, "weight_decay": 0.0})  # fmt: skip
+    before = w.loss_metrics(batch, fn)
+    assert 0.5 < before["distill_aligned"] < 1.0
+    for _ in range(5):
+        w.train_step(batch, fn)
+    after = w.loss_metrics(batch, fn)
+    assert after["distill_kl"] < 0.8 * before["distill_kl"], (before, after)
+
+
+def test_opd_gets_each_teachers_logprobs_of_the_sampled_tokens(models, cross) -> None:
+    """A same-vocabulary teacher's log π_T(y_t) are its own worker's logprobs; a cross-tokenizer
+    teacher scores the aligned tokens only; the OPD step trains (the student moves toward the
+    teachers: its mean teacher-minus-student gap shrinks)."""
+    from dockyard.core.rl import OPDPolicyLoss, PolicyLoss
+
+    student, teacher = models
+    batch = _batch(4)
+
+    class Seen(OPDPolicyLoss):
+        def __call__(self, logprobs: Any, batch: Mapping[str, Any]):
+            SEEN.append({k: batch[k].detach().numpy() for k in
+                         ("teacher_logprobs", "teacher_logprob_mask")})  # fmt: skip
+            return super().__call__(logprobs, batch)
+
+    SEEN: list[dict[str, np.ndarray]] = []
+    fn = Seen(PolicyLoss("clipped_pg", {"agg": "token-mean"}), (1.0, 1.0))
+    w = _worker(student, teachers=_teachers((teacher, 1.0), (student, 1.0)))
+    w.train_step(batch, fn)
+    lp, on = (np.concatenate([s[k] for s in SEEN], axis=1)
+              for k in ("teacher_logprobs", "teacher_logprob_mask"))  # fmt: skip
+    valid = batch.attention_mask.copy()
+    valid[:, 0] = False
+    want = _worker(teacher).get_logprobs(batch)
+    np.testing.assert_allclose(lp[0][valid], want[valid], atol=1e-5)
+    assert on[:, valid].all()
+    with pytest.raises(RuntimeError, match="needs 2 teachers' log-probabilities"):
+        _worker(student).train_step(batch, fn)
+
+    s512, a, b = cross
+    text = _text_batch(s512)
+    opd = OPDPolicyLoss(PolicyLoss("clipped_pg", {"agg": "token-mean"}), (1.0, 1.0))
+    w = _worker(s512, teachers=_teachers((a, 1.0), (b, 1.0)),
+                optimizer={"lr": 3e-3, "weight_decay": 0.0})  # fmt: skip
+    first = last = w.train_step(text, opd)
+    for _ in range(4):
+        last = w.train_step(text, opd)
+    assert last["opd/reverse_kl"] < first["opd/reverse_kl"], (first, last)

@@ -1,7 +1,8 @@
-"""Fixtures of the judge tests (test_judge.py, test_online_dpo.py): a tiny LLM judge trained
-here, once per session, on pairwise judgments of the quickstart's task labelled by its verifier
-(measured: 150 SFT steps of 32, ~65 s on one core; on held-out specs it names the correct
-expression in both orders for 27 of 32 pairs, the other 5 tie, none wrong)."""
+"""Fixtures of the judge tests (test_judge.py, test_online_dpo.py, test_rlaif.py): a tiny LLM
+judge trained here, once per session, on pairwise judgments of the quickstart's task labelled
+by its verifier (measured: 150 SFT steps of 32, ~65 s on one core; on held-out specs it names
+the correct expression in both orders for 27 of 32 pairs, the other 5 tie, none wrong), and
+the tiny starting policy the judged drivers train."""
 
 from __future__ import annotations
 
@@ -72,3 +73,26 @@ def trained_judge(tmp_path_factory: pytest.TempPathFactory) -> Path:
     sft(_worker(model, 3e-3), AutoTokenizer.from_pretrained(str(model)), examples,
         steps=150, batch_size=32, seed=0, output_dir=root / "judge")  # fmt: skip
     return root / "judge"
+
+
+@pytest.fixture(scope="session")
+def start_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The starting policy of the judged drivers' learning tests (online DPO, RLAIF): a tiny
+    policy SFT'd 250 steps on the quickstart's demonstrations (60% slips): 16% of its greedy
+    answers to the held-out specs are correct (60 steps: none, and its malformed
+    answers are nothing the judge was trained on, whose verdicts are then noise)."""
+    pytest.importorskip("torch")
+    from transformers import AutoTokenizer
+
+    from dockyard.envs.expression import demonstrations, load_tasks
+    from dockyard.torch.testing import build_tiny_model
+    from dockyard.train.algorithms.sft import sft
+
+    root = tmp_path_factory.mktemp("policy")
+    model = build_tiny_model(
+        root / "init", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1
+    )
+    demos = demonstrations(load_tasks("train"), 1024, buggy_fraction=0.6, seed=0)
+    sft(_worker(model, 3e-3), AutoTokenizer.from_pretrained(str(model)), demos,
+        steps=250, batch_size=32, seed=0, output_dir=root / "sft")  # fmt: skip
+    return root / "sft"

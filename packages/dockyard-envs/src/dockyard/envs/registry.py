@@ -63,6 +63,9 @@ class EnvSpec:
     """It scores through the sandbox service (needs ``sandbox_urls``)."""
     description: str = ""
     """One line for listings and error messages."""
+    needs_judge: bool = False
+    """Some of its reward comes from an LLM judge: the runtime builds one from the config's
+    ``judge`` section and passes it as the ``judge`` keyword (:mod:`dockyard.envs.judging`)."""
 
     def __post_init__(self) -> None:
         _check_target(self.target)
@@ -105,6 +108,11 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
         needs_sandbox=True,
         description="multi-turn tool use in a sandbox session",
     ),
+    "swe_agent": EnvSpec(
+        "dockyard.envs.swe.agent:SweAgentEnvironment",
+        needs_sandbox=True,
+        description="a multi-turn SWE agent in a repository, judged by its held-out tests",
+    ),
     "expression": EnvSpec(
         "dockyard.envs.expression:ExpressionEnvironment",
         needs_sandbox=True,
@@ -113,6 +121,38 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
     "reward_model": EnvSpec(
         "dockyard.envs.reward_model:RewardModelEnvironment",
         description="a response scored by a reward model folder (what `dockyard rm` exports)",
+    ),
+    "hle": EnvSpec(
+        "dockyard.envs.hle.env:HleEnvironment",
+        description="Humanity's Last Exam: exact match / multiple choice, the judge if free-form",
+        needs_judge=True,
+    ),
+    "gdpval": EnvSpec(
+        "dockyard.envs.gdpval.env:GdpvalEnvironment",
+        needs_sandbox=True,
+        description="file deliverables written by a program in the sandbox, graded by a rubric",
+        needs_judge=True,
+    ),
+    "gdpval_agentic": EnvSpec(
+        "dockyard.envs.gdpval.agentic:GdpvalAgenticEnvironment",
+        needs_sandbox=True,
+        description="file deliverables made in a sandbox session, graded by a rubric",
+        needs_judge=True,
+    ),
+    "harbor": EnvSpec(
+        "dockyard.envs.harbor.env:HarborEnvironment",
+        needs_sandbox=True,
+        description="Harbor task directories (Terminal-Bench 2) in a provisioned sandbox session",
+    ),
+    "programbench": EnvSpec(
+        "dockyard.envs.programbench.env:ProgramBenchEnvironment",
+        needs_sandbox=True,
+        description="cleanroom rebuild of a program from its behaviour, in a sandbox session",
+    ),
+    "programbench_single": EnvSpec(
+        "dockyard.envs.programbench.env:ProgramBenchSingleTurnEnvironment",
+        needs_sandbox=True,
+        description="cleanroom rebuild of a program from its docs and runs, in one response",
     ),
 }
 """The environments of dockyard-envs (others come from entry points)."""
@@ -130,6 +170,19 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "expression": DatasetSpec(
         "dockyard.envs.expression:load_tasks", "kind/size specs, held-out pairs (env expression)"
+    ),
+    "hle": DatasetSpec(
+        "dockyard.envs.hle.data:hle_dataset", "HLE records from a local file (env hle)"
+    ),
+    "gdpval": DatasetSpec(
+        "dockyard.envs.gdpval.tasks:gdpval_dataset", "the shipped deliverable tasks (env gdpval)"
+    ),
+    "harbor": DatasetSpec(
+        "dockyard.envs.harbor.tasks:harbor_dataset", "the shipped Harbor tasks (env harbor)"
+    ),
+    "programbench": DatasetSpec(
+        "dockyard.envs.programbench.tasks:programbench_dataset",
+        "the 15 shipped cleanroom tasks (env programbench, programbench_single)",
     ),
 }
 """The datasets of dockyard-envs (others come from entry points)."""
@@ -226,6 +279,11 @@ def get_dataset(name: str) -> DatasetSpec:
 def needs_sandbox(name: str) -> bool:
     """Whether environment ``name`` scores through the sandbox service."""
     return get_env(name).needs_sandbox
+
+
+def needs_judge(name: str) -> bool:
+    """Whether environment ``name`` grades (partly) with an LLM judge."""
+    return get_env(name).needs_judge
 
 
 def env_factory(name: str) -> Callable[..., Environment]:

@@ -30,6 +30,7 @@ from fastapi.staticfiles import StaticFiles
 from dockyard.sandbox import __version__
 from dockyard.sandbox.bodylimit import MaxBodySize
 from dockyard.sandbox.cgroups import probe
+from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import Context
 from dockyard.sandbox.isolation import Isolation, Mode, check_reachable
 from dockyard.sandbox.lifecycle import WorkDir
@@ -47,6 +48,7 @@ from dockyard.sandbox.models import (
     TaskStatus,
 )
 from dockyard.sandbox.paths import UnsafePath
+from dockyard.sandbox.provision import Provisioner, ProvisionFailed
 from dockyard.sandbox.repos import RepoCache, RepoError, SourcePolicy, SourceRefused
 from dockyard.sandbox.sessions import SessionManager, SessionNotFound, WorkspaceFull
 from dockyard.sandbox.tasks import TaskManager
@@ -82,6 +84,8 @@ class ServiceConfig:
     keep_results_bytes: int = 256 << 20  # ... holding at most this much output,
     result_ttl_s: float = 3600.0  # ... for at most this long
     extra: dict[str, Any] = field(default_factory=dict)
+    # provisioned environments (provision.py); None: <work dir>/envs, gone at shutdown
+    env_cache_dir: Path | None = None
 
 
 def create_app(cfg: ServiceConfig) -> FastAPI:
@@ -226,6 +230,7 @@ class _Service:
             result_ttl_s=cfg.result_ttl_s,
         )
         sessions = self.sessions = SessionManager(ctx, cfg.max_sessions)
+        sessions.provisioner = Provisioner(cfg.env_cache_dir or self.owner.path / "envs", ctx)
 
         async def reaper() -> None:
             while True:
@@ -368,6 +373,8 @@ def _session_routes(svc: _Service) -> APIRouter:
     async def create_session(spec: SessionCreate, _: Auth) -> SessionInfo:
         try:
             s = await asyncio.to_thread(svc.sm().create, spec)
+        except ProvisionFailed as e:  # the task's environment, not the service: a 422 + log
+            raise HTTPException(422, {"provision_failed": str(e), "log": e.log}) from e
         except (UnsafePath, RepoError, ValueError, OverflowError) as e:
             raise _session_errors(e, metrics) from e
         return SessionInfo(session_id=s.id, ttl_s=spec.ttl_s)
@@ -409,6 +416,14 @@ def _session_routes(svc: _Service) -> APIRouter:
             raise _session_errors(e, metrics) from e
         metrics.record(r.verdict.value, r.timings.total_s, 0.0)
         return r
+
+    @router.post("/v1/sessions/{sid}/tty", response_model=TtyResult)
+    async def tty(sid: str, req: TtyRequest, _: Auth) -> TtyResult:
+        """Keystrokes into the session's persistent terminal (a tmux pane in its jail)."""
+        try:
+            return await asyncio.to_thread(svc.sm().tty, sid, req)
+        except (SessionNotFound, ValueError) as e:
+            raise _session_errors(e, metrics) from e
 
     @router.delete("/v1/sessions/{sid}", status_code=204)
     async def delete_session(sid: str, _: Auth) -> Response:

@@ -45,38 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--queue-size", type=int, default=256, help="Tasks waiting beyond the workers before 429."
     )
-    s.add_argument("--cache-dir", type=Path, help="Repository cache (default: inside --work-dir).")
-    s.add_argument("--cache-max-gb", type=float, default=20.0)
-    s.add_argument(
-        "--work-dir",
-        type=Path,
-        help="Workspaces and per-task files (default: a temp dir). One live service per work "
-        "dir; what a killed one left there is reclaimed at start, and all the service made is "
-        "removed at shutdown (a dir that existed before stays in place).",
-    )
-    s.add_argument(
-        "--allow-network", action="store_true", help="Let tasks that ask for it use the network."
-    )
-    s.add_argument(
-        "--repo-root",
-        dest="repo_roots",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="Directory under which clients may name server repositories (repo.path, a server "
-        "path in repo.git); repeatable. None by default: clients send repo.tarball. Only what "
-        "every user of the host could read is copied into a task.",
-    )
-    s.add_argument(
-        "--allow-git-scheme",
-        dest="git_schemes",
-        action="append",
-        default=[],
-        metavar="SCHEME",
-        help="URL scheme repo.git may use (https, http, ssh, git); repeatable. None by default. "
-        "Tasks clone as root from wherever such a URL points: allow it only for trusted clients.",
-    )
+    _add_storage_and_trust(s)
     s.add_argument(
         "--max-request-mb",
         type=float,
@@ -129,6 +98,47 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_storage_and_trust(s: argparse.ArgumentParser) -> None:
+    """``serve``'s options on where the service keeps things and what clients may reach."""
+    s.add_argument("--cache-dir", type=Path, help="Repository cache (default: inside --work-dir).")
+    s.add_argument(
+        "--env-cache-dir",
+        type=Path,
+        help="Provisioned environments (kept across restarts; default: inside --work-dir).",
+    )
+    s.add_argument("--cache-max-gb", type=float, default=20.0)
+    s.add_argument(
+        "--work-dir",
+        type=Path,
+        help="Workspaces and per-task files (default: a temp dir). One live service per work "
+        "dir; what a killed one left there is reclaimed at start, and all the service made is "
+        "removed at shutdown (a dir that existed before stays in place).",
+    )
+    s.add_argument(
+        "--allow-network", action="store_true", help="Let tasks that ask for it use the network."
+    )
+    s.add_argument(
+        "--repo-root",
+        dest="repo_roots",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="Directory under which clients may name server repositories (repo.path, a server "
+        "path in repo.git); repeatable. None by default: clients send repo.tarball. Only what "
+        "every user of the host could read is copied into a task.",
+    )
+    s.add_argument(
+        "--allow-git-scheme",
+        dest="git_schemes",
+        action="append",
+        default=[],
+        metavar="SCHEME",
+        help="URL scheme repo.git may use (https, http, ssh, git); repeatable. None by default. "
+        "Tasks clone as root from wherever such a URL points: allow it only for trusted clients.",
+    )
+
+
 def serve(args: argparse.Namespace) -> int:
     token = None
     if args.token_file:
@@ -166,6 +176,7 @@ def serve(args: argparse.Namespace) -> int:
         queue_size=args.queue_size,
         token=token,
         cache_dir=args.cache_dir,
+        env_cache_dir=args.env_cache_dir,
         work_dir=args.work_dir,
         allow_network=args.allow_network,
         drain_timeout_s=args.drain_timeout,

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.models import (
     ExecRequest,
     ExecResult,
@@ -83,6 +84,17 @@ def _retry_after(resp: httpx.Response) -> float:
 def _http_timeout(task_timeout_s: float) -> httpx.Timeout:
     # Reading a result can take the task's whole time limit plus set-up and queueing.
     return httpx.Timeout(connect=10.0, read=task_timeout_s * 2 + 120.0, write=60.0, pool=60.0)
+
+
+def _create_timeout(s: SessionCreate) -> httpx.Timeout | None:
+    """A session with an environment may provision it first (up to its timeout_s)."""
+    return _http_timeout(s.environment.timeout_s) if s.environment is not None else None
+
+
+def _tty_result(resp: httpx.Response) -> TtyResult:
+    if resp.status_code != 200:
+        raise SandboxRequestError(resp.status_code, _detail(resp))
+    return TtyResult.model_validate(resp.json())
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -238,7 +250,9 @@ class SandboxClient(_Base):
     def create_session(self, spec: SessionCreate | Mapping[str, Any] | None = None) -> str:
         s = spec if isinstance(spec, SessionCreate) else SessionCreate.model_validate(spec or {})
         try:
-            resp = self._request("POST", "/v1/sessions", json=s.model_dump(mode="json"))
+            resp = self._request(
+                "POST", "/v1/sessions", json=s.model_dump(mode="json"), timeout=_create_timeout(s)
+            )
         except _TRANSPORT_ERRORS as e:
             raise SandboxUnavailable(f"create_session: {e!r}") from e
         if resp.status_code >= 500 or resp.status_code == 429:
@@ -301,6 +315,15 @@ class SandboxClient(_Base):
                 f"sandbox service died or unreachable: {e!r}", metadata=f.metadata
             )
         return _task_result(resp, f"finish of session {session_id}")
+
+    def tty(self, session_id: str, keys: list[str], wait_s: float = 0.5) -> TtyResult:
+        """Keystrokes into the session's persistent terminal; returns its screen (tty.py)."""
+        req = TtyRequest(keys=keys, wait_s=wait_s)
+        resp = self._request(
+            "POST", f"/v1/sessions/{session_id}/tty", json=req.model_dump(),
+            timeout=_http_timeout(wait_s + 30),
+        )  # fmt: skip
+        return _tty_result(resp)
 
     def delete_session(self, session_id: str) -> None:
         resp = self._request("DELETE", f"/v1/sessions/{session_id}")
@@ -448,7 +471,9 @@ class AsyncSandboxClient(_Base):
     async def create_session(self, spec: SessionCreate | Mapping[str, Any] | None = None) -> str:
         s = spec if isinstance(spec, SessionCreate) else SessionCreate.model_validate(spec or {})
         try:
-            resp = await self._request("POST", "/v1/sessions", json=s.model_dump(mode="json"))
+            resp = await self._request(
+                "POST", "/v1/sessions", json=s.model_dump(mode="json"), timeout=_create_timeout(s)
+            )
         except _TRANSPORT_ERRORS as e:
             raise SandboxUnavailable(f"create_session: {e!r}") from e
         if resp.status_code >= 500 or resp.status_code == 429:
@@ -512,6 +537,15 @@ class AsyncSandboxClient(_Base):
                 f"sandbox service died or unreachable: {e!r}", metadata=f.metadata
             )
         return _task_result(resp, f"finish of session {session_id}")
+
+    async def tty(self, session_id: str, keys: list[str], wait_s: float = 0.5) -> TtyResult:
+        """Keystrokes into the session's persistent terminal; returns its screen (tty.py)."""
+        req = TtyRequest(keys=keys, wait_s=wait_s)
+        resp = await self._request(
+            "POST", f"/v1/sessions/{session_id}/tty", json=req.model_dump(),
+            timeout=_http_timeout(wait_s + 30),
+        )  # fmt: skip
+        return _tty_result(resp)
 
     async def delete_session(self, session_id: str) -> None:
         resp = await self._request("DELETE", f"/v1/sessions/{session_id}")

@@ -168,6 +168,8 @@ def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]
     ]
     for host, inside in spec.ro_binds:
         args += ["--ro-bind", host, inside]
+    for host, inside in spec.binds:
+        args += ["--bind", host, inside]
     for k, v in task_env(spec).items():
         args += ["--setenv", k, v]
     args += ["--chdir", spec.cwd]

@@ -26,6 +26,9 @@ class JailSpec:
     network: bool = False
     cwd: str = WORKSPACE
     ro_binds: list[tuple[str, str]] = field(default_factory=list)  # (host, inside)
+    # (host, inside), writable: operator-made dirs only (a tty socket dir, verifier logs, a
+    # provisioning prefix); bwrap backend only (see provision.py / tty.py)
+    binds: list[tuple[str, str]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     report: bool = False  # pass a pipe at fd 3 for the trusted report
     name: str = "task"

@@ -24,6 +24,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dockyard.sandbox.envspec import EnvSpec, ScriptTests
+
 MAX_METADATA_BYTES = 64 << 10
 """``metadata`` is echoed back with every result: its JSON is capped at this size (64 KiB)."""
 
@@ -318,6 +320,10 @@ class TaskResult(_Model):
     timings: Timings = Field(default_factory=Timings)
     usage: Usage = Field(default_factory=Usage)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    reward: float | None = Field(None, description="A script verifier's reward file's number.")
+    reward_error: str = Field(
+        "", description="Why a script verifier's reward file was unusable (reward then 0)."
+    )
 
     @property
     def truncated(self) -> bool:
@@ -350,6 +356,9 @@ class SessionCreate(_Model):
     )
     network: bool = False
     setup_command: str | None = None
+    environment: EnvSpec | None = Field(
+        None, description="A provisioned environment (provision.py): its tree is the start."
+    )
 
 
 class SessionInfo(_Model):
@@ -382,6 +391,9 @@ class FinishRequest(_Model):
     test_command: str | None = None
     tests: TestsSpec | None = None
     function_tests: FunctionTests | None = None
+    script: ScriptTests | None = Field(
+        None, description="A Harbor-style test script whose reward file is the reward."
+    )
     timeout_s: float = Field(60.0, gt=0, le=3600)
     limits: Limits | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

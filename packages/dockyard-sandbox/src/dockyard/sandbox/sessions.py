@@ -5,6 +5,12 @@ running between calls, so the service's file operations cannot be raced). ``fini
 trusts that workspace: it computes the diff against the base tree (regular files only; new
 symlinks are refused) and evaluates it like a one-shot patch in a *fresh* sandbox with the
 held-out tests. Sessions idle for longer than their ``ttl_s`` are reaped.
+
+A session may start from a provisioned environment (``SessionCreate.environment``,
+provision.py: its tree is the start, its prefix is mounted read-only in every jail), keep one
+persistent terminal (``tty``: a tmux server in a long-lived jail of the session, tty.py, killed
+with the session) and be finished by a Harbor-style script verifier (``FinishRequest.script``,
+scriptverify.py: the whole workspace copied into a fresh jail, the reward file is the reward).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import ApplyFn, Context, execute
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
@@ -41,7 +48,10 @@ from dockyard.sandbox.paths import (
     remove_any,
     resolve_in,
 )
+from dockyard.sandbox.provision import Provisioned, Provisioner
+from dockyard.sandbox.scriptverify import run_script
 from dockyard.sandbox.toolchain import WORKSPACE
+from dockyard.sandbox.tty import Tty, TtyHost
 
 MAX_FILE_BYTES = 16 << 20
 _SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
@@ -77,6 +87,8 @@ class Session:
     base: Path
     last_used: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    env: Provisioned | None = None  # a provisioned environment (provision.py)
+    tty: Tty | None = None  # the persistent terminal (tty.py), started on first use
 
 
 def _walk(root: Path) -> dict[str, str]:
@@ -143,6 +155,8 @@ class SessionManager:
         self.max_sessions = max_sessions
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+        self.provisioner: Provisioner | None = None  # set by the service (provision.py)
+        self.ttys = TtyHost(ctx)
 
     def create(self, spec: SessionCreate) -> Session:
         if spec.network and not self.ctx.allow_network:
@@ -153,14 +167,15 @@ class SessionManager:
         uid = self.ctx.uids.acquire()
         ws: Path | None = None
         try:
-            base = self.ctx.cache.get(spec.repo)
+            env = self._environment(spec)
+            base = env.tree if env is not None else self.ctx.cache.get(spec.repo)
             sid = uuid.uuid4().hex
             ws = self.ctx.workspaces.create(
                 f"s-{sid[:16]}", uid, spec.limits.disk_mb, spec.limits.inodes
             )
             with _room(spec.limits, "copying the repository into it"):
                 self.ctx.cache.copy_to(base, ws, uid)
-            s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base)
+            s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base, env=env)
             if spec.setup_command:
                 r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
                 if r.exit_code != 0:
@@ -175,6 +190,15 @@ class SessionManager:
         with self._lock:
             self.sessions[sid] = s
         return s
+
+    def _environment(self, spec: SessionCreate) -> Provisioned | None:
+        if spec.environment is None:
+            return None
+        if spec.repo.path or spec.repo.git or spec.repo.tarball:
+            raise ValueError("give either repo or environment (its tree is the start), not both")
+        if self.provisioner is None:
+            raise ValueError("this service has no provisioning cache configured")
+        return self.provisioner.get(spec.environment)
 
     def get(self, sid: str) -> Session:
         s = self.sessions.get(sid)
@@ -195,6 +219,10 @@ class SessionManager:
             name=f"s-{uuid.uuid4().hex[:12]}",
             isolation=self.ctx.isolation,
         )
+        if s.env is not None:
+            spec.ro_binds, spec.binds = s.env.binds(s.ws)
+            spec.env = s.env.jail_env()
+            spec.cwd = s.env.spec.workdir + cwd[len(WORKSPACE) :]
         return jail_run(spec, self.ctx.probe)
 
     def exec(self, sid: str, req: ExecRequest) -> ExecResult:
@@ -241,6 +269,12 @@ class SessionManager:
     def finish(self, sid: str, req: FinishRequest) -> TaskResult:
         s = self.get(sid)
         limits = req.limits or s.spec.limits
+        if req.script is not None:  # Harbor-style: a copy of the whole workspace (.git too)
+            return run_script(
+                self.ctx, source=s.ws, lock=s.lock, env=s.env, script=req.script,
+                limits=limits, timeout_s=req.timeout_s, network=s.spec.network,
+                metadata=req.metadata, task_id=f"session-{sid}",
+            )  # fmt: skip
         with s.lock:
             try:
                 apply_fn = tree_diff_apply_fn(s.base, s.ws, limits.disk_mb << 20)
@@ -262,12 +296,25 @@ class SessionManager:
         )
         return execute(task, self.ctx, task_id=f"session-{sid}", apply_fn=apply_fn)
 
+    def tty(self, sid: str, req: TtyRequest) -> TtyResult:
+        """Keystrokes into the session's persistent terminal (tty.py), then its screen."""
+        s = self.get(sid)
+        with s.lock:
+            s.tty, started = self.ttys.ensure(
+                s.tty, sid, s.ws, s.uid, s.spec.limits, s.env, s.spec.network
+            )
+            r = self.ttys.keys(s.tty, s.ws, s.uid, s.spec.limits, s.env, req, started)
+            s.last_used = time.monotonic()
+        return r
+
     def delete(self, sid: str) -> bool:
         with self._lock:
             s = self.sessions.pop(sid, None)
         if s is None:
             return False
         with s.lock:
+            if s.tty is not None:
+                self.ttys.stop(s.tty)
             self.ctx.workspaces.destroy(s.ws)
             self.ctx.uids.release(s.uid)
         return True

@@ -97,6 +97,18 @@ class TorchPolicyConfig(_Strict):
         "loaded beside the policy: a distillation loss gets its top-k logits on the policy's "
         "tokens in the train step (core loss_fn.teacher_model_name)",
     )
+    teachers: list[dict[str, Any]] | None = Field(
+        None,
+        description="several frozen teachers, each {model_name, weight}, any tokenizer (core "
+        "loss_fn.teachers, or grpo.adv_estimator.teachers with adv_estimator opd): a "
+        "distillation loss gets their combined top-k on the policy's tokens, an OPD loss their "
+        "log-probabilities of the sampled tokens (dockyard.torch.teachers)",
+    )
+    teacher_combination: Literal["weighted_sum", "average_logits", "select_teacher"] = Field(
+        "weighted_sum",
+        description="how a distillation loss combines ``teachers`` (core "
+        "loss_fn.teacher_combination)",
+    )
     activation_checkpointing: bool = False
     attn_implementation: str = Field("sdpa", description="transformers attn_implementation")
     seed: int = 0
@@ -125,7 +137,8 @@ class TorchPolicyConfig(_Strict):
 
         Every ``policy`` key the torch worker honours is mapped; ``reference_policy`` is on when
         ``loss_fn.reference_policy_kl_penalty`` β > 0, ``teacher_model_name`` is a distillation
-        loss's ``loss_fn.teacher_model_name``, ``seed`` is ``grpo.seed`` and an unset
+        loss's ``loss_fn.teacher_model_name``, ``teachers`` its ``loss_fn.teachers`` (with
+        ``teacher_combination``) or the OPD advantage's ``grpo.adv_estimator.teachers``, ``seed`` is ``grpo.seed`` and an unset
         ``scheduler.total_steps`` is ``grpo.max_num_steps``; a ``.jinja`` file named by
         ``policy.tokenizer.chat_template`` is read here (the ranks need not see it). A key it
         cannot honour is an error naming the key and the fix: ``precision: float16``."""
@@ -137,6 +150,10 @@ class TorchPolicyConfig(_Strict):
             )
         loss_fn = getattr(master, "loss_fn", None)
         beta = float(getattr(loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0)
+        teachers = getattr(loss_fn, "teachers", None)
+        est = master.grpo.adv_estimator
+        if est.name == "opd":  # the OPD advantage's teachers
+            teachers = est.teachers
         total = p.scheduler.total_steps or max(int(master.grpo.max_num_steps), 1)
         return cls(
             model_name=p.model_name,
@@ -149,6 +166,8 @@ class TorchPolicyConfig(_Strict):
             generation_temperature=p.generation.temperature or 1.0,
             reference_policy=beta > 0.0,
             teacher_model_name=getattr(loss_fn, "teacher_model_name", None),
+            teachers=None if teachers is None else [t.model_dump() for t in teachers],
+            teacher_combination=getattr(loss_fn, "teacher_combination", "weighted_sum"),
             activation_checkpointing=p.dtensor_cfg.activation_checkpointing,
             tensor_parallel_size=p.dtensor_cfg.tensor_parallel_size,
             seed=int(master.grpo.seed),

@@ -89,6 +89,7 @@ class TorchPolicyWorker(PolicyWorker):
             teacher_cfg = cfg.model_copy(update={"model_name": cfg.teacher_model_name})
             self.teacher = load_hf_model(teacher_cfg, self.device, trainable=False)
             shard_model(self.teacher, self.dist, teacher_cfg, self.fsdp)
+        self.teacher_set = self._load_teachers() if cfg.teachers else None
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler = build_optimizer(params, cfg.optimizer, cfg.scheduler)
         self._step = 0
@@ -97,6 +98,20 @@ class TorchPolicyWorker(PolicyWorker):
         """The HF model this worker trains (``trainable``) or keeps frozen (the reference): a
         causal LM here; a subclass with another head overrides it."""
         return load_hf_model(self.cfg, self.device, trainable=trainable)
+
+    def _load_teachers(self) -> Any:
+        """``cfg.teachers``, frozen and sharded like the student (:mod:`dockyard.torch.teachers`)."""
+        from dockyard.torch.teachers import TeacherSet, build_teacher, load_tokenizer
+
+        cfg = self.cfg
+        student_tok = load_tokenizer(cfg.tokenizer_name or cfg.model_name)
+        loaded = []
+        for spec in cfg.teachers or []:
+            tcfg = cfg.model_copy(update={"model_name": spec["model_name"]})
+            model = load_hf_model(tcfg, self.device, trainable=False)
+            shard_model(model, self.dist, tcfg, self.fsdp)
+            loaded.append(build_teacher(model, spec["model_name"], spec["weight"], student_tok))
+        return TeacherSet(loaded, student_tok, cfg.teacher_combination)
 
     # ----------------------------------------------------------------- helpers
     @property
@@ -222,9 +237,12 @@ class TorchPolicyWorker(PolicyWorker):
         ids = torch.zeros((1, 2), dtype=torch.int64, device=self.device)
         with self._autocast(), torch.set_grad_enabled(train):
             logits = self.model(input_ids=ids, use_cache=False).logits
-        if teacher and self.teacher is not None:
-            with self._autocast(), torch.no_grad():
-                self.teacher(input_ids=ids, use_cache=False)
+        if teacher:
+            extra = [t.model for t in self.teacher_set.teachers] if self.teacher_set else []
+            for model in [self.teacher, *extra]:
+                if model is not None:
+                    with self._autocast(), torch.no_grad():
+                        model(input_ids=ids, use_cache=False)
         if train:
             (logits.float().sum() * 0.0).backward()
 
@@ -304,7 +322,10 @@ class TorchPolicyWorker(PolicyWorker):
         ``student_logits [b, T_mb, V]`` (differentiable, aligned like the logprobs) and the
         frozen teacher's ``teacher_topk_logits`` / ``teacher_topk_indices [b, T_mb, k]`` on the
         same tokens: computed here, micro-batch by micro-batch (nothing ``[B, T, V]`` leaves
-        the rank).
+        the rank); with ``teachers`` (several, any tokenizer) the combined target's top-k and
+        ``teacher_mask [b, T_mb]``. A loss with ``teacher_logprobs = N`` (the OPD advantage's)
+        gets ``teacher_logprobs`` / ``teacher_logprob_mask [N, b, T_mb]``
+        (:mod:`dockyard.torch.teachers`).
         """
         t0 = time.perf_counter()
         self.model.train()
@@ -342,10 +363,18 @@ class TorchPolicyWorker(PolicyWorker):
         lengths = sequence_lengths(batch.attention_mask)
         group = int(getattr(loss_fn, "rows_per_group", 1))  # rows the loss takes together
         topk = int(getattr(loss_fn, "teacher_topk", 0) or 0)  # a distillation loss's k
-        if topk and self.teacher is None:
+        n_lp = int(getattr(loss_fn, "teacher_logprobs", 0) or 0)  # an OPD loss's teachers
+        if topk and self.teacher is None and self.teacher_set is None:
             raise RuntimeError(
                 "this loss distils from a teacher, but the worker has none: set "
-                "teacher_model_name (core: loss_fn.teacher_model_name)"
+                "teacher_model_name or teachers (core: loss_fn.teacher_model_name / "
+                "loss_fn.teachers)"
+            )
+        if n_lp and (self.teacher_set is None or len(self.teacher_set.teachers) != n_lp):
+            have = 0 if self.teacher_set is None else len(self.teacher_set.teachers)
+            raise RuntimeError(
+                f"this loss (the OPD advantage) needs {n_lp} teachers' log-probabilities, but "
+                f"the worker has {have}: set teachers (core: grpo.adv_estimator.teachers)"
             )
         mine = self._shard(ids.shape[0], group)
         loss_mask = np.asarray(batch.loss_mask, dtype=bool)
@@ -366,7 +395,7 @@ class TorchPolicyWorker(PolicyWorker):
         sums: dict[str, float] = {}
         for i in range(n_mb):
             if i >= len(plan):  # the collectives of a real micro-batch, in the same order
-                self._dummy_pass(train, teacher=bool(topk))
+                self._dummy_pass(train, teacher=bool(topk or n_lp))
                 continue
             idx = plan[i]
             fwd = self._forward(self.model, ids, lengths, idx)
@@ -379,8 +408,11 @@ class TorchPolicyWorker(PolicyWorker):
             mb["num_loss_tokens"] = torch.tensor(n_tok, device=self.device)
             mb["num_sequences"] = torch.tensor(n_seq, device=self.device)
             if topk:
-                assert self.teacher is not None
                 mb["student_logits"] = self._aligned_logits(fwd, lengths[idx])
+            if (topk or n_lp) and self.teacher_set is not None:
+                mb.update(self._teacher_fields(ids, lengths, idx, loss_mask, fwd, topk, n_lp))
+            elif topk:
+                assert self.teacher is not None
                 values, indices = self._mb_topk(self.teacher, ids, lengths, idx, topk)
                 mb["teacher_topk_logits"], mb["teacher_topk_indices"] = values, indices
             del fwd
@@ -393,6 +425,34 @@ class TorchPolicyWorker(PolicyWorker):
                 if key != "loss" and not key.startswith("num_") and _is_scalar(val):
                     add_metric(sums, key, float(val), w)
         return sums, n_tok, n_seq, n_all
+
+    def _teacher_fields(
+        self, ids: np.ndarray, lengths: np.ndarray, idx: list[int], loss_mask: np.ndarray,
+        fwd: tuple[torch.Tensor, int, Any], topk: int, n_lp: int,
+    ) -> dict[str, torch.Tensor]:  # fmt: skip
+        """What the teacher set gives micro-batch ``idx``: a distillation loss's combined
+        ``teacher_topk_logits`` / ``teacher_topk_indices [b, T, k]`` and ``teacher_mask [b, T]``
+        (where a teacher is aligned); an OPD loss's ``teacher_logprobs`` and
+        ``teacher_logprob_mask [N, b, T]``."""
+        ts = self.teacher_set
+        assert ts is not None
+        vocab = int(fwd[0].shape[-1])
+
+        def same_vocab_logits(model: torch.nn.Module) -> torch.Tensor:
+            with self._autocast():
+                return self._aligned_logits(self._forward(model, ids, lengths, idx), lengths[idx])
+
+        probs, aligned, scores, tokens = ts.views(
+            same_vocab_logits, ids, lengths, idx, loss_mask, vocab, self.device
+        )
+        out: dict[str, torch.Tensor] = {}
+        if topk:
+            v, j, on = ts.combined_topk(probs, aligned, scores, topk)
+            out.update(teacher_topk_logits=v, teacher_topk_indices=j, teacher_mask=on)
+        if n_lp:
+            out["teacher_logprobs"] = torch.stack([lp for lp, _ in tokens])
+            out["teacher_logprob_mask"] = torch.stack([on for _, on in tokens])
+        return out
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         t = torch.as_tensor(a, device=self.device)

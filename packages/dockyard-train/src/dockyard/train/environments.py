@@ -33,6 +33,11 @@ def needs_sandbox(name: str, env_cfg: Any) -> bool:
     return registry.needs_sandbox(env_type(name, env_cfg))
 
 
+def needs_judge(name: str, env_cfg: Any) -> bool:
+    """Whether ``env.<name>`` grades with the LLM judge (its registry flag)."""
+    return registry.needs_judge(env_type(name, env_cfg))
+
+
 def unknown_names(cfg: Any) -> list[str]:
     """One line per ``env.<name>.type`` / ``data.dataset_name`` the registry does not know,
     each listing the known names (empty: all known). ``data.train_path`` needs no dataset."""
@@ -64,9 +69,13 @@ def check_names(cfg: Any, source: str = "<config>") -> None:
         raise ConfigError(problems, source)
 
 
-def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = None) -> Any:
-    """An environment instance from ``env.<name>`` (sandbox URLs from the runtime if unset),
-    scoring at most ``env.<name>.max_concurrency`` responses at once."""
+def build_environment(
+    name: str, env_cfg: Any, sandbox_urls: list[str] | None = None, judge: Any = None
+) -> Any:
+    """An environment instance from ``env.<name>`` (sandbox URLs from the runtime if unset;
+    ``judge``: the runtime's :data:`dockyard.envs.judging.JudgeFn` for an environment that
+    ``needs_judge``, passed when its constructor takes ``judge``), scoring at most
+    ``env.<name>.max_concurrency`` responses at once."""
     cls = registry.env_factory(env_type(name, env_cfg))
     params = inspect.signature(cls).parameters
     kwargs: dict[str, Any] = {}
@@ -77,6 +86,8 @@ def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = 
         kwargs["sandbox_urls"] = urls
     if "timeout_s" in params:
         kwargs["timeout_s"] = env_cfg.timeout_s
+    if "judge" in params and judge is not None:
+        kwargs["judge"] = judge
     unknown = _unknown_options(name, env_cfg, cls)
     if unknown:
         raise ValueError(unknown[0])
@@ -85,7 +96,7 @@ def build_environment(name: str, env_cfg: Any, sandbox_urls: list[str] | None = 
 
 
 # what the runtime passes itself, never an option
-_FROM_THE_RUNTIME = ("self", "sandbox_urls", "timeout_s")
+_FROM_THE_RUNTIME = ("self", "sandbox_urls", "timeout_s", "judge")
 
 
 def _unknown_options(name: str, env_cfg: Any, cls: Any) -> list[str]:
@@ -117,9 +128,10 @@ def option_problems(name: str, env_cfg: Any) -> list[str]:
         )
         if required and p.name not in _FROM_THE_RUNTIME and p.name not in env_cfg.options:
             problems.append(f"env.{name}.options.{p.name}: required by {cls.__name__}, not set")
-    check = getattr(cls, "check_options", None)
+    check: Any = getattr(cls, "check_options", None)
     if not problems and callable(check):
-        problems += [f"env.{name}.options: {line}" for line in check(dict(env_cfg.options))]
+        found: Any = check(dict(env_cfg.options))
+        problems += [f"env.{name}.options: {line}" for line in found]
     return problems
 
 

@@ -473,3 +473,38 @@ def backend_from_config(judge_cfg: JudgeConfig, engines: Sequence[Any] | None = 
     from transformers import AutoTokenizer
 
     return EngineBackend(engines, AutoTokenizer.from_pretrained(judge_cfg.model_name))
+
+
+def judge_fn(judge: Judge) -> Any:
+    """A :data:`dockyard.envs.judging.JudgeFn` over a rubric ``judge``, for an environment that
+    ``needs_judge``: ``await fn(prompt, response)`` is the score n mapped to
+    ``(n − score_min) / (score_max − score_min)`` ∈ [0, 1], or None when the judgment failed
+    (counted in ``judge/failed``; the environment masks the sample). It runs in the caller's
+    event loop (the collector actor's)."""
+    judge._need("rubric")
+    lo, hi = judge.score_range
+
+    async def fn(prompt: str, response: str) -> float | None:
+        n = await judge.ascore(prompt, response)
+        return None if n is None else (n - lo) / (hi - lo)
+
+    fn.judge = judge  # type: ignore[attr-defined]  # its metrics(), for whoever reports them
+    return fn
+
+
+def env_judge(judge_cfg: JudgeConfig, engines: Sequence[Any] | None = None) -> Any:
+    """The :func:`judge_fn` an environment that ``needs_judge`` gets from the runtime, built
+    from the ``judge`` section (``engines``: a judge fleet's actors for backend ``engine``).
+    ValueError with the keys to set when the section cannot grade (no model or URL, or a
+    pairwise judge)."""
+    if judge_cfg.mode != "rubric":
+        raise ValueError(
+            "judge.mode: an environment graded by the judge asks for scores: set judge.mode: "
+            "rubric (a pairwise judge answers VERDICT lines, never SCORE)"
+        )
+    if judge_cfg.backend == "engine" and not engines:
+        raise ValueError(
+            "judge: backend 'engine' needs its judge fleet (judge.model_name) started by the "
+            "runtime; or use backend 'openai' with judge.base_url"
+        )
+    return judge_fn(Judge.from_config(judge_cfg, backend_from_config(judge_cfg, engines)))

@@ -124,22 +124,37 @@ class PromptRenderer:
         return self.encode(self.text(messages))
 
     def observation_ids(
-        self, messages: Messages, reply: str, observation: str, eos_seen: bool
+        self,
+        messages: Messages,
+        reply: str,
+        observation: str,
+        eos_seen: bool,
+        tool_messages: Messages | None = None,
     ) -> list[int]:
         """Tokens between the policy's reply to ``messages`` and its next turn: with a chat
         template, the end of the assistant turn (minus the EOS the engine already produced),
-        the observation as a user turn and the generation prompt; plain, a blank line and the
-        observation."""
+        the observation and the generation prompt; plain, a blank line and the observation.
+
+        The observation is ``tool_messages`` (role ``tool``: tool results, rendered the way the
+        template renders tool responses, e.g. Qwen2's ``<tool_response>`` inside a user turn)
+        where the environment gives them, else ``observation`` as a user turn."""
         if self.plain:
             return self.encode(SEPARATOR + observation)
         before = self.text(messages)
         conv = [*messages, {"role": "assistant", "content": reply}]
-        after = self.text([*conv, {"role": "user", "content": observation}])
+        after = self.text([*conv, *self.observation_messages(observation, tool_messages)])
         delta = after[len(before) + len(reply) :]
         eos = self.tokenizer.eos_token or ""
         if eos_seen and eos and delta.startswith(eos):
             delta = delta[len(eos) :]
         return self.encode(delta)
+
+    @staticmethod
+    def observation_messages(observation: str, tool_messages: Messages | None) -> Messages:
+        """The messages an observation adds to the conversation (see :meth:`observation_ids`)."""
+        if tool_messages:
+            return [dict(m) for m in tool_messages]
+        return [{"role": "user", "content": observation}]
 
     # ------------------------------------------------------------ filtering
     def lengths(self, texts: list[str]) -> list[int]:

@@ -62,6 +62,7 @@ def new_collector(stack: Any, cfg: Any, tasks: list[dict[str, Any]]) -> Any:
             stack.buffer,
             stack.sandbox_urls,
             tasks,
+            getattr(stack, "judge_engines", []),
         )
     )
 

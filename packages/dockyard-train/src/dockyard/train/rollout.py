@@ -5,7 +5,9 @@ Single-turn (``max_turns = 1``): one ``generate(n=G)`` call, then G concurrent `
 groups in flight: ``dockyard.envs.concurrency``; ``env_s`` includes the wait for a turn).
 Multi-turn: each of the G episodes alternates ``generate(n=1)`` and ``env.step`` until the
 environment says ``done`` or ``max_turns`` policy turns were taken; the environment's
-observation is appended as a user turn, its tokens masked out of the loss. Prompts and
+observation is appended (the environment's role-``tool`` messages where it gives them in
+``metadata["tool_messages"]``, rendered by the chat template; else a user turn), its tokens
+masked out of the loss. Prompts and
 observations are rendered by a :class:`~dockyard.train.prompts.PromptRenderer` (the chat
 template, or plain text for a model without one; the prompt and system prompt files).
 
@@ -156,8 +158,12 @@ async def _episode(
             eos_id = renderer.tokenizer.eos_token_id
             eos_seen = bool(len(gen.token_ids)) and int(gen.token_ids[-1]) == eos_id
             obs = result.observation or ""
-            next_ids = renderer.observation_ids(convo, gen.text, obs, eos_seen)
-            convo += [{"role": "assistant", "content": gen.text}, {"role": "user", "content": obs}]
+            tool_msgs = result.metadata.get("tool_messages") or None  # role "tool" results
+            next_ids = renderer.observation_ids(convo, gen.text, obs, eos_seen, tool_msgs)
+            convo += [
+                {"role": "assistant", "content": gen.text},
+                *renderer.observation_messages(obs, tool_msgs),
+            ]
             context += next_ids
     finally:
         with contextlib.suppress(Exception):

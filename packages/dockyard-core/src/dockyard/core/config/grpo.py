@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from dockyard.core.config._base import ConfigModel, tagged
+from dockyard.core.config.loss import TeacherConfig
 
 
 class _AdvBase(ConfigModel):
@@ -74,8 +75,29 @@ class GDPOAdvConfig(_AdvBase):
         return {"components": self.reward_components}
 
 
+class OPDAdvConfig(_AdvBase):
+    """On-policy distillation advantage: A_t = Σ_k w̃_k log π_Tk(y_t) − log π_θ(y_t) + λ·A_grpo, from several frozen teachers on the trainer (``dockyard train``, torch trainer, a policy-gradient ``loss_fn``)."""
+
+    name: Literal["opd"] = "opd"
+    """Advantage estimator."""
+    teachers: list[TeacherConfig] = Field(min_length=1)
+    """The teachers T_k, each ``{model_name, weight}`` (w_k, normalised per token); a teacher with another tokenizer is aligned to the student's tokens through the text."""
+    reward_weight: float = Field(default=0.0, ge=0)
+    """λ: weight of the environment reward's GRPO group advantage added to every token's (0: pure distillation)."""
+    normalize_rewards: bool = True
+    """Divide the reward part by the group's reward standard deviation σ (GRPO; false: Dr.GRPO-style)."""
+
+    def estimator_options(self) -> dict[str, Any]:
+        return {"reward_weight": self.reward_weight, "normalize_std": self.normalize_rewards}
+
+
 AdvEstimatorConfig = Annotated[
-    GRPOAdvConfig | DrGRPOAdvConfig | RLOOAdvConfig | ReinforcePPAdvConfig | GDPOAdvConfig,
+    GRPOAdvConfig
+    | DrGRPOAdvConfig
+    | RLOOAdvConfig
+    | ReinforcePPAdvConfig
+    | GDPOAdvConfig
+    | OPDAdvConfig,
     BeforeValidator(tagged("grpo", key="name")),
     Field(discriminator="name"),
 ]

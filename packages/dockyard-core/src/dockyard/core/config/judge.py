@@ -1,4 +1,4 @@
-"""``judge``: the LLM judge of online DPO (the application package's judge component)."""
+"""``judge``: the LLM judge of online DPO and RLAIF; ``rlaif``: RLAIF's constitution, critique and revision (the application package's judge component and driver)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,22 @@ class JudgeConfig(ConfigModel):
         if errors:
             raise ValueError("\n".join(errors))
         return self
+
+
+class RLAIFConfig(ConfigModel):
+    """RLAIF / constitutional AI (``dockyard rlaif``): the ``judge`` critiques each policy
+    response against a written constitution, the reviser rewrites it, and (revision ≻ original)
+    pairs take DPO steps. No human labels."""
+
+    constitution_file: str | None = None
+    """A text file of the principles the critiques apply (``examples/data/constitution.md``); its text fills ``{constitution}`` in the critique and revision templates."""
+    reviser: Literal["policy", "judge"] = "policy"
+    """Who rewrites a response after its critique: ``policy`` (the policy's own engines, as in Constitutional AI) or ``judge`` (the judge model)."""
+    critique_template_file: str | None = None
+    """The critique request: a template with ``{constitution}``, ``{prompt}`` and ``{response}`` (null: the built-in one)."""
+    revision_template_file: str | None = None
+    """The revision request: a template with ``{constitution}``, ``{prompt}``, ``{response}`` and ``{critique}`` (null: the built-in one); the whole reply, stripped, is the revision."""
+    critique_max_tokens: PositiveInt = 256
+    """The most tokens of one critique (a revision is a response: ``policy.generation.max_new_tokens``)."""
+    check_revisions: bool = True
+    """Keep a pair only when the pairwise judge prefers the revision to the original (a revision it does not prefer is dropped and counted: ``rlaif/dropped_not_preferred``)."""

@@ -191,19 +191,55 @@ class NLLLossConfig(ConfigModel):
         return {"agg": "token-mean" if self.token_level_loss else "seq-mean-token-mean"}
 
 
+class TeacherConfig(ConfigModel):
+    """One frozen teacher of a multi-teacher distillation (``loss_fn.teachers``) or of the OPD advantage (``grpo.adv_estimator.teachers``)."""
+
+    model_name: str
+    """Teacher model name or folder: a causal LM with its tokenizer, loaded frozen by the torch trainer beside the student. Its tokenizer may differ from the student's: the trainer then aligns it to the student's tokens through the text (``dockyard.core.rl.cross_tokenizer``)."""
+    weight: float = Field(default=1.0, gt=0)
+    """w_k: the teacher's weight (normalised over the teachers that score a token; ``select_teacher``: its prior)."""
+
+
 class DistillationLossConfig(ConfigModel):
-    """On-policy top-k distillation: KL(p_teacher ‖ q_student) (or reverse) on the student's samples (``dockyard distill``)."""
+    """On-policy top-k distillation: KL(p_teacher ‖ q_student) (or reverse) on the student's samples (``dockyard distill``), from one teacher of the student's vocabulary or several of any tokenizer."""
 
     type: Literal["distillation"] = "distillation"
     """Loss variant."""
-    teacher_model_name: str
-    """Teacher model name or folder: a frozen causal LM with the student's vocabulary, loaded by the torch trainer beside the student (``dockyard distill``; the GRPO driver refuses this loss)."""
+    teacher_model_name: str | None = None
+    """One teacher, name or folder: a frozen causal LM with the student's vocabulary, loaded by the torch trainer beside the student (``dockyard distill``; the GRPO driver refuses this loss). Set this or ``teachers``."""
+    teachers: list[TeacherConfig] | None = Field(default=None, min_length=1)
+    """Several teachers (or one with another tokenizer), each ``{model_name, weight}``: their distributions are aligned to the student's tokens through the text and combined by ``teacher_combination``. Set this or ``teacher_model_name``."""
+    teacher_combination: Literal["weighted_sum", "average_logits", "select_teacher"] = (
+        "weighted_sum"
+    )
+    """How ``teachers`` make one target p̄ per token: ``weighted_sum`` p̄ = Σ_k w̃_k p_k (the mixture), ``average_logits`` p̄ ∝ exp(Σ_k w̃_k log p_k), ``select_teacher`` per sample the teacher of highest w_k·P_Tk(response)."""
     topk: int = Field(default=64, ge=1)
     """k: teacher logits kept per position."""
     temperature: float = Field(default=1.0, gt=0)
     """τ applied to teacher and student logits."""
     kl_type: Literal["forward", "reverse"] = "forward"
     """KL direction: forward KL(p_T ‖ q_S) over the teacher's top-k (mass-covering), or reverse KL(q_S ‖ p_T) with both renormalised over the teacher's top-k ids (mode-seeking)."""
+
+    @model_validator(mode="after")
+    def _one_kind_of_teacher(self) -> DistillationLossConfig:
+        if (self.teacher_model_name is None) == (self.teachers is None):
+            raise ValueError(
+                "set exactly one of loss_fn.teacher_model_name (one teacher of the "
+                "student's vocabulary) and loss_fn.teachers (a list of {model_name, weight}: "
+                "several teachers, or teachers with other tokenizers)"
+            )
+        if self.teachers is None and "teacher_combination" in self.model_fields_set:
+            raise ValueError(
+                "loss_fn.teacher_combination is set but loss_fn.teachers is not, so it would "
+                "be ignored: list the teachers in loss_fn.teachers or remove the key"
+            )
+        return self
+
+    def teacher_list(self) -> list[TeacherConfig]:
+        """The teachers, ``teacher_model_name`` as a list of one."""
+        if self.teachers is not None:
+            return list(self.teachers)
+        return [TeacherConfig(model_name=str(self.teacher_model_name))]
 
     def loss_options(self) -> dict[str, Any]:
         """Keyword options for ``dockyard.core.rl.DistillationLoss``."""

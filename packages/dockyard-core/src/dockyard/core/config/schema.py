@@ -1,6 +1,6 @@
 """``MasterConfig``: the whole run's configuration, validated in one place.
 
-Sections: ``policy, loss_fn, grpo, env, data, cluster, logger, checkpointing, data_plane, judge, eval``.
+Sections: ``policy, loss_fn, grpo, env, data, cluster, logger, checkpointing, data_plane, judge, rlaif, eval``.
 Every model forbids unknown keys; every field's docstring is its description in
 docs/configuration.md (``python -m dockyard.core.config.docs``). Rules that involve two
 sections live in :meth:`MasterConfig._cross_checks` (with the sequence lengths that must agree
@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 from dockyard.core.config._base import ConfigModel
 from dockyard.core.config.eval import EvalConfig
 from dockyard.core.config.grpo import GRPOConfig
-from dockyard.core.config.judge import JudgeConfig
+from dockyard.core.config.judge import JudgeConfig, RLAIFConfig
 from dockyard.core.config.loss import PG_LOSS_TYPES, ClippedPGLossConfig, LossConfig
 from dockyard.core.config.policy import PolicyConfig
 from dockyard.core.config.sections import (
@@ -51,6 +51,8 @@ class MasterConfig(ConfigModel):
     """How weights and experience move between fleets."""
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     """The LLM judge (online DPO)."""
+    rlaif: RLAIFConfig = Field(default_factory=RLAIFConfig)
+    """RLAIF's constitution, critique and revision (``dockyard rlaif``)."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """What ``dockyard eval`` measures, and how."""
 

@@ -25,6 +25,8 @@ class EnvConfig(ConfigModel):
     """Weight per named reward component (``reward/tests: 1.0``); missing components weigh 1."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Environment-specific settings, validated by the environment itself."""
+    scaffold: dict[str, Any] | None = None
+    """An external agent scaffold drives this environment's episodes through dockyard's OpenAI-compatible endpoint (``{type: mini_swe_agent, max_turns, options}``: docs/agents-endpoint.md; validated by the trainer's endpoint module when the run starts); null: dockyard's own rollout loop. Needs a sandbox-session environment (``terminal``, ``swe_agent``)."""
 
     @field_validator("sandbox_urls")
     @classmethod

@@ -27,6 +27,12 @@ Shapes: ``B`` sequences of ``T`` tokens; ``P`` groups (prompts) of ``G`` samples
   ``BradleyTerryPairsLoss``: the same for a reward model's row scores (the RM driver's).
 * Supervised (:mod:`.supervised`): ``masked_nll``, ``MaskedNLLLoss``, ``topk_forward_kl``,
   ``topk_reverse_kl``, ``DistillationLoss``, ``OnPolicyDistillationLoss`` (its ``LossFn``).
+* On-policy distillation advantage (``adv_estimator: opd``; :mod:`.advantages.opd`):
+  ``opd_token_advantages(student_lp [B, T], teacher_lps [N, B, T], weights, seq_adv) -> [B, T]``;
+  ``OPDPolicyLoss`` (:mod:`.losses.opd`): a policy loss on them (its ``LossFn``).
+* Cross-tokenizer teachers (:mod:`.cross_tokenizer`): ``align_positions``, ``prefix_token_map``,
+  ``project_to_student``, ``combine_teachers`` (``weighted_sum`` | ``average_logits`` |
+  ``select_teacher``).
 * Shaping (:mod:`.shaping`): ``overlong_penalty``, ``overlong_filter``,
   ``dynamic_sampling_keep``.
 """
@@ -37,10 +43,18 @@ from dockyard.core.rl.advantages import (
     dr_grpo_advantages,
     gdpo_advantages,
     grpo_advantages,
+    opd_advantages,
+    opd_token_advantages,
     reinforce_pp_advantages,
     rloo_advantages,
 )
 from dockyard.core.rl.aggregate import AGG_MODES, aggregate
+from dockyard.core.rl.cross_tokenizer import (
+    align_positions,
+    combine_teachers,
+    prefix_token_map,
+    project_to_student,
+)
 from dockyard.core.rl.importance import IS_TYPES, importance_weights, logprob_mismatch
 from dockyard.core.rl.kl import kl_estimate
 from dockyard.core.rl.losses import (
@@ -52,6 +66,7 @@ from dockyard.core.rl.losses import (
     grpo_loss,
     loss_from_config,
 )
+from dockyard.core.rl.losses.opd import OPDPolicyLoss
 from dockyard.core.rl.preference import (
     PREFERENCE_LOSSES,
     BradleyTerryLoss,
@@ -83,15 +98,18 @@ __all__ = [
     "ClippedPGLoss",
     "DistillationLoss",
     "MaskedNLLLoss",
+    "OPDPolicyLoss",
     "OnPolicyDistillationLoss",
     "PolicyLoss",
     "PreferenceLoss",
     "PreferenceOptions",
     "PreferencePairsLoss",
     "aggregate",
+    "align_positions",
     "bradley_terry_loss",
     "cispo_loss",
     "clipped_pg_loss",
+    "combine_teachers",
     "compute_advantages",
     "dr_grpo_advantages",
     "dynamic_sampling_keep",
@@ -103,9 +121,13 @@ __all__ = [
     "logprob_mismatch",
     "loss_from_config",
     "masked_nll",
+    "opd_advantages",
+    "opd_token_advantages",
     "overlong_filter",
     "overlong_penalty",
     "preference_loss",
+    "prefix_token_map",
+    "project_to_student",
     "reinforce_pp_advantages",
     "rloo_advantages",
     "topk_forward_kl",

@@ -223,7 +223,11 @@ class OnPolicyDistillationLoss:
     position t is the student's distribution of token t, 0 at t = 0) and the frozen teacher's
     ``teacher_topk_logits [b, T, k]`` / ``teacher_topk_indices [b, T, k]`` on the same tokens.
     The loss is the KL over ``loss_mask`` (the sampled response tokens), normalised by the
-    batch's global ``num_loss_tokens``; the logprobs argument is unused.
+    batch's global ``num_loss_tokens``; the logprobs argument is unused. With several teachers
+    (or one of another tokenizer, :mod:`dockyard.core.rl.cross_tokenizer`) the trainer also
+    hands ``teacher_mask [b, T]``, where a teacher is aligned: a token without one adds 0 to
+    the KL (still counted in ``num_loss_tokens``), and ``distill_aligned`` reports the aligned
+    fraction of the loss tokens.
     """
 
     loss: DistillationLoss = DistillationLoss()
@@ -238,6 +242,10 @@ class OnPolicyDistillationLoss:
         token mean (the trainer's loss-token-weighted mean of it is the batch's)."""
         n = batch.get("num_loss_tokens")
         mask = batch.get("loss_mask")
+        aligned = batch.get("teacher_mask")  # several / cross-tokenizer teachers: where any is
+        here_all = None if mask is None else mask.sum()
+        if aligned is not None and mask is not None:
+            mask = mask * aligned
         loss, metrics = self.loss(
             batch["student_logits"],
             batch["teacher_topk_logits"],
@@ -245,9 +253,11 @@ class OnPolicyDistillationLoss:
             mask,
             num_loss_tokens=n,
         )
-        if n is not None and mask is not None:
-            here = mask.sum()
+        if n is not None and here_all is not None:
+            here = here_all
             metrics["distill_kl"] = metrics["distill_kl"] * n / (here + (here == 0))
+        if aligned is not None and mask is not None and here_all is not None:
+            metrics["distill_aligned"] = mask.sum() / (here_all + (here_all == 0))
         return loss, metrics
 
     @classmethod

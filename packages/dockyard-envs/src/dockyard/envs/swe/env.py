@@ -31,6 +31,40 @@ SWE_SYSTEM = (
 )
 
 
+def cached_instance(
+    cache: collections.OrderedDict[str, Instance], task: dict[str, Any], size: int
+) -> Instance | None:
+    """``materialize(task)`` through an LRU ``cache`` of ``size`` entries; None for a plain
+    SWE-bench record (no ``source``: nothing to materialise)."""
+    if "source" not in task:
+        return None
+    key = str(task["instance_id"])
+    inst = cache.get(key)
+    if inst is None:
+        inst = materialize(task)
+        cache[key] = inst
+        while len(cache) > size:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return inst
+
+
+def repo_spec(task: dict[str, Any], inst: Instance | None) -> dict[str, Any]:
+    """Where the sandbox finds the task's repository at its base commit (a ``RepoSpec`` dict):
+    a materialised manifest's tarball, else the record's ``repo_path`` / ``repo_git`` (at
+    ``base_commit``) / ``repo_tarball``."""
+    if inst is not None:
+        return {"tarball": inst.tarball_b64()}
+    spec = {
+        "path": task.get("repo_path"),
+        "git": task.get("repo_git"),
+        "commit": task.get("base_commit") if task.get("repo_git") else None,
+        "tarball": task.get("repo_tarball"),
+    }
+    return {k: v for k, v in spec.items() if v}
+
+
 class SweEnvironment(BaseEnvironment):
     """SWE-bench-style patch scoring through the sandbox (see the module docstring).
 
@@ -69,18 +103,7 @@ class SweEnvironment(BaseEnvironment):
 
     def instance(self, task: dict[str, Any]) -> Instance | None:
         """The materialised manifest (cached), or None for a plain SWE-bench record."""
-        if "source" not in task:
-            return None
-        key = str(task["instance_id"])
-        inst = self._cache.get(key)
-        if inst is None:
-            inst = materialize(task)
-            self._cache[key] = inst
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
-        return inst
+        return cached_instance(self._cache, task, self.cache_size)
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         parts = [f"Repository: {task['repo']}\n\nIssue:\n{task['problem_statement']}"]
@@ -111,14 +134,8 @@ class SweEnvironment(BaseEnvironment):
                 limits=self.limits,
                 metadata=meta,
             )
-        repo = RepoSpec(
-            path=task.get("repo_path"),
-            git=task.get("repo_git"),
-            commit=task.get("base_commit") if task.get("repo_git") else None,
-            tarball=task.get("repo_tarball"),
-        )
         return Task(
-            repo=repo,
+            repo=RepoSpec(**repo_spec(task, None)),
             patch=patch,
             test_patch=task.get("test_patch", ""),
             tests=tests,

@@ -36,9 +36,14 @@ from dockyard.envs.rewards import INVALID_ACTION, RewardConfig, approx_token_cou
 from dockyard.envs.sandboxed import SandboxPool, verdict_to_step
 from dockyard.envs.swe.sdist import tarball
 from dockyard.envs.tools import ToolRegistry, parse_tool_calls
-from dockyard.envs.tools.registry import InfraError, ToolOutcome, render_tool_responses
+from dockyard.envs.tools.registry import (
+    InfraError,
+    ToolOutcome,
+    render_tool_responses,
+    truncate_middle,
+)
 from dockyard.sandbox.client import SandboxRequestError, SandboxUnavailable
-from dockyard.sandbox.models import FinishRequest, Limits, SessionCreate, Verdict
+from dockyard.sandbox.models import FinishRequest, Limits, SessionCreate, TaskResult, Verdict
 
 TERMINAL_SYSTEM = (
     "You are working in a Linux terminal inside a fresh workspace. Use the tools to inspect and "
@@ -47,7 +52,7 @@ TERMINAL_SYSTEM = (
 
 
 def _cap(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n // 2] + "\n...[truncated]...\n" + text[-n // 2 :]
+    return truncate_middle(text, n)
 
 
 def build_tools(pool_of: Callable[[dict[str, Any]], Any], max_output_chars: int) -> ToolRegistry:
@@ -170,24 +175,47 @@ class TerminalEnvironment(BaseEnvironment):
             {"role": "user", "content": task["instruction"]},
         ]
 
-    async def reset(self, task: dict[str, Any]) -> dict[str, Any]:
-        state: dict[str, Any] = {
+    def new_state(self, task: dict[str, Any]) -> dict[str, Any]:
+        """An episode's bookkeeping before its session exists."""
+        return {
             "task": task, "session_id": None, "turn": 0, "tokens": 0, "submitted": False,
             "invalid_actions": 0, "invalid_kinds": {}, "infra_error": None, "done": False,
         }  # fmt: skip
+
+    async def reset(self, task: dict[str, Any]) -> dict[str, Any]:
+        state = self.new_state(task)
         client = self.pool.client()
-        files = {p: c.encode() for p, c in task.get("files", {}).items()}
-        spec = SessionCreate(
-            repo={"tarball": base64.b64encode(tarball(files)).decode()} if files else {},
-            limits=self.limits,
-            ttl_s=self.session_ttl_s,
-        )
         try:
+            spec = SessionCreate(
+                repo=self.session_repo(task), limits=self.limits, ttl_s=self.session_ttl_s
+            )
             state["session_id"] = await client.create_session(spec)
             self._clients[state["session_id"]] = client
         except (SandboxUnavailable, httpx.HTTPError) as e:
             state["infra_error"] = f"create_session: {e}"
         return state
+
+    def session_repo(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The session's starting tree (a sandbox ``RepoSpec`` dict): ``task["files"]``."""
+        files = {p: c.encode() for p, c in task.get("files", {}).items()}
+        return {"tarball": base64.b64encode(tarball(files)).decode()} if files else {}
+
+    def finish_request(self, task: dict[str, Any]) -> FinishRequest:
+        """What ``finish`` runs on the workspace diff: the task's held-out tests."""
+        return FinishRequest(
+            test_files=task.get("test_files", {}),
+            tests={"fail_to_pass": list(task["tests"]), "runner": task.get("runner", "plain")},
+            timeout_s=self.finish_timeout_s,
+        )
+
+    async def finish_result(self, state: dict[str, Any]) -> TaskResult:
+        """The sandbox's verdict on the episode's workspace diff (``finish``)."""
+        req = self.finish_request(state["task"])
+        return await self._client_for(state).finish(state["session_id"], req)
+
+    def episode_metadata(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Extra metadata of the final step (none here)."""
+        return {}
 
     async def step(self, state: dict[str, Any], response: str) -> StepResult:
         if state["done"]:
@@ -236,12 +264,7 @@ class TerminalEnvironment(BaseEnvironment):
 
     async def _finish(self, state: dict[str, Any]) -> StepResult:
         task = state["task"]
-        req = FinishRequest(
-            test_files=task.get("test_files", {}),
-            tests={"fail_to_pass": list(task["tests"]), "runner": task.get("runner", "plain")},
-            timeout_s=self.finish_timeout_s,
-        )
-        result = await self._client_for(state).finish(state["session_id"], req)
+        result = await self.finish_result(state)
         end = (
             "submit"
             if state["submitted"]
@@ -250,6 +273,7 @@ class TerminalEnvironment(BaseEnvironment):
         step = verdict_to_step(
             result, self.reward.mode, task_id=task.get("id"), turns=state["turn"], end_reason=end,
             invalid_actions=state["invalid_actions"], invalid_kinds=state["invalid_kinds"],
+            **self.episode_metadata(state),
         )  # fmt: skip
         if not step.infra_error:
             step.rewards[INVALID_ACTION] = (

@@ -110,6 +110,10 @@ class ToolRegistry:
 
         return deco
 
+    def get(self, name: str) -> Tool:
+        """The tool registered as ``name`` (KeyError if none): to reuse it in another registry."""
+        return self._tools[name]
+
     def __contains__(self, name: str) -> bool:
         return name in self._tools
 
@@ -164,6 +168,16 @@ class ToolRegistry:
                 item.name, f"error: {type(e).__name__}: {e}", ok=False, error_kind="handler"
             )
         return ToolOutcome(item.name, str(result))
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """``text`` if at most ``max_chars`` long, else its head and tail (``max_chars // 2`` each)
+    around a visible marker saying how many characters were cut."""
+    if len(text) <= max_chars:
+        return text
+    half = max_chars // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n[... {cut} characters cut ...]\n{text[len(text) - half :]}"
 
 
 def render_tool_responses(outcomes: list[ToolOutcome]) -> str:

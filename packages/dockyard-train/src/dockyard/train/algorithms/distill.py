@@ -29,8 +29,19 @@ responses per held-out task at ``grpo.val_temperature``; ``val/pass_rate`` (the 
 GRPO's) and ``val/distill_kl``, the loss on those samples (the student's KL to the teacher on
 held-out prompts, token mean), with ``val/distill_tokens``.
 
-The teacher is trainer-side, so distillation trains on the torch worker; the JAX trainer refuses
-it (:func:`distill_problems`).
+Several teachers (``loss_fn.teachers``: ``{model_name, weight}`` each, any tokenizer): the
+trainer aligns each to the student's tokens through the text, projects it onto the student's
+vocabulary and combines them (``loss_fn.teacher_combination``: ``weighted_sum``,
+``average_logits``, ``select_teacher``) into one target per token (:mod:`dockyard.core.rl.
+cross_tokenizer`, :mod:`dockyard.torch.teachers`); the loss is the same top-k KL, over the
+tokens some teacher is aligned at (``distill_aligned``: their fraction).
+
+On-policy distillation as GRPO's *advantage* (``grpo.adv_estimator: opd``,
+:mod:`dockyard.core.rl.advantages.opd`) runs in the GRPO driver (``dockyard train``), not here;
+:func:`opd_problems` holds its pre-flight.
+
+The teachers are trainer-side, so distillation trains on the torch worker; the JAX trainer
+refuses it (:func:`distill_problems`).
 """
 
 from __future__ import annotations
@@ -44,18 +55,38 @@ from dockyard.train.algorithms.grpo import train as grpo_train
 
 def distill_problems(cfg: Any, models: bool = True) -> list[str]:
     """What the distillation driver cannot run, found before anything starts: the JAX trainer
-    (the teacher lives on the torch worker); with ``models`` (not when joining a cluster, whose
-    workers hold the models), a teacher folder that is missing or whose vocabulary differs
-    from the student's (its top-k ids index the student's logits)."""
-    from dockyard.train.preflight import resolve_model
-
+    (the teachers live on the torch worker), the OPD advantage (``dockyard train`` trains it);
+    with ``models`` (not when joining a cluster, whose workers hold the models), a teacher
+    folder that is missing, ``teacher_model_name``'s vocabulary differing from the student's
+    (its top-k ids index the student's logits: ``loss_fn.teachers`` aligns other tokenizers),
+    a ``topk`` above the vocabulary."""
     problems = []
     if cfg.policy.jax_cfg.enabled:
         problems.append(
-            "policy.jax_cfg.enabled: dockyard distill runs its teacher on the torch trainer; "
+            "policy.jax_cfg.enabled: dockyard distill runs its teachers on the torch trainer; "
             "set policy.jax_cfg.enabled: false (the torch worker, policy.dtensor_cfg)"
         )
+    if cfg.grpo.adv_estimator.name == "opd":
+        problems.append(
+            "grpo.adv_estimator.name: opd is on-policy distillation as GRPO's advantage, which "
+            "`dockyard train` runs with a policy-gradient loss_fn; dockyard distill trains the "
+            "KL loss: remove grpo.adv_estimator (or run the OPD config with dockyard train)"
+        )
     if not models:
+        return problems
+    from dockyard.train.preflight import resolve_model
+
+    student, more = resolve_model("policy.model_name", cfg.policy.model_name)
+    s_vocab = None if student is None else _vocab_size(student)
+    if cfg.loss_fn.teachers is not None:
+        for i, t in enumerate(cfg.loss_fn.teachers):
+            folder, more = resolve_model(f"loss_fn.teachers.{i}.model_name", t.model_name)
+            problems += more
+        if s_vocab is not None and cfg.loss_fn.topk > s_vocab:
+            problems.append(
+                f"loss_fn.topk: {cfg.loss_fn.topk} exceeds the student's vocabulary "
+                f"({s_vocab}; several teachers' target is on the student's tokens): lower it"
+            )
         return problems
     key = "loss_fn.teacher_model_name"
     folder, more = resolve_model(key, cfg.loss_fn.teacher_model_name)
@@ -65,19 +96,44 @@ def distill_problems(cfg: Any, models: bool = True) -> list[str]:
     t_vocab = _vocab_size(folder)
     if t_vocab is None:
         return [*problems, f"{key}: {str(folder)!r} has no config.json with a vocab_size"]
-    student, _ = resolve_model("policy.model_name", cfg.policy.model_name)
-    s_vocab = None if student is None else _vocab_size(student)
     if s_vocab is not None and t_vocab != s_vocab:
         problems.append(
             f"{key}: the teacher's vocabulary ({t_vocab} ids, {folder}) differs from the "
-            f"student's ({s_vocab}, policy.model_name): top-k distillation needs one "
-            "tokenizer; pick a teacher of the student's family"
+            f"student's ({s_vocab}, policy.model_name): top-k distillation from one teacher "
+            "needs one tokenizer; pick a teacher of the student's family, or list it in "
+            "loss_fn.teachers (aligned to the student's tokens through the text)"
         )
     if cfg.loss_fn.topk > t_vocab:
         problems.append(
             f"loss_fn.topk: {cfg.loss_fn.topk} exceeds the teacher's vocabulary ({t_vocab}): "
             "lower it"
         )
+    return problems
+
+
+def opd_problems(cfg: Any, models: bool = True) -> list[str]:
+    """What ``grpo.adv_estimator: opd`` cannot run with (:mod:`dockyard.core.rl.advantages.opd`;
+    the GRPO driver asks, through :func:`.drivers.loss_problems`): the JAX trainer (the
+    teachers live on the torch worker), a ``loss_fn`` that is not a policy gradient; with
+    ``models`` (``dockyard train``, not ``config check``), a missing teacher folder."""
+    from dockyard.core.config.loss import PG_LOSS_TYPES
+    from dockyard.train.preflight import resolve_model
+
+    problems = []
+    if cfg.policy.jax_cfg.enabled:
+        problems.append(
+            "policy.jax_cfg.enabled: grpo.adv_estimator opd scores tokens with teachers on the "
+            "torch trainer; set policy.jax_cfg.enabled: false (or use another adv_estimator)"
+        )
+    if cfg.loss_fn.type not in PG_LOSS_TYPES:
+        problems.append(
+            f"loss_fn.type: {cfg.loss_fn.type!r} with grpo.adv_estimator opd: the OPD "
+            f"advantage trains a policy-gradient loss ({' or '.join(PG_LOSS_TYPES)}) with "
+            "`dockyard train`; for the KL loss use loss_fn.type: distillation without "
+            "grpo.adv_estimator opd, with `dockyard distill`"
+        )
+    for i, t in enumerate(cfg.grpo.adv_estimator.teachers if models else []):
+        problems += resolve_model(f"grpo.adv_estimator.teachers.{i}.model_name", t.model_name)[1]
     return problems
 
 
@@ -127,4 +183,6 @@ def validate_distillation(
     m = stack.trainer.loss_metrics(batch, loss_fn)
     out["val/distill_kl"] = float(m.get("distill_kl", float("nan")))
     out["val/distill_tokens"] = float(m["num_loss_tokens"])
+    if "distill_aligned" in m:  # several / cross-tokenizer teachers: the aligned fraction
+        out["val/distill_aligned"] = float(m["distill_aligned"])
     return out

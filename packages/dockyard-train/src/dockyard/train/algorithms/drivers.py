@@ -56,6 +56,11 @@ _NOT_YET: dict[str, str] = {}
 def loss_problems(cfg: Any, command: str | None = None) -> list[str]:
     """``loss_fn.type`` is trained by ``command`` (``train``, ``sft``, ``dpo``, ``rm``); with None
     (or another command: ``config check``, ``quickstart``), by some driver."""
+    if cfg.grpo.adv_estimator.name == "opd" and command != "distill":  # OPD: .distill
+        from dockyard.train.algorithms.distill import opd_problems
+
+        if problems := opd_problems(cfg, models=command == "train"):
+            return problems
     kind = cfg.loss_fn.type
     owner = LOSS_DRIVERS.get(kind)
     if owner is None:

@@ -220,6 +220,10 @@ def _loss_for(cfg: Any, driver: str) -> Any:
 
     if cfg.loss_fn.type == "distillation":
         return OnPolicyDistillationLoss.from_config(cfg.loss_fn)
+    if cfg.grpo.adv_estimator.name == "opd":  # the teachers' token advantages, in the trainer
+        from dockyard.core.rl import OPDPolicyLoss
+
+        return OPDPolicyLoss.from_config(cfg)
     return PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
 
 

@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "dockyard.train.cli.online_dpo",
         "Run online DPO: the policy's samples ranked by an LLM judge (engine fleet or OpenAI URL).",
     ),
+    "rlaif": (
+        "dockyard.train.cli.rlaif",
+        "Run RLAIF: a judge critiques the policy's answers against a constitution, revisions become DPO pairs.",
+    ),
     "rm": (
         "dockyard.train.cli.rm",
         "Train a reward model (Bradley-Terry) on preference pairs from a config.",
@@ -41,10 +45,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "dockyard.train.cli.eval",
         "Evaluate models on a benchmark or a held-out set: pass@k, maj@k, breakdowns.",
     ),
+    "swe": (
+        "dockyard.train.cli.swe",
+        "SWE instances: `dockyard swe validate DATASET` (gold patch resolves, empty patch not).",
+    ),
     "quickstart": ("dockyard.train.cli.quickstart", "Run the CPU quickstart end to end."),
     "export": (
         "dockyard.train.cli.export",
         "Write a checkpoint's policy as a Hugging Face folder (`dockyard export CKPT OUT`).",
+    ),
+    "harbor": (
+        "dockyard.train.cli.harbor",
+        "Harbor task folders: `dockyard harbor validate DIR` (oracle scores 1, empty agent not).",
     ),
 }
 

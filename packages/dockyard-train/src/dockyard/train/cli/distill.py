@@ -1,15 +1,16 @@
 """`dockyard distill --config FILE [--dry-run] [overrides...]`: on-policy distillation.
 
 ``loss_fn``: ``type: distillation`` with ``teacher_model_name`` (a frozen causal LM with the
-student's vocabulary), ``topk``, ``temperature``, ``kl_type`` (forward | reverse). The student
+student's vocabulary) or ``teachers`` (several, ``{model_name, weight}``, any tokenizer, combined
+by ``teacher_combination``), ``topk``, ``temperature``, ``kl_type`` (forward | reverse). The student
 is ``policy.model_name``; it samples on the environment's prompts (``env``, ``data``) as GRPO
 does, and every key of the GRPO loop applies (``grpo.*``: prompts and samples per step, steps,
 asynchrony, validation; checkpoints, ``--resume``). The run ends with the held-out task score
 and KL to the teacher, before -> after (:mod:`dockyard.train.algorithms.distill`).
 
 The config passes the pre-flight first (:mod:`dockyard.train.preflight`, as ``dockyard train``)
-plus the distillation's own checks: the teacher folder, its vocabulary against the student's,
-the torch trainer. ``--dry-run`` runs them all (the model loads included) and starts nothing.
+plus the distillation's own checks: the teacher folders, a single teacher's vocabulary against
+the student's, the torch trainer. ``--dry-run`` runs them all (the model loads included) and starts nothing.
 """
 
 from __future__ import annotations
@@ -58,7 +59,12 @@ def run(args: argparse.Namespace) -> int:
             f"held-out pass rate: {_pct(first.get('val/pass_rate'))} -> "
             f"{_pct(last.get('val/pass_rate'))}; held-out KL to the teacher: "
             f"{_num(first.get('val/distill_kl'))} -> {_num(last.get('val/distill_kl'))} "
-            f"(steps {min(result.val)} -> {max(result.val)})",
+            f"(steps {min(result.val)} -> {max(result.val)})"
+            + (
+                f"; tokens aligned to a teacher: {_pct(last['val/distill_aligned'])}"
+                if "val/distill_aligned" in last
+                else ""
+            ),
             flush=True,
         )
     print(f"logs: {result.log_dir}  plot: {result.plot}", flush=True)

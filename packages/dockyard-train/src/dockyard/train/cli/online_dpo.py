@@ -55,42 +55,19 @@ def run(args: argparse.Namespace) -> int:
 def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
     """Start the policy's fleets and the judge, run :func:`online_dpo`, stop everything;
     ``(OnlineDPOResult, log folder)``."""
-    from transformers import AutoTokenizer
-
-    from dockyard.core.interfaces import SamplingParams
     from dockyard.core.rl import PreferenceLoss
-    from dockyard.train.algorithms.online_dpo import load_prompt_data, online_dpo, start_policy
-    from dockyard.train.judge import Judge, backend_from_config, start_judge_fleet, stop_judge_fleet
-    from dockyard.train.logging import MetricsLogger
+    from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
+    from dockyard.train.algorithms.online_dpo import online_dpo
     from dockyard.train.prompts import PromptRenderer
 
-    p, g, j = cfg.policy, cfg.grpo, cfg.judge
+    g = cfg.grpo
     train, val = load_prompt_data(cfg)
-    gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
-    judge_cpus = 0.0 if j.backend == "openai" or gpus else 0.25 * j.num_engines
-    gen = p.generation
-    params = SamplingParams(n=g.num_generations_per_prompt, max_tokens=gen.max_new_tokens,
-                            temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k,
-                            stop=list(gen.stop_strings), stop_token_ids=list(gen.stop_token_ids))  # fmt: skip
-    tok = AutoTokenizer.from_pretrained(p.tokenizer.name or p.model_name)
-    policy = start_policy(cfg, str(cfg.logger.log_dir), reserve_cpus=judge_cpus)
-    fleet = judge = log = None
-    try:  # whatever started is stopped, whatever fails
-        if j.backend == "engine":
-            fleet = start_judge_fleet(j.model_name, j.num_engines, gpus=gpus, cpus=judge_cpus / j.num_engines or 1.0, seed=g.seed)  # fmt: skip
-        judge = Judge.from_config(j, backend_from_config(j, fleet.actors if fleet else None))
-        log = MetricsLogger(cfg.logger, g.max_num_steps, config_dict=cfg.model_dump(mode="json"),
-                            progress=progress, desc="online-dpo")  # fmt: skip
-        result = online_dpo(policy, judge, PromptRenderer.from_config(cfg, tok), train, val,
-                            PreferenceLoss.from_config(cfg.loss_fn), params,
-                            steps=g.max_num_steps, prompts_per_step=g.num_prompts_per_step,
-                            seed=g.seed, val_period=g.val_period, val_at_end=g.val_at_end,
-                            output_dir=out, log=log)  # fmt: skip
-    finally:
-        for close in (log and log.close, judge and judge.close):
-            if close:
-                close()
-        if fleet is not None:
-            stop_judge_fleet(fleet)
-        policy.shutdown()
-    return result, str(cfg.logger.log_dir if log is None else log.dir)
+
+    def body(policy: Any, judge: Any, tok: Any, log: Any) -> Any:
+        return online_dpo(policy, judge, PromptRenderer.from_config(cfg, tok), train, val,
+                          PreferenceLoss.from_config(cfg.loss_fn), sampling_params(cfg),
+                          steps=g.max_num_steps, prompts_per_step=g.num_prompts_per_step,
+                          seed=g.seed, val_period=g.val_period, val_at_end=g.val_at_end,
+                          output_dir=out, log=log)  # fmt: skip
+
+    return run_with_judge(cfg, "online-dpo", progress, body)

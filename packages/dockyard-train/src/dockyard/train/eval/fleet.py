@@ -104,6 +104,7 @@ def run_model(cfg: Any, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 stack.buffer,
                 stack.sandbox_urls,
                 tasks,
+                stack.judge_engines,
             )
         )
         concurrency = max(16, 4 * len(stack.engines))

@@ -165,8 +165,12 @@ class Collector:
         max_groups_in_flight: int = 16,
         reward_weights: dict[str, float] | None = None,
         seeded: bool = True,
+        scaffold: Any = None,
     ) -> None:
         self.seeded = seeded
+        # an external agent scaffold drives the episodes through the OpenAI-compatible endpoint
+        # (dockyard.train.endpoint.ExternalScaffold); None: rollout_group's own loop
+        self.scaffold = scaffold
         self.engines = list(engines)
         self.dead: set[int] = set()
         self.env = env
@@ -203,6 +207,8 @@ class Collector:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+        if self.scaffold is not None:
+            await self.scaffold.aclose()
 
     def order(self, n: int, min_version: int) -> None:
         self.orders.extend(Order(min_version) for _ in range(n))
@@ -241,6 +247,9 @@ class Collector:
         out["collector/in_flight"] = float(len(self.in_flight))
         out["collector/orders_pending"] = float(len(self.orders))
         out["collector/exhausted"] = float(self.exhausted)
+        judge = getattr(self, "judge", None)
+        if judge is not None:  # an environment graded by the judge: judge/* since the last report
+            out.update(judge.judge.metrics())
         return out
 
     def state(self) -> dict[str, Any]:
@@ -308,9 +317,14 @@ class Collector:
         client = self.engines[engine]
         try:
             timed = self._clock.wrap(client)  # generation wall time, tokens
-            group = await rollout_group(
-                timed, self.env, self.tokenizer, task, uid, params, self.max_turns
-            )
+            if self.scaffold is not None:
+                group = await self.scaffold.rollout_group(
+                    timed, self.env, self.tokenizer, task, uid, params
+                )
+            else:
+                group = await rollout_group(
+                    timed, self.env, self.tokenizer, task, uid, params, self.max_turns
+                )
         except Exception as e:
             self._load[engine] -= 1
             del self.in_flight[uid]
@@ -363,14 +377,21 @@ class CollectorHost(Collector):
         buffer: Any,
         sandbox_urls: list[str],
         tasks: list[dict[str, Any]],
+        judge_engines: list[Any] | None = None,
     ) -> None:
         from dockyard.core.config import MasterConfig
-        from dockyard.train.environments import build_environment
+        from dockyard.train.environments import build_environment, needs_judge
 
         cfg = MasterConfig.model_validate(cfg_dict)
         name = cfg.env_for_data()
         assert name is not None
-        env = build_environment(name, cfg.env[name], sandbox_urls)
+        self.judge = None  # the JudgeFn of an environment graded by the judge (judge_engines:
+        # a judge fleet's actors, started by the Stack for backend 'engine')
+        if needs_judge(name, cfg.env[name]) and cfg.env[name].options.get("use_judge", True):
+            from dockyard.train.judge import env_judge
+
+            self.judge = env_judge(cfg.judge, judge_engines)
+        env = build_environment(name, cfg.env[name], sandbox_urls, judge=self.judge)
         tokenizer = PromptRenderer.from_config(cfg, load_tokenizer(cfg))
         tasks = tokenizer.filter_tasks(env, tasks)  # data.max_input_seq_length
         g = cfg.policy.generation
@@ -396,6 +417,7 @@ class CollectorHost(Collector):
             max_turns=cfg.grpo.max_rollout_turns,
             max_groups_in_flight=max(P * (cfg.grpo.async_grpo.age_bound() + 1), 4),
             reward_weights=cfg.env[name].reward_weights,
+            scaffold=_scaffold(cfg.env[name].scaffold, env),
         )
 
     async def validate(
@@ -422,6 +444,10 @@ class CollectorHost(Collector):
                 eng = self.engines[live[i % len(live)]]
                 seed = group_seed(self.seed + 1, f"val:{i}") if self.seeded else None
                 p = replace(params, seed=seed)
+                if self.scaffold is not None:
+                    return await self.scaffold.rollout_group(
+                        eng, self.env, self.tokenizer, task, f"val:{i}", p
+                    )
                 return await rollout_group(
                     eng, self.env, self.tokenizer, task, f"val:{i}", p, self.max_turns
                 )
@@ -452,6 +478,15 @@ def validation_metrics(groups: list[Any], n: int) -> dict[str, float]:
         "val/reward": sum(t.reward for t in trajs) / len(trajs),
         "val/samples": float(len(trajs)),
     }
+
+
+def _scaffold(spec: dict[str, Any] | None, env: Any) -> Any:
+    """``env.<name>.scaffold`` built for ``env`` (dockyard.train.endpoint), or None."""
+    if spec is None:
+        return None
+    from dockyard.train.endpoint.config import build_scaffold
+
+    return build_scaffold(spec, env)
 
 
 def load_tokenizer(cfg: Any) -> Any:

@@ -55,6 +55,9 @@ def jax_worker_config(cfg: Any) -> dict[str, Any]:
     return JaxPolicyConfig.from_master(cfg).to_dict()
 
 
+JUDGE_CPUS = 0.25  # Ray CPUs of each engine of an environment's judge fleet (CPU clusters)
+
+
 class Stack:
     """See the module docstring. ``cpu_split`` reserves CPUs for (trainer, engine) actors."""
 
@@ -85,7 +88,16 @@ class Stack:
         self.sandbox = None
         self.sandbox_urls = list(sandbox_urls or [])
         self.env_name = self._start_sandbox(cfg) if environment else None
+        self.judge_fleet: Any = None  # engines of the judge an environment grades with
+        try:
+            self.judge_engines: list[Any] = (
+                self._start_judge(cfg, self.env_name) if self.env_name else []
+            )
+        except BaseException:
+            self.shutdown()  # the sandbox fleet that did start
+            raise
         self.model_path = cfg.policy.model_name
+        reserve_cpus += JUDGE_CPUS * len(self.judge_engines)  # a judge fleet's share
         cpus = float(self.ray.cluster_resources().get("CPU", 1)) - reserve_cpus
         floor = 0.25 if reserve_cpus else 0.5
         share = max(cpus / 2.0, floor) if cfg.cluster.gpus_per_node == 0 else 1.0
@@ -129,6 +141,32 @@ class Stack:
                 git_schemes=cfg.cluster.sandbox_git_schemes,
             )
         return env_name
+
+    def _start_judge(self, cfg: Any, env_name: str) -> list[Any]:
+        """The judge fleet's actors when the run's environment grades with the LLM judge
+        (``needs_judge``, ``use_judge`` not off) on backend ``engine``; else none (backend
+        ``openai`` needs no fleet)."""
+        from dockyard.train.environments import needs_judge
+
+        env_cfg = cfg.env[env_name]
+        j = cfg.judge
+        if not needs_judge(env_name, env_cfg) or not env_cfg.options.get("use_judge", True):
+            return []
+        if j.backend != "engine":
+            return []
+        if not j.model_name:
+            raise ValueError(
+                f"env.{env_name} grades with the LLM judge: set judge.model_name (backend "
+                "'engine') or judge.backend: openai with judge.base_url; or env."
+                f"{env_name}.options.use_judge: false to grade by the deterministic checks"
+            )
+        from dockyard.train.judge import start_judge_fleet
+
+        gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
+        self.judge_fleet = start_judge_fleet(
+            j.model_name, j.num_engines, gpus=gpus, cpus=JUDGE_CPUS, seed=cfg.grpo.seed
+        )
+        return list(self.judge_fleet.actors)
 
     def wait_ready(self) -> None:
         """Wait until every fleet has started (once; raises the first start-up error, after
@@ -279,6 +317,10 @@ class Stack:
                 fleet.shutdown()
         if self.sandbox is not None:
             self.sandbox.shutdown()
+        if getattr(self, "judge_fleet", None) is not None:
+            from dockyard.train.judge import stop_judge_fleet
+
+            stop_judge_fleet(self.judge_fleet)
 
 
 def _ready_times(ray: Any, waits: dict[str, list[Any]]) -> dict[str, float]:

@@ -8,6 +8,8 @@ name                    A_i for sample i of a group (details in each module)
 ``rloo``                r_i − mean_{j≠i} r_j
 ``reinforce_plus_plus`` (r_i [− group mean]) whitened over the batch's valid tokens
 ``gdpo``                per-component GRPO advantages, summed, whitened over the batch
+``opd``                 λ·A_grpo here; the trainer adds Σ_k w̃_k log π_Tk(y_t) − log π_θ(y_t)
+                        per token (on-policy distillation from several teachers, :mod:`.opd`)
 ======================  ==================================================================
 
 Every estimator takes ``rewards: [P, G]`` (``[P, G, K]`` for gdpo) and ``valid: [P, G]`` and
@@ -29,6 +31,7 @@ from typing import Any
 from dockyard.core.rl._xp import Array, namespace
 from dockyard.core.rl.advantages.gdpo import gdpo_advantages
 from dockyard.core.rl.advantages.grpo import dr_grpo_advantages, grpo_advantages, rloo_advantages
+from dockyard.core.rl.advantages.opd import opd_advantages, opd_token_advantages
 from dockyard.core.rl.advantages.reinforce_pp import reinforce_pp_advantages
 from dockyard.core.rl.registry import Registry
 
@@ -38,6 +41,7 @@ ADVANTAGE_ESTIMATORS.register("dr_grpo")(dr_grpo_advantages)
 ADVANTAGE_ESTIMATORS.register("rloo")(rloo_advantages)
 ADVANTAGE_ESTIMATORS.register("reinforce_plus_plus")(reinforce_pp_advantages)
 ADVANTAGE_ESTIMATORS.register("gdpo")(gdpo_advantages)
+ADVANTAGE_ESTIMATORS.register("opd")(opd_advantages)
 
 
 def compute_advantages(
@@ -82,6 +86,8 @@ __all__ = [
     "dr_grpo_advantages",
     "gdpo_advantages",
     "grpo_advantages",
+    "opd_advantages",
+    "opd_token_advantages",
     "reinforce_pp_advantages",
     "rloo_advantages",
 ]

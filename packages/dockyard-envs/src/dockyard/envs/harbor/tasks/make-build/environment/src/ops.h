@@ -1,0 +1,1 @@
+long apply(long a, char op, long b);

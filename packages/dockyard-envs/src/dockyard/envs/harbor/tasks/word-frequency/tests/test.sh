@@ -1,0 +1,4 @@
+#!/bin/bash
+# The expected answer is recomputed here from the untouched book (held out from the agent).
+cd /app
+python3 /tests/check.py > /logs/verifier/reward.txt 2>/logs/verifier/check.err || echo 0 > /logs/verifier/reward.txt

@@ -1,0 +1,134 @@
+"""Validate instances: the gold patch must resolve, the empty patch must not.
+
+For each instance two sandbox tasks run (concurrently, at most ``concurrency`` at once): the
+gold ``patch`` and the empty patch, each with the held-out tests of
+:func:`~dockyard.envs.swe.evaluation.evaluation_fields`. An instance is *valid* when the gold
+patch resolves it (every ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` test passes) and the empty patch
+does not (some ``FAIL_TO_PASS`` test fails). Otherwise ``reason`` says why, e.g.
+``gold: failed (FAIL_TO_PASS failing: ...)``, ``empty patch resolves it``,
+``setup: no environment spec ...``, ``infra_error: ...``.
+
+Environments are the ones the sandbox has today (the shipped tasks' sdists, or a record's
+``repo_path`` / ``repo_git`` / ``repo_tarball`` run with the sandbox's toolchain):
+per-(repo, version) provisioning from the spec's install commands is a next step (issue 22.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dockyard.envs.swe.env import repo_spec
+from dockyard.envs.swe.evaluation import evaluation_fields
+from dockyard.envs.swe.instance import materialize
+from dockyard.envs.swe.logverdict import judge_log
+from dockyard.envs.swe.records import from_record
+from dockyard.envs.swe.specs import resolve_setup
+from dockyard.sandbox.models import Limits, RepoSpec, Task, TaskResult
+
+
+def _failing(result: TaskResult, ids: list[str]) -> list[str]:
+    return [t for t in ids if str(result.tests.get(t, "missing")) != "passed"]
+
+
+async def validate_one(
+    client: Any, task: dict[str, Any], spec_files: Sequence[str] = (), timeout_s: float = 120.0,
+    limits: Limits | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One instance's row of the report (see the module docstring)."""
+    iid = str(task.get("instance_id", "?"))
+    row: dict[str, Any] = {"instance_id": iid, "repo": task.get("repo"), "valid": False}
+    try:
+        rec = from_record({"patch": "", "test_patch": "", **task}, iid)
+        inst = materialize(task) if "source" in task else None
+        setup = resolve_setup(rec, spec_files)
+    except (ValueError, KeyError, LookupError, RuntimeError) as e:
+        row["reason"] = f"setup: {e}"
+        return row
+    gold = inst.patch if inst is not None else rec.patch
+    if not gold.strip():
+        row["reason"] = "no gold patch"
+        return row
+    row["spec"] = setup.source
+    base = {
+        "repo": RepoSpec.model_validate(repo_spec(task, inst)),
+        "timeout_s": timeout_s,
+        "limits": limits or Limits.model_validate({"memory_mb": 1024, "pids": 128}),
+        **evaluation_fields(rec, inst, setup),
+    }
+
+    async def run(patch: str) -> TaskResult:
+        result = await client.run_task(Task(patch=patch, metadata={"instance_id": iid}, **base))
+        if "test_command" in base:
+            result = judge_log(result, setup, rec.to_task())
+        return result
+
+    g, e = await asyncio.gather(run(gold), run(""))
+    row["gold"] = {"verdict": str(g.verdict), "resolved": g.resolved, "s": g.timings.total_s}
+    row["empty"] = {"verdict": str(e.verdict), "resolved": e.resolved, "s": e.timings.total_s}
+    if "infra_error" in (str(g.verdict), str(e.verdict)):
+        row["reason"] = f"infra_error: {(g.detail or e.detail)[:300]}"
+    elif not g.resolved:
+        f2p, p2p = _failing(g, rec.fail_to_pass), _failing(g, rec.pass_to_pass)
+        row["reason"] = (
+            f"gold: {g.verdict} (FAIL_TO_PASS failing: {f2p[:5]}, PASS_TO_PASS failing: "
+            f"{p2p[:5]}) {g.detail[:200]}"
+        ).strip()
+    elif e.resolved or not _failing(e, rec.fail_to_pass):
+        row["reason"] = "empty patch resolves it: FAIL_TO_PASS tests pass without a fix"
+    else:
+        row["valid"], row["reason"] = True, ""
+    return row
+
+
+async def validate(
+    client: Any,
+    tasks: list[dict[str, Any]],
+    spec_files: Sequence[str] = (),
+    concurrency: int = 4,
+    timeout_s: float = 120.0,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows for every instance, in input order; ``on_row`` is called as each finishes."""
+    sem = asyncio.Semaphore(max(1, concurrency // 2))  # two sandbox tasks per instance
+
+    async def one(task: dict[str, Any]) -> dict[str, Any]:
+        async with sem:
+            row = await validate_one(client, task, spec_files, timeout_s)
+        if on_row is not None:
+            on_row(row)
+        return row
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON report: counts, per-repo counts, the invalid instances with reasons, all rows."""
+    repos: dict[str, dict[str, int]] = {}
+    for r in rows:
+        c = repos.setdefault(str(r.get("repo")), {"instances": 0, "valid": 0})
+        c["instances"] += 1
+        c["valid"] += int(r["valid"])
+    return {
+        "instances": len(rows),
+        "valid": sum(int(r["valid"]) for r in rows),
+        "repos": repos,
+        "invalid": [
+            {"instance_id": r["instance_id"], "reason": r["reason"]} for r in rows if not r["valid"]
+        ],
+        "rows": rows,
+    }
+
+
+def table(rep: dict[str, Any]) -> str:
+    """A plain-text table: one line per repository, then the invalid instances."""
+    width = max([len(k) for k in rep["repos"]] + [10])
+    lines = [f"{'repository':<{width}}  instances  valid", "-" * (width + 19)]
+    for repo, c in sorted(rep["repos"].items()):
+        lines.append(f"{repo:<{width}}  {c['instances']:>9}  {c['valid']:>5}")
+    lines.append(f"{'total':<{width}}  {rep['instances']:>9}  {rep['valid']:>5}")
+    if rep["invalid"]:
+        lines.append("\nnot valid:")
+        lines += [f"  {r['instance_id']}: {r['reason']}" for r in rep["invalid"]]
+    return "\n".join(lines)

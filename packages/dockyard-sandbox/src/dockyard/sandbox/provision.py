@@ -1,0 +1,330 @@
+"""Provisioned environments: a base + a list of steps, built once, cached by hash, mounted
+read-only.
+
+Layout of one cached environment (``<root>/<EnvSpec.key()>/``, root-owned, never written
+after the build)::
+
+    tree/      the starting tree: what ``files`` steps extracted and ``run`` steps left in
+               the workdir. Each session gets a private, writable copy (like a repository).
+    prefix/    mounted read-only at /opt/env in every jail of a session that names the
+               environment: ``bin/`` (on PATH), ``site/`` (on PYTHONPATH; where ``pip install``
+               puts packages).
+    env.json   the spec (for humans); ``log.txt`` the build's output; ``ok`` the completion mark.
+
+The build (:meth:`Provisioner.get`): under a per-key lock, each ``run`` step runs in a jail of
+its own (a fresh unprivileged uid, pid/mount/ipc namespaces, cgroup limits, the host network
+only with ``spec.network`` *and* the operator's ``--allow-network``) whose only writable places
+are the build's tree (at ``/workspace`` and the workdir) and prefix (at /opt/env), both on
+size- and inode-capped tmpfs workspaces, and its own /tmp. The system stays read-only (the base
+is the sandbox's own root file system), so steps cannot write outside the build. Only when every
+step succeeded are the results copied into the cache, made root-owned and read-only, and marked
+``ok`` (an atomic rename): an environment is never used half-provisioned. A failure raises
+:class:`ProvisionFailed` carrying the build log; nothing is cached for it (a retry rebuilds).
+
+``pip`` inside a step is a wrapper around an interpreter of the service that has pip, with
+``PIP_TARGET=/opt/env/site``. ``apt-get`` does not run: packages cannot be installed into a
+read-only system by an unprivileged uid (dpkg needs real root, maintainer scripts and writes
+to /usr, /var/lib/dpkg); ``host_packages`` are instead checked against the host's dpkg status.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from dockyard.sandbox.envspec import ENV_MOUNT, EnvSpec
+from dockyard.sandbox.jail import JailSpec
+from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.models import Limits
+from dockyard.sandbox.repos import RepoError, safe_extract
+from dockyard.sandbox.toolchain import WORKSPACE, sandbox_path_env
+
+BUILD_LIMITS = Limits(memory_mb=4096, pids=1024, disk_mb=4096, inodes=500_000, cpu_s=7200)
+DPKG_STATUS = Path("/var/lib/dpkg/status")
+LOG_CAP = 256 << 10
+
+
+class ProvisionFailed(Exception):
+    """A step failed (or a host package is missing): the task is not runnable here. ``log``
+    holds the build's output; never a verdict of the task."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log[-LOG_CAP:]
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """A built environment and how a jail uses it."""
+
+    key: str
+    root: Path
+    spec: EnvSpec
+
+    @property
+    def tree(self) -> Path:
+        return self.root / "tree"
+
+    @property
+    def prefix(self) -> Path:
+        return self.root / "prefix"
+
+    def jail_env(self) -> dict[str, str]:
+        return jail_env(self.spec)
+
+    def binds(self, ws: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(read-only, writable) binds of a jail over workspace ``ws``: the prefix at /opt/env,
+        the workspace also at the workdir."""
+        rw = [] if self.spec.workdir == WORKSPACE else [(str(ws), self.spec.workdir)]
+        return [(str(self.prefix), ENV_MOUNT)], rw
+
+
+def jail_env(spec: EnvSpec, building: bool = False) -> dict[str, str]:
+    """The variables of a jail using ``spec``: the prefix on PATH / PYTHONPATH, then ``env``."""
+    env = {
+        "PATH": f"{ENV_MOUNT}/bin:{ENV_MOUNT}/site/bin:{sandbox_path_env()}",
+        "PYTHONPATH": f"{ENV_MOUNT}/site",
+        "DEBIAN_FRONTEND": "noninteractive",
+    }
+    if building:
+        env |= {
+            "PIP_TARGET": f"{ENV_MOUNT}/site",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_WARN_SCRIPT_LOCATION": "1",
+            "PIP_ROOT_USER_ACTION": "ignore",
+        }
+    extra = dict(spec.env)
+    if "PATH" in extra:  # ``ENV PATH=/x:$PATH``: ``${PATH}`` is the sandbox's own path
+        extra["PATH"] = extra["PATH"].replace("${PATH}", env["PATH"])
+    return env | extra
+
+
+def installed_host_packages(status: Path = DPKG_STATUS) -> set[str]:
+    """Names dpkg reports as ``install ok installed`` (read from its status file, no command)."""
+    out: set[str] = set()
+    try:
+        text = status.read_text(errors="replace")
+    except OSError:
+        return out
+    for block in text.split("\n\n"):
+        name = ok = None
+        for line in block.splitlines():
+            if line.startswith("Package: "):
+                name = line[9:].strip()
+            elif line.startswith("Status: "):
+                ok = line[8:].strip() == "install ok installed"
+        if name and ok:
+            out.add(name)
+    return out
+
+
+def pip_python() -> str | None:
+    """An interpreter of this service (visible in every jail) that can run ``-m pip``."""
+    cands = [sys.executable, os.path.join(os.path.realpath(sys.base_prefix), "bin", "python3")]
+    for py in cands:
+        if os.path.exists(py):
+            r = subprocess.run([py, "-c", "import pip"], capture_output=True, timeout=60)
+            if r.returncode == 0:
+                return py
+    return None
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    os.chown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in dirnames + filenames:
+            os.chown(os.path.join(dirpath, n), uid, uid, follow_symlinks=False)
+
+
+def _freeze(root: Path) -> None:
+    """Root-owned, readable by all, writable by none but root (mounted read-only anyway)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chown(dirpath, 0, 0)
+        os.chmod(dirpath, 0o755)
+        for n in dirnames + filenames:
+            p = os.path.join(dirpath, n)
+            os.chown(p, 0, 0, follow_symlinks=False)
+            if not os.path.islink(p) and os.path.isfile(p):
+                os.chmod(p, 0o755 if os.stat(p).st_mode & 0o111 else 0o644)
+
+
+class Provisioner:
+    """Builds and caches :class:`EnvSpec` environments under an operator-chosen ``root``.
+
+    ``ctx`` is the service's executor ``Context`` (uids, workspaces, cgroups, isolation)."""
+
+    def __init__(self, root: Path, ctx: object) -> None:
+        self.root = root
+        self.ctx = ctx
+        root.mkdir(parents=True, exist_ok=True)
+        os.chmod(root, 0o700)
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._pip: str | bool | None = False  # False: not looked up yet
+        self.built = self.hits = 0
+
+    def cached(self, key: str) -> Provisioned | None:
+        entry = self.root / key
+        if not (entry / "ok").exists():
+            return None
+        spec = EnvSpec.model_validate_json((entry / "env.json").read_text())
+        return Provisioned(key, entry, spec)
+
+    def get(self, spec: EnvSpec) -> Provisioned:
+        """The built environment for ``spec`` (building it on first use). Raises
+        :class:`ProvisionFailed` (a step failed, a host package is missing) or ``ValueError``
+        (the service cannot build it at all: network or isolation not allowed)."""
+        ctx = self.ctx
+        if spec.network and not getattr(ctx, "allow_network", False):
+            raise ValueError(
+                "environment.network: the service runs without --allow-network (provisioning "
+                "steps that download packages need it)"
+            )
+        if spec.steps and any(s.run for s in spec.steps) and ctx.isolation != "bwrap":  # type: ignore[attr-defined]
+            raise ValueError("provisioning run steps needs the bwrap isolation backend")
+        key = spec.key()
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            done = self.cached(key)
+            if done is not None:
+                self.hits += 1
+                return done
+            missing = [p for p in spec.host_packages if p not in installed_host_packages()]
+            if missing:
+                raise ProvisionFailed(
+                    f"apt packages {missing} are not installed on the sandbox host, and "
+                    "provisioning cannot install system packages (dpkg needs root): install "
+                    f"them on the host (apt-get install -y {' '.join(missing)}) or drop them",
+                )
+            self._build(spec, key)
+            self.built += 1
+            done = self.cached(key)
+            assert done is not None
+            return done
+
+    def _build(self, spec: EnvSpec, key: str) -> None:
+        ctx = self.ctx
+        uid = ctx.uids.acquire()  # type: ignore[attr-defined]
+        tag = uuid.uuid4().hex[:8]
+        lim = BUILD_LIMITS
+        wss = ctx.workspaces  # type: ignore[attr-defined]
+        tree = wss.create(f"p-{key[:12]}-{tag}-t", uid, lim.disk_mb, lim.inodes)
+        prefix = wss.create(f"p-{key[:12]}-{tag}-p", uid, lim.disk_mb, lim.inodes)
+        tmp = self.root / f".build-{key}-{tag}"
+        log: list[str] = []
+        try:
+            (prefix / "bin").mkdir()
+            (prefix / "site").mkdir()
+            self._pip_wrappers(prefix / "bin")
+            _chown_tree(prefix, uid)
+            deadline = time.monotonic() + spec.timeout_s
+            for i, step in enumerate(spec.steps, 1):
+                if step.files is not None:
+                    self._extract(step.files, tree, i)
+                    _chown_tree(tree, uid)
+                    log.append(f"## step {i}: files\n")
+                    continue
+                assert step.run is not None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ProvisionFailed(
+                        f"step {i}: the environment's timeout_s={spec.timeout_s} ran out",
+                        "".join(log),
+                    )
+                self._run(spec, step.run, i, uid, tree, prefix, left, log)
+            (prefix / "bin" / "pip").unlink()  # episodes have no pip (and no network)
+            (prefix / "bin" / "pip3").unlink()
+            tmp.mkdir()
+            shutil.copytree(tree, tmp / "tree", symlinks=True)
+            shutil.copytree(prefix, tmp / "prefix", symlinks=True)
+            _freeze(tmp)
+            (tmp / "env.json").write_text(spec.model_dump_json())
+            (tmp / "log.txt").write_text("".join(log)[-LOG_CAP:])
+            (tmp / "ok").write_text(key)
+            os.rename(tmp, self.root / key)
+        except OSError as e:
+            raise ProvisionFailed(
+                f"provisioning ran out of room or failed: {e}", "".join(log)
+            ) from e
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            wss.destroy(tree)
+            wss.destroy(prefix)
+            ctx.uids.release(uid)  # type: ignore[attr-defined]
+
+    def _pip_wrappers(self, bindir: Path) -> None:
+        if self._pip is False:
+            self._pip = pip_python()
+        body = (
+            f'#!/bin/sh\nexec {self._pip} -m pip "$@"\n'
+            if self._pip
+            else "#!/bin/sh\necho 'pip: no interpreter of the sandbox service has pip' >&2\nexit 127\n"
+        )
+        for name in ("pip", "pip3"):
+            (bindir / name).write_text(body)
+            os.chmod(bindir / name, 0o755)
+
+    @staticmethod
+    def _extract(b64: str, tree: Path, i: int) -> None:
+        try:
+            safe_extract(base64.b64decode(b64, validate=True), tree)
+        except (binascii.Error, ValueError, RepoError) as e:
+            raise ValueError(
+                f"environment step {i}: files is not a safe base64 tarball: {e}"
+            ) from e
+
+    def _run(
+        self,
+        spec: EnvSpec,
+        command: str,
+        i: int,
+        uid: int,
+        tree: Path,
+        prefix: Path,
+        timeout_s: float,
+        log: list[str],
+    ) -> None:
+        ctx = self.ctx
+        rw = [(str(prefix), ENV_MOUNT)]
+        if spec.workdir != WORKSPACE:
+            rw.append((str(tree), spec.workdir))
+        js = JailSpec(
+            argv=["/bin/sh", "-c", command],
+            workspace=tree,
+            uid=uid,
+            limits=BUILD_LIMITS,
+            timeout_s=timeout_s,
+            network=spec.network,
+            cwd=spec.workdir,
+            binds=rw,
+            env=jail_env(spec, building=True),
+            name=f"prov-{uuid.uuid4().hex[:12]}",
+            isolation=ctx.isolation,  # type: ignore[attr-defined]
+        )
+        o = jail_run(js, ctx.probe)  # type: ignore[attr-defined]
+        log.append(f"## step {i}: RUN {command}\n{o.stdout}{o.stderr}## exit {o.exit_code}\n")
+        why = (
+            "timed out" if o.timed_out else "ran out of memory" if o.oom
+            else "hit the process limit" if o.pids_limit
+            else f"exited {o.exit_code}" if o.exit_code != 0 else ""
+        )  # fmt: skip
+        if why:
+            raise ProvisionFailed(f"step {i} ({command[:120]!r}) {why}", "".join(log))
+
+    def stats(self) -> dict[str, int]:
+        return {"built": self.built, "hits": self.hits}
+
+
+def provision_json(p: Provisioned) -> str:
+    return json.dumps({"key": p.key, "workdir": p.spec.workdir})

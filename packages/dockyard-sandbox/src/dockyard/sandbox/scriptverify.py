@@ -1,0 +1,203 @@
+"""The script verifier: a Harbor-style ``tests/test.sh`` whose *reward file* is the reward.
+
+Run by a session's ``finish`` with ``FinishRequest.script``. Never inside the sandbox the
+agent drove: the session's workspace is copied whole (``.git`` included: a Harbor task may be
+about commits) into a fresh workspace — without following links, ownership reset to a fresh
+uid, nothing of the agent still running there — and a fresh jail runs ``script.command`` with
+
+* ``/tests``   the held-out files (``script.files``), root-owned and read-only: the agent's
+  jails never mount them (threat 22), and the code under test cannot edit them;
+* ``/logs``    a small, empty, writable tmpfs (``/logs/verifier``, ``/logs/agent``): a reward
+  file cannot be planted there in advance, because nothing of the session's workspace is in it;
+* the environment's prefix at /opt/env and the workspace at its workdir (as in the session).
+
+Reward: the number in ``/logs/verifier/reward.txt``, else ``reward`` (or the only value) in
+``/logs/verifier/reward.json``. A missing or malformed file gives reward 0 with
+``reward_error`` saying why: the task's own content caused it, so it is a verdict (``failed``),
+never ``infra_error``. Verdict ``passed`` iff reward ≥ 1. A timeout, OOM or process cap of the
+script is that verdict with reward 0. The exit code of the script is reported, not used.
+Residual risk (as with Harbor under Docker): code the tests run shares the verifier's jail and
+could write the reward file itself; held-out tests that check behaviour, not a marker, are the
+defence.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from dockyard.sandbox.envspec import LOGS_MOUNT, TESTS_MOUNT, ScriptTests
+from dockyard.sandbox.jail import JailSpec
+from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.models import Limits, TaskResult, Timings, Verdict
+from dockyard.sandbox.paths import UnsafePath, check_rel, force_write, read_confined
+from dockyard.sandbox.provision import Provisioned
+from dockyard.sandbox.toolchain import WORKSPACE
+
+REWARD_CAP = 64 << 10
+
+
+def parse_reward(logs: Path) -> tuple[float, str]:
+    """(reward, error) from ``logs/verifier``; error "" when a usable number was found."""
+    for name in ("reward.txt", "reward.json"):
+        try:
+            raw = read_confined(logs, f"verifier/{name}", REWARD_CAP)
+        except FileNotFoundError:
+            continue
+        except (UnsafePath, OSError) as e:
+            return 0.0, f"{name}: unreadable ({e})"
+        text = raw.decode("utf-8", errors="replace").strip()
+        try:
+            if name == "reward.txt":
+                value = float(text)
+            else:
+                obj = json.loads(text)
+                if isinstance(obj, dict):
+                    nums = [v for v in obj.values() if isinstance(v, int | float)]
+                    value = (
+                        obj["reward"] if "reward" in obj else nums[0] if len(nums) == 1 else None
+                    )
+                else:
+                    value = obj
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise ValueError("no 'reward' number")
+                value = float(value)
+        except (ValueError, TypeError) as e:
+            return 0.0, f"{name}: malformed ({text[:80]!r}: {e})"
+        if not math.isfinite(value):
+            return 0.0, f"{name}: not a finite number ({text[:80]!r})"
+        return value, ""
+    return 0.0, "no reward file: /logs/verifier/reward.txt or reward.json was not written"
+
+
+def copy_workspace(src: Path, dest: Path, uid: int) -> str:
+    """``cp -a`` (links copied as links, never followed) then owned by ``uid``; returns why it
+    did not fit ("" when it did)."""
+    r = subprocess.run(
+        ["cp", "-a", "--reflink=auto", "--", f"{src}/.", str(dest)],
+        capture_output=True,
+        timeout=600,
+    )
+    err = r.stderr.decode(errors="replace")[-300:]
+    if r.returncode != 0:
+        if "No space left" in err or "quota" in err or "File too large" in err:
+            return f"the workspace does not fit the verifier's limits: {err}"
+        raise OSError(errno.EIO, f"copying the workspace failed: {err}")
+    r = subprocess.run(
+        ["chown", "-R", "-h", f"{uid}:{uid}", "--", str(dest)], capture_output=True, timeout=600
+    )
+    if r.returncode != 0:
+        raise OSError(errno.EIO, f"chown of the verifier workspace failed: {r.stderr[-300:]!r}")
+    return ""
+
+
+def _write_tests(dest: Path, files: dict[str, str]) -> None:
+    dest.mkdir(mode=0o755)
+    for rel, content in files.items():
+        check_rel(rel)
+        mode = 0o755 if rel.endswith(".sh") else 0o644
+        force_write(dest, rel, content.encode(), uid=0, gid=0, mode=mode)
+    for dirpath, _dirs, _files in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+
+
+def run_script(
+    ctx: object,
+    *,
+    source: Path,
+    lock: object,
+    env: Provisioned | None,
+    script: ScriptTests,
+    limits: Limits,
+    timeout_s: float,
+    network: bool,
+    metadata: dict,
+    task_id: str,
+) -> TaskResult:
+    """See the module docstring. ``source`` (the session's workspace) is copied under ``lock``."""
+    t0 = time.monotonic()
+    c = ctx
+    tag = uuid.uuid4().hex[:12]
+    uid = c.uids.acquire()  # type: ignore[attr-defined]
+    wss = c.workspaces  # type: ignore[attr-defined]
+    made: list[Path] = []
+    tests = c.trusted_root / f"tests-{tag}"  # type: ignore[attr-defined]
+
+    def result(verdict: Verdict, **kw: object) -> TaskResult:
+        kw.setdefault("timings", Timings(total_s=time.monotonic() - t0))
+        return TaskResult(task_id=task_id, verdict=verdict, metadata=metadata, **kw)  # type: ignore[arg-type]
+
+    try:
+        ws = wss.create(f"v-{tag}", uid, limits.disk_mb, limits.inodes)
+        made.append(ws)
+        with lock:  # type: ignore[attr-defined]
+            full = copy_workspace(source, ws, uid)
+        if full:
+            return result(Verdict.resource_limit, detail=full, reward=0.0)
+        logs = wss.create(f"v-{tag}-logs", uid, 16, 1000)
+        made.append(logs)
+        for d in ("verifier", "agent"):
+            (logs / d).mkdir()
+            os.chown(logs / d, uid, uid)
+        _write_tests(tests, script.files)
+        ro = [(str(tests), TESTS_MOUNT)]
+        rw = [(str(logs), LOGS_MOUNT)]
+        jenv: dict[str, str] = {}
+        cwd = WORKSPACE
+        if env is not None:
+            ero, erw = env.binds(ws)
+            ro, rw, jenv, cwd = ro + ero, rw + erw, env.jail_env(), env.spec.workdir
+        t1 = time.monotonic()
+        o = jail_run(
+            JailSpec(
+                argv=["/bin/sh", "-c", script.command],
+                workspace=ws,
+                uid=uid,
+                limits=limits,
+                timeout_s=timeout_s,
+                network=network,
+                cwd=cwd,
+                ro_binds=ro,
+                binds=rw,
+                env=jenv,
+                name=f"v-{tag}",
+                isolation=c.isolation,  # type: ignore[attr-defined]
+            ),
+            c.probe,  # type: ignore[attr-defined]
+        )
+        timings = Timings(test_s=o.duration_s, setup_s=t1 - t0, total_s=time.monotonic() - t0)
+        common = {
+            "exit_code": o.exit_code,
+            "stdout": o.stdout,
+            "stderr": o.stderr,
+            "stdout_truncated": o.stdout_truncated,
+            "stderr_truncated": o.stderr_truncated,
+            "patch_applied": True,
+            "timings": timings,
+        }
+        limit = (
+            Verdict.oom if o.oom else Verdict.resource_limit if o.pids_limit or wss.full(ws)
+            else Verdict.timeout if o.timed_out else None
+        )  # fmt: skip
+        if limit is not None:
+            return result(limit, reward=0.0, reward_error=str(limit), detail=str(limit), **common)
+        reward, err = parse_reward(logs)
+        verdict = Verdict.passed if reward >= 1.0 and not err else Verdict.failed
+        detail = err or f"reward {reward:g} (test script exit {o.exit_code})"
+        return result(
+            verdict, resolved=verdict == Verdict.passed, reward=reward, reward_error=err,
+            detail=detail, **common,
+        )  # fmt: skip
+    finally:
+        import shutil
+
+        shutil.rmtree(tests, ignore_errors=True)
+        for p in made:
+            wss.destroy(p)
+        c.uids.release(uid)  # type: ignore[attr-defined]

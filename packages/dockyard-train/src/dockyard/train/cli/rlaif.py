@@ -1,0 +1,74 @@
+"""`dockyard rlaif --config FILE [--output DIR] [overrides...]`: RLAIF / constitutional AI.
+
+Each step samples ``grpo.num_generations_per_prompt`` answers for ``grpo.num_prompts_per_step``
+prompts of ``data.train_path`` from the policy's engines; the ``judge`` (its own vLLM fleet,
+``judge.backend: engine``, or any OpenAI-compatible URL, ``openai``) critiques each against
+``rlaif.constitution_file``; ``rlaif.reviser`` (the policy or the judge) rewrites it; the pairs
+(revision ≻ original) the pairwise judge prefers (``rlaif.check_revisions``) take a DPO step
+(``loss_fn``: a preference loss) and the weights go to the engines. Held out
+(``data.val_path``, else a tenth): the judge's win rate over the starting policy every
+``grpo.val_period`` steps and at the end. The trained model goes to ``--output`` (default
+``checkpointing.export_hf``, else ``LOG_DIR/model``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="YAML config (examples/configs/rlaif.yaml)")
+    parser.add_argument("--output", default=None, help="folder for the trained HF model")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides: rlaif.reviser=judge")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dockyard.core.config.errors import ConfigError
+    from dockyard.train.algorithms.rlaif import config_problems
+    from dockyard.train.preflight import deep_check, load_or_exit, report
+
+    cfg = load_or_exit(args.config, args.overrides, "rlaif", driver="dpo")
+    # the loss must be a preference loss (the DPO driver's); no environment or sandbox
+    problems = deep_check(cfg, load=False, skip=("sandbox",), driver="dpo") + config_problems(cfg)
+    if problems:
+        report("rlaif", ConfigError(problems, args.config))
+    out = args.output or cfg.checkpointing.export_hf or str(Path(cfg.logger.log_dir) / "model")
+    result, log_dir = train(cfg, out, progress=not args.no_progress)
+    val, pairs = result.val, sum(h["rlaif/pairs"] for h in result.history)
+    rate = (
+        " -> ".join(
+            f"{val[s]['val/win_rate']:.3f} (step {s})" for s in sorted({min(val), max(val)})
+        )
+        if val
+        else "not measured"
+    )
+    print(f"RLAIF ({cfg.loss_fn.type}, reviser {cfg.rlaif.reviser}): {len(result.history)} steps, "
+          f"{int(pairs)} pairs; judge win rate over the starting policy {rate}; model in {out}; "
+          f"logs in {log_dir}", flush=True)  # fmt: skip
+    return 0
+
+
+def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
+    """Start the policy's fleets and the judge, run :func:`rlaif`, stop everything;
+    ``(RLAIFResult, log folder)``."""
+    from dockyard.core.rl import PreferenceLoss
+    from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
+    from dockyard.train.algorithms.rlaif import Constitution, rlaif
+    from dockyard.train.prompts import PromptRenderer
+
+    g, ra = cfg.grpo, cfg.rlaif
+    train, val = load_prompt_data(cfg, "RLAIF")
+    constitution = Constitution.from_config(ra)
+
+    def body(policy: Any, judge: Any, tok: Any, log: Any) -> Any:
+        return rlaif(policy, judge, PromptRenderer.from_config(cfg, tok), constitution, train, val,
+                     PreferenceLoss.from_config(cfg.loss_fn), sampling_params(cfg),
+                     steps=g.max_num_steps, prompts_per_step=g.num_prompts_per_step,
+                     reviser=ra.reviser, check_revisions=ra.check_revisions,
+                     critique_max_tokens=ra.critique_max_tokens, seed=g.seed,
+                     val_period=g.val_period, val_at_end=g.val_at_end, output_dir=out, log=log)  # fmt: skip
+
+    return run_with_judge(cfg, "rlaif", progress, body)

@@ -1,0 +1,199 @@
+"""The judge seam: environments that grade with the LLM judge (hle, gdpval, gdpval_agentic) get
+a ``JudgeFn`` from the runtime, as sandbox environments get URLs; a judgment that failed masks
+the sample and is counted (``judge/failed``), never a silent 0 or 1.
+
+* unit: the runtime's wiring (build_environment, env_judge's errors);
+* a real vLLM engine as the judge: a random tiny model cannot answer ``SCORE: n``, so every
+  judgment fails — the point is the mechanics (requests, retries, masking, counts) on a real
+  engine; a tiny model cannot judge a rubric, so no score threshold is tested here (the GDPval
+  thresholds are over the deterministic criteria: tests/envs/test_gdpval.py);
+* the example configs grpo_gdpval(.agentic) / grpo_hle: GRPO steps end to end on a tiny model
+  with the real sandbox, and for HLE its judge fleet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dockyard.core.config import config_from_dict
+from dockyard.core.config.sections import EnvConfig
+from dockyard.envs.hle.data import fixture_path, hle_tasks
+from dockyard.train.environments import build_environment, needs_judge, option_problems
+from dockyard.train.judge import Judge, env_judge, judge_fn
+
+CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
+
+
+def _judge_task() -> dict[str, Any]:
+    rows = [json.loads(x) for x in fixture_path().read_text().splitlines() if x.strip()]
+    return next(t for t in hle_tasks(rows)[0] if t["match"] == "judge")
+
+
+def test_the_runtime_hands_its_judge_to_an_environment_that_needs_one() -> None:
+    async def fn(prompt: str, response: str) -> float | None:
+        return 1.0
+
+    assert needs_judge("hle", EnvConfig(type="hle"))
+    assert not needs_judge("m", EnvConfig(type="math"))
+    env = build_environment("hle", EnvConfig(type="hle"), judge=fn)
+    assert env.env.judge is fn
+    with pytest.raises(ValueError, match=r"judge\.mode: rubric"):
+        build_environment("hle", EnvConfig(type="hle"))  # no judge: a clear error
+    # the judge comes from the runtime, never from options
+    problems = option_problems("hle", EnvConfig(type="hle", options={"judge": "x"}))
+    assert problems
+    assert "not an option" in problems[0]
+    math = build_environment("m", EnvConfig(type="math"), judge=fn)  # takes none: not passed
+    assert math is not None
+
+
+def test_env_judge_refuses_a_section_that_cannot_grade() -> None:
+    pairwise = config_from_dict({"judge": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                           "model_name": "j"}}).judge  # fmt: skip
+    with pytest.raises(ValueError, match=r"judge\.mode"):
+        env_judge(pairwise)
+    engine = config_from_dict({"judge": {"mode": "rubric", "model_name": "x"}}).judge
+    with pytest.raises(ValueError, match="judge fleet"):
+        env_judge(engine, engines=None)
+    fn = env_judge(pairwise.model_copy(update={"mode": "rubric", "score_min": 0, "score_max": 4}))
+    assert fn.judge.score_range == (0, 4)
+    fn.judge.close()
+
+
+class _Scripted:
+    """A backend answering fixed replies in turn (the code around the judge, not the judge)."""
+
+    def __init__(self, *replies: str) -> None:
+        self.replies = list(replies)
+
+    async def complete(self, messages, temperature, max_tokens) -> str:
+        return self.replies.pop(0)
+
+
+def test_judge_fn_maps_the_scale_to_0_1_and_none_stays_none() -> None:
+    judge = Judge(_Scripted("SCORE: 7", "no", "nope"), mode="rubric", score_range=(2, 12),
+                  max_retries=1)  # fmt: skip
+    fn = judge_fn(judge)
+    assert judge.run(fn("p", "r")) == 0.5
+    assert judge.run(fn("p", "r")) is None
+    assert judge.metrics()["judge/failed"] == 1.0
+    judge.close()
+
+
+# --------------------------------------------------------------------------- a real engine
+vllm_marks = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def rubric_judge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judge]:
+    """A rubric judge on a random tiny model in a vLLM engine in this process."""
+    pytest.importorskip("vllm")
+    from transformers import AutoTokenizer
+
+    from dockyard.serve.engines.vllm_engine import VLLMEngine
+    from dockyard.serve.testing import tiny_model_dir
+    from dockyard.train.judge import EngineBackend
+
+    model = tiny_model_dir(tmp_path_factory.mktemp("tiny") / "m")
+    engine = VLLMEngine(str(model), dtype="float32", max_model_len=1024, enforce_eager=True, seed=0)
+    judge = Judge(EngineBackend([engine], AutoTokenizer.from_pretrained(str(model))),
+                  mode="rubric", max_retries=1, temperature=1.0, max_tokens=8)  # fmt: skip
+    judge.run(engine.start())
+    yield judge
+    judge.run(engine.aclose())
+    judge.close()
+
+
+def _with_vllm(test: Any) -> Any:
+    for mark in vllm_marks:
+        test = mark(test)
+    return test
+
+
+@_with_vllm
+def test_a_real_engine_judges_hle_and_gdpval_answers_masked_and_counted(
+    rubric_judge: Judge,
+) -> None:
+    from dockyard.envs.gdpval.rubric import grade
+    from dockyard.envs.gdpval.tasks import load_tasks
+    from dockyard.envs.hle import HleEnvironment
+
+    fn = judge_fn(rubric_judge)
+    hle = HleEnvironment(judge=fn)
+    task = _judge_task()
+    r = rubric_judge.run(hle.score(task, f"Explanation: known.\nAnswer: {task['answer']}"))
+    m = rubric_judge.metrics()
+    assert r.infra_error, r
+    assert r.rewards == {}
+    assert r.metadata["judge_failed"]
+    assert (m["judge/requests"], m["judge/retries"], m["judge/failed"]) == (2, 1, 1), m
+    assert m["judge/parse_failures"] + m["judge/errors"] == 2
+    # an exact-match question never reaches the judge
+    exact = next(t for t in hle_tasks([json.loads(x) for x in fixture_path().read_text()
+                                        .splitlines()])[0] if t["match"] == "exact")  # fmt: skip
+    r = rubric_judge.run(hle.score(exact, f"Answer: {exact['answer']}"))
+    assert r.rewards["reward/correct"] == 1.0
+    assert rubric_judge.metrics()["judge/requests"] == 0
+    # GDPval: the judge criteria of a delivered README are asked; failed → the grade is masked
+    readme = next(t for t in load_tasks() if t["id"] == "readme_md")
+    g = rubric_judge.run(grade(readme, {"README.md": b"# csvtidy\n## Usage\n"}, fn))
+    assert g.judge_failed
+    assert rubric_judge.metrics()["judge/failed"] == 1.0
+
+
+# --------------------------------------------------------------------------- the example configs
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quickstart's tiny model, untrained (mechanics only: no warm start needed)."""
+    pytest.importorskip("vllm")
+    from dockyard.train.cli.quickstart import build_model
+
+    return build_model(tmp_path_factory.mktemp("policy"), 0)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    from dockyard.train.runtime.cluster import init_ray, shutdown_ray
+
+    init_ray(None)
+    yield
+    shutdown_ray()
+
+
+@_with_vllm
+@pytest.mark.parametrize("name", ["grpo_gdpval", "grpo_gdpval_agentic", "grpo_hle"])
+def test_the_judged_example_configs_train(
+    name: str, tiny_policy: Path, tmp_path: Path, ray_session
+) -> None:
+    from dockyard.core.config import load_config
+    from dockyard.train.algorithms.grpo import train
+
+    overrides = [f"policy.model_name={tiny_policy}", f"logger.log_dir={tmp_path}/logs",
+                 f"checkpointing.checkpoint_dir={tmp_path}/ckpt"]  # fmt: skip
+    if name == "grpo_hle":  # two steps: its judge fleet's counters are reported per step
+        overrides.append(f"judge.model_name={tiny_policy}")  # its judge fleet: the same model
+    else:
+        overrides.append("grpo.max_num_steps=1")  # (the CI budget)
+    cfg = load_config(CONFIGS / f"{name}.yaml", overrides)
+    res = train(cfg, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert res.steps == cfg.grpo.max_num_steps == len(rows)
+    for row in rows:
+        assert (
+            row["trajectories"]
+            == cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
+        )
+        assert row["infra_error_fraction"] < 1.0  # the environment really scored something
+    if name == "grpo_hle":  # the judge fleet was wired in: its counters are reported each step
+        assert all("judge/requests" in row and "judge/failed" in row for row in rows)
