@@ -217,10 +217,21 @@ class _Scan:
         return []
 
 
+def _read_only(path: str) -> bool:
+    """``path`` is on a read-only mount (the toolchain bound into the jail, which may live under
+    ``/tmp`` on the host): nothing there was written by the submission."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _files(root: str, skip: set) -> list:
     out = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        dirnames[:] = [
+            d for d in dirnames if d not in SKIP_DIRS and not _read_only(os.path.join(dirpath, d))
+        ]
         for f in filenames:
             p = os.path.join(dirpath, f)
             rel = os.path.relpath(p, root)
