@@ -230,7 +230,7 @@ class _Service:
             result_ttl_s=cfg.result_ttl_s,
         )
         sessions = self.sessions = SessionManager(ctx, cfg.max_sessions)
-        sessions.provisioner = Provisioner(cfg.env_cache_dir or self.owner.path / "envs", ctx)
+        sessions.provisioner = Provisioner(cfg.env_cache_dir or self.owner.env_cache, ctx)
 
         async def reaper() -> None:
             while True:

@@ -104,7 +104,8 @@ def _add_storage_and_trust(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--env-cache-dir",
         type=Path,
-        help="Provisioned environments (kept across restarts; default: inside --work-dir).",
+        help="Provisioned environments, kept across restarts (default: inside --work-dir, removed "
+        "at shutdown).",
     )
     s.add_argument("--cache-max-gb", type=float, default=20.0)
     s.add_argument(

@@ -197,6 +197,11 @@ class WorkDir:
         return wd
 
     @property
+    def env_cache(self) -> Path:
+        """Where provisioned environments go without ``--env-cache-dir`` (removed at shutdown)."""
+        return self.path / "envs"
+
+    @property
     def ws(self) -> Path:
         return self.path / "ws"
 
@@ -308,6 +313,8 @@ class WorkDir:
                 log.warning("clean-up: still mounted: %s", left)
         _step("removing the workspaces", _rmtree, self.ws)
         _step("removing the trusted dir", _rmtree, self.trusted)
+        # provisioned environments kept here when no --env-cache-dir is given: the service's own
+        _step("removing the default environment cache", _rmtree, self.env_cache)
         if self.own_cache:
             _step("removing the repository cache", _rmtree, self.cache_dir)
         else:
