@@ -280,7 +280,7 @@ def test_environment_options_are_checked_before_anything_starts(
     """Keys the environment does not take, a missing required one, and what its own
     ``check_options`` refuses (a reward model folder that is not one) are lines of the list."""
     rm = ("~env.math", "data.dataset_name=null")
-    assert "env.math.options.verify_timeout: not an option of MathEnvironment (options: " in (
+    assert "env.math.options.verify_timeout is not an option of MathEnvironment (options: " in (
         problems_of(tmp_path, model, "env.math.options={verify_timeout: 2}")
     )
     assert "env.math" not in problems_of(tmp_path, model, "env.math.options={verify_timeout_s: 2}")

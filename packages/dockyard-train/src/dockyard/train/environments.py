@@ -103,7 +103,7 @@ def _unknown_options(name: str, env_cfg: Any, cls: Any) -> list[str]:
     params = inspect.signature(cls).parameters
     takes = ", ".join(p for p in params if p not in _FROM_THE_RUNTIME) or "none"
     return [
-        f"env.{name}.options.{k}: not an option of {getattr(cls, '__name__', cls)} "
+        f"env.{name}.options.{k} is not an option of {getattr(cls, '__name__', cls)} "
         f"(options: {takes})"
         for k in env_cfg.options
         if k not in params or k in _FROM_THE_RUNTIME
