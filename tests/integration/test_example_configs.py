@@ -12,8 +12,22 @@ pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
 
+# every episode of these reaches its verifier (a provisioned environment and the script
+# verifier; the cleanroom judge): none may be masked
+NEVER_MASKED = {"grpo_terminal_bench", "grpo_program_bench"}
+
+
 @pytest.mark.parametrize(
-    "name", ["grpo_math", "grpo_code", "grpo_swe", "grpo_terminal", "grpo_swe_agent"]
+    "name",
+    [
+        "grpo_math",
+        "grpo_code",
+        "grpo_swe",
+        "grpo_terminal",
+        "grpo_swe_agent",
+        "grpo_terminal_bench",
+        "grpo_program_bench",
+    ],
 )
 def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_session) -> None:
     from dockyard.core.config import load_config
@@ -36,6 +50,8 @@ def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_ses
         == cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
     )
     assert rows[0]["infra_error_fraction"] < 1.0  # the environment really scored something
+    if name in NEVER_MASKED:
+        assert rows[0]["infra_error_fraction"] == 0.0, rows[0]
     assert res.steps == 1
 
 
