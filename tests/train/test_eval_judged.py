@@ -3,12 +3,14 @@ a ``JudgeFn`` from the runtime, as sandbox environments get URLs; a judgment tha
 the sample and is counted (``judge/failed``), never a silent 0 or 1.
 
 * unit: the runtime's wiring (build_environment, env_judge's errors);
-* a real vLLM engine as the judge: a random tiny model cannot answer ``SCORE: n``, so every
-  judgment fails — the point is the mechanics (requests, retries, masking, counts) on a real
-  engine; a tiny model cannot judge a rubric, so no score threshold is tested here (the GDPval
+* a real vLLM engine as the judge: unconstrained, a random tiny model cannot answer ``SCORE: n``,
+  so every judgment fails — the mechanics (requests, retries, masking, counts) on a real engine;
+  constrained (``judge.constrained``: vLLM's structured output), the same model answers in format
+  and grades a GDPval reference deliverable in the real sandbox and an HLE free-form answer with
+  no failure. A random model's scores are noise: no score threshold is tested here (the GDPval
   thresholds are over the deterministic criteria: tests/envs/test_gdpval.py);
 * the example configs grpo_gdpval(.agentic) / grpo_hle: GRPO steps end to end on a tiny model
-  with the real sandbox, and for HLE its judge fleet.
+  with the real sandbox and their constrained judge fleet.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dockyard.core.config import config_from_dict
 from dockyard.core.config.sections import EnvConfig
 from dockyard.envs.hle.data import fixture_path, hle_tasks
 from dockyard.train.environments import build_environment, needs_judge, option_problems
-from dockyard.train.judge import Judge, env_judge, judge_fn
+from dockyard.train.judge import Judge, env_judge, judge_fn, verdict_regex
 
 CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
@@ -73,6 +75,16 @@ class _Scripted:
 
     async def complete(self, messages, temperature, max_tokens) -> str:
         return self.replies.pop(0)
+
+
+def test_a_constrained_judge_needs_a_backend_that_constrains() -> None:
+    assert verdict_regex("pairwise") == "VERDICT: (A|B)"
+    assert verdict_regex("rubric", 0, 3) == "SCORE: (0|1|2|3)"
+    with pytest.raises(ValueError, match="cannot constrain"):
+        Judge(_Scripted(), mode="rubric", constrained=True)
+    with pytest.raises(ValueError, match=r"judge\.constrained: only backend 'engine'"):
+        config_from_dict({"judge": {"backend": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                    "model_name": "j", "constrained": True}})  # fmt: skip
 
 
 def test_judge_fn_maps_the_scale_to_0_1_and_none_stays_none() -> None:
@@ -152,6 +164,47 @@ def test_a_real_engine_judges_hle_and_gdpval_answers_masked_and_counted(
     assert rubric_judge.metrics()["judge/failed"] == 1.0
 
 
+@_with_vllm
+def test_a_constrained_engine_judge_grades_deliverables_and_answers(rubric_judge: Judge) -> None:
+    """The same random model, its replies constrained to the verdict line: every judgment parses
+    (none masked), a GDPval reference program runs in the real sandbox and its judge criteria
+    are judged, an HLE free-form answer gets a score in [0, 1]."""
+    from dockyard.envs.gdpval.env import GdpvalEnvironment
+    from dockyard.envs.gdpval.tasks import load_tasks, reference_program
+    from dockyard.envs.hle import HleEnvironment
+    from dockyard.sandbox.launch import start_service
+
+    rubric_judge.regex = verdict_regex("rubric", *rubric_judge.score_range)
+    try:
+        fn = judge_fn(rubric_judge)
+        task = next(t for t in load_tasks() if t["id"] == "readme_md")
+        answer = f"```python\n{reference_program(task)}```"
+        with start_service(workers=2) as svc:
+            gdpval = GdpvalEnvironment(svc.url, judge=fn, timeout_s=60)
+
+            async def go() -> Any:
+                try:
+                    return await gdpval.score(task, answer)
+                finally:
+                    await gdpval.aclose()
+
+            r = rubric_judge.run(go())
+        m = rubric_judge.metrics()
+        assert not r.infra_error, r.metadata
+        judged = [c for c in r.metadata["criteria"] if c["type"] == "judge"]
+        assert judged
+        assert all(c["detail"] == "judged" and 0.0 <= c["score"] <= 1.0 for c in judged), judged
+        assert m["judge/requests"] == len(judged), m
+        assert m["judge/failed"] == m["judge/parse_failures"] == 0, m
+        hle_task = _judge_task()
+        h = rubric_judge.run(HleEnvironment(judge=fn).score(hle_task, "Answer: a guess"))
+        assert not h.infra_error, h.metadata
+        assert 0.0 <= h.metadata["judge_score"] <= 1.0, h.metadata
+        assert rubric_judge.metrics()["judge/failed"] == 0
+    finally:
+        rubric_judge.regex = None
+
+
 # --------------------------------------------------------------------------- the example configs
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -159,7 +212,7 @@ def tiny_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("vllm")
     from dockyard.train.cli.quickstart import build_model
 
-    return build_model(tmp_path_factory.mktemp("policy"), 0)
+    return build_model(0)
 
 
 @pytest.fixture(scope="module")
@@ -179,11 +232,10 @@ def test_the_judged_example_configs_train(
     from dockyard.core.config import load_config
     from dockyard.train.algorithms.grpo import train
 
-    overrides = [f"policy.model_name={tiny_policy}", f"logger.log_dir={tmp_path}/logs",
-                 f"checkpointing.checkpoint_dir={tmp_path}/ckpt"]  # fmt: skip
-    if name == "grpo_hle":  # two steps: its judge fleet's counters are reported per step
-        overrides.append(f"judge.model_name={tiny_policy}")  # its judge fleet: the same model
-    else:
+    # the judge fleet: the same tiny model, its replies constrained (the shipped judge section)
+    overrides = [f"policy.model_name={tiny_policy}", f"judge.model_name={tiny_policy}",
+                 f"logger.log_dir={tmp_path}/logs", f"checkpointing.checkpoint_dir={tmp_path}/ckpt"]  # fmt: skip
+    if name != "grpo_hle":  # HLE: two steps, its judge counters are reported per step
         overrides.append("grpo.max_num_steps=1")  # (the CI budget)
     cfg = load_config(CONFIGS / f"{name}.yaml", overrides)
     res = train(cfg, progress=False)
@@ -195,5 +247,7 @@ def test_the_judged_example_configs_train(
             == cfg.grpo.num_prompts_per_step * cfg.grpo.num_generations_per_prompt
         )
         assert row["infra_error_fraction"] < 1.0  # the environment really scored something
-    if name == "grpo_hle":  # the judge fleet was wired in: its counters are reported each step
-        assert all("judge/requests" in row and "judge/failed" in row for row in rows)
+    assert cfg.judge.constrained
+    # the judge fleet was wired in: its counters are reported each step, and a constrained
+    # judge's replies always parse (none masked)
+    assert all(row["judge/failed"] == row["judge/parse_failures"] == 0 for row in rows), rows

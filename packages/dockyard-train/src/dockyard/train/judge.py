@@ -7,6 +7,11 @@ Anything else is a parse failure. A parse failure or a transport error draws a f
 (``max_retries`` times, at temperature max(T, 1)); a judgment that never parsed is ``None``
 and counted, never a silent 0 or 1: callers drop it.
 
+With ``constrained`` the reply is decoded under a regular expression that admits exactly the
+verdict line (:func:`verdict_regex`: the engine's structured output, e.g. vLLM's guided
+decoding): a small judge then always answers in format, and which verdict it gives is still its
+own. The reply is parsed the same strict way.
+
 Pairwise judgments control position bias by judging both orders, (x, y) as (A, B) and as
 (B, A): ``preference`` = 1.0 when both say x is better, 0.0 when both say y, 0.5 when the two
 orders disagree (counted in ``judge/position_disagreements``); None when either order never
@@ -83,6 +88,14 @@ _SCORE = re.compile(r"SCORE: (-?\d+)")
 _ANY_VERDICT = re.compile(r"^\s*(VERDICT|SCORE)\s*:", re.IGNORECASE)
 
 
+def verdict_regex(mode: str, lo: int = 1, hi: int = 10) -> str:
+    """The regular expression a ``constrained`` judge's whole reply must match: ``VERDICT: (A|B)``
+    (pairwise) or ``SCORE: (lo|…|hi)`` (rubric, every integer of the scale)."""
+    if mode == "pairwise":
+        return "VERDICT: (A|B)"
+    return "SCORE: (" + "|".join(str(n) for n in range(lo, hi + 1)) + ")"
+
+
 class ParseError(ValueError):
     """A judge reply that is not exactly one verdict in the required format."""
 
@@ -151,9 +164,14 @@ def check_template(template: str, mode: str, fields: dict[str, str], where: str)
 
 # --------------------------------------------------------------------------- backends
 class Backend(Protocol):
-    """Where a judge's requests go: one chat completion's text per call."""
+    """Where a judge's requests go: one chat completion's text per call (``regex``: the reply
+    must match it in full; passed only to a backend whose ``constrains`` is true)."""
 
-    async def complete(self, messages: Messages, temperature: float, max_tokens: int) -> str: ...
+    constrains: bool
+
+    async def complete(
+        self, messages: Messages, temperature: float, max_tokens: int, regex: str | None = None
+    ) -> str: ...
 
 
 class EngineBackend:
@@ -161,6 +179,8 @@ class EngineBackend:
     :class:`~dockyard.core.interfaces.GenerationEngine` in this process (started in the
     judge's event loop: :meth:`Judge.run`) or an ``EngineHost`` actor handle (a judge fleet);
     requests go round-robin. ``tokenizer`` renders the chat (the judge model's template)."""
+
+    constrains = True
 
     def __init__(self, engines: Sequence[Any], tokenizer: Any) -> None:
         from dockyard.train.prompts import PromptRenderer
@@ -171,13 +191,15 @@ class EngineBackend:
         self.renderer = PromptRenderer.wrap(tokenizer)
         self._next = 0
 
-    async def complete(self, messages: Messages, temperature: float, max_tokens: int) -> str:
+    async def complete(
+        self, messages: Messages, temperature: float, max_tokens: int, regex: str | None = None
+    ) -> str:
         from dockyard.core.interfaces import SamplingParams
 
         engine = self.engines[self._next % len(self.engines)]
         self._next += 1
         ids = self.renderer.prompt_ids(messages)
-        params = SamplingParams(n=1, max_tokens=max_tokens, temperature=temperature)
+        params = SamplingParams(n=1, max_tokens=max_tokens, temperature=temperature, regex=regex)
         remote = getattr(getattr(engine, "generate", None), "remote", None)
         out = await (remote(ids, params) if remote else engine.generate(ids, params))
         return str(out[0].text)
@@ -186,7 +208,10 @@ class EngineBackend:
 class OpenAIBackend:
     """Any OpenAI-compatible server (``base_url`` ends with ``/v1``): ``POST
     /chat/completions``, through the ``openai`` client when installed, else httpx. The API key
-    is read from the environment variable ``api_key_env`` (None: no key)."""
+    is read from the environment variable ``api_key_env`` (None: no key). It does not constrain
+    replies (servers differ in how they take a grammar)."""
+
+    constrains = False
 
     def __init__(
         self,
@@ -223,7 +248,11 @@ class OpenAIBackend:
                 )
         return self._client
 
-    async def complete(self, messages: Messages, temperature: float, max_tokens: int) -> str:
+    async def complete(
+        self, messages: Messages, temperature: float, max_tokens: int, regex: str | None = None
+    ) -> str:
+        if regex is not None:
+            raise ValueError("OpenAIBackend does not constrain replies (judge.constrained)")
         body = {"model": self.model, "messages": messages, "temperature": temperature,
                 "max_tokens": max_tokens}  # fmt: skip
         client = self._openai()
@@ -310,9 +339,16 @@ class Judge:
         max_tokens: int = 64,
         max_concurrency: int = 32,
         timeout_s: float = 60.0,
+        constrained: bool = False,
     ) -> None:
         if mode not in BUILT_IN:
             raise ValueError(f"judge mode {mode!r}: expected 'pairwise' or 'rubric'")
+        if constrained and not getattr(backend, "constrains", False):
+            raise ValueError(
+                f"judge.constrained: the {type(backend).__name__} backend cannot constrain replies "
+                "(backend 'engine' can: dockyard's vLLM judge fleet)"
+            )
+        self.regex = verdict_regex(mode, *score_range) if constrained else None
         self.template = BUILT_IN[mode] if template is None else template
         self.fields = dict(fields or {})
         check_template(self.template, mode, self.fields, "judge template")
@@ -347,6 +383,7 @@ class Judge:
             max_tokens=judge_cfg.max_tokens,
             max_concurrency=judge_cfg.max_concurrency,
             timeout_s=judge_cfg.timeout_s,
+            constrained=judge_cfg.constrained,
         )
 
     # ------------------------------------------------------------ the event loop
@@ -385,9 +422,12 @@ class Judge:
             temperature = self.temperature if attempt == 0 else max(self.temperature, 1.0)
             self.counts["requests"] += 1
             try:
+                request = (messages, temperature, self.max_tokens)
                 async with self._sem:
                     text = await asyncio.wait_for(
-                        self.backend.complete(messages, temperature, self.max_tokens),
+                        self.backend.complete(*request, regex=self.regex)
+                        if self.regex
+                        else self.backend.complete(*request),
                         self.timeout_s,
                     )
             except Exception:  # a transport error or a timeout: a fresh request

@@ -1,4 +1,4 @@
-"""``judge``: the LLM judge of online DPO and RLAIF; ``rlaif``: RLAIF's constitution, critique and revision (the application package's judge component and driver)."""
+"""``judge``: the LLM judge (online DPO, RLAIF, the judge-graded environments); ``rlaif``: RLAIF's constitution, critique and revision (the application package's judge component and driver)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from dockyard.core.config._base import ConfigModel
 
 class JudgeConfig(ConfigModel):
     """An LLM that judges responses: an engine fleet of dockyard's own, or any
-    OpenAI-compatible server. A judgment that never parses is masked (dropped) and counted."""
+    OpenAI-compatible server. Pairwise for online DPO and RLAIF, rubric for the environments
+    that grade with it (``needs_judge``: gdpval, gdpval_agentic, hle). A judgment that never
+    parses is masked (dropped) and counted."""
 
     backend: Literal["engine", "openai"] = "engine"
     """``engine``: dockyard starts ``num_engines`` vLLM engines serving ``model_name`` (Ray actors, as the policy's); ``openai``: requests go to ``base_url``'s ``/chat/completions``."""
@@ -41,6 +43,8 @@ class JudgeConfig(ConfigModel):
     """The judge's sampling temperature (a retry samples at max(this, 1) so that it is a fresh sample)."""
     max_tokens: PositiveInt = 64
     """The most tokens of one judgment."""
+    constrained: bool = False
+    """Decode each reply under a regular expression that admits only the verdict line (``SCORE: n`` over the scale, ``VERDICT: A|B``): vLLM's structured output, backend ``engine`` only. A small judge then always answers in format (no reasoning before the verdict); which verdict is still the model's."""
     timeout_s: float = Field(default=60.0, gt=0)
     """Limit on one judge request."""
     max_concurrency: PositiveInt = 32
@@ -56,6 +60,11 @@ class JudgeConfig(ConfigModel):
         if self.backend == "openai" and not self.base_url:
             errors.append(
                 "judge.base_url: backend 'openai' needs the API root (http://host:8000/v1)"
+            )
+        if self.constrained and self.backend != "engine":
+            errors.append(
+                "judge.constrained: only backend 'engine' (dockyard's vLLM judge fleet) constrains "
+                "replies; for an OpenAI-compatible server use its own structured-output options"
             )
         if self.base_url and not self.base_url.startswith(("http://", "https://")):
             errors.append(f"judge.base_url {self.base_url!r} must start with http:// or https://")

@@ -22,6 +22,9 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None
+    regex: str | None = None
+    """Structured output: the completion must match this regular expression in full (vLLM's
+    guided decoding, SGLang's ``regex``); an engine that cannot constrain raises ValueError."""
 
 
 @dataclass

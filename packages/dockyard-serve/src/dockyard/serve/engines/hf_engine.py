@@ -169,6 +169,11 @@ class TransformersEngine(GenerationEngine):
             raise RuntimeError("TransformersEngine is not started: await engine.start() first")
         if params.n < 1:
             raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+        if params.regex:
+            raise ValueError(
+                "SamplingParams.regex: the transformers engine does not constrain its output; "
+                "use the vLLM engine (backend 'vllm') for structured output"
+            )
         prompt = [int(t) for t in prompt_token_ids]
         if not prompt:
             raise ValueError("the prompt is empty")

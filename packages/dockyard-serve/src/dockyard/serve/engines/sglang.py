@@ -73,6 +73,8 @@ def sampling_params_json(p: SamplingParams, max_tokens: int, seed: int | None) -
         out["stop_token_ids"] = list(p.stop_token_ids)
     if seed is not None:
         out["sampling_seed"] = seed
+    if p.regex:
+        out["regex"] = p.regex
     return out
 
 

@@ -241,7 +241,7 @@ class VLLMEngine(GenerationEngine):
     # -- generation ----------------------------------------------------------------------
     def _vllm_params(self, p: SamplingParams, max_tokens: int, seed: int | None) -> Any:
         from vllm import SamplingParams as VllmSamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         return VllmSamplingParams(
             n=1,
@@ -254,6 +254,7 @@ class VLLMEngine(GenerationEngine):
             seed=seed,
             logprobs=0,
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=StructuredOutputsParams(regex=p.regex) if p.regex else None,
         )
 
     async def generate(
@@ -299,7 +300,11 @@ class VLLMEngine(GenerationEngine):
             tokens += ids
             versions.append(versions_from_spans(c.weight_versions, len(ids), self._version))
             reason = finish_reason(c.finish_reason)
-            # An abort caused by pause("abort") is re-queued as a continuation.
+            # An abort caused by pause("abort") is re-queued as a continuation; a constrained
+            # sample starts over (its grammar state cannot resume from a token prefix).
+            if reason == "abort" and self._abort_epoch != epoch and params.regex:
+                tokens, logprobs, versions, text = [], [], [], ""
+                continue
             if reason == "abort" and self._abort_epoch != epoch and len(tokens) < params.max_tokens:
                 continue
             if reason == "abort" and len(tokens) >= params.max_tokens:
