@@ -284,6 +284,19 @@ def test_environment_options_are_checked_before_anything_starts(
         problems_of(tmp_path, model, "env.math.options={verify_timeout: 2}")
     )
     assert "env.math" not in problems_of(tmp_path, model, "env.math.options={verify_timeout_s: 2}")
+    # a timeout_s the environment does not take would be ignored: a problem, not a silent no-op
+    terminal = ("~env.math", "data.dataset_name=terminal")
+    assert "env.t.timeout_s: TerminalEnvironment takes no timeout_s" in problems_of(
+        tmp_path, model, *terminal, "env.t={type: terminal, timeout_s: 30}"
+    )
+    assert "env.t" not in problems_of(tmp_path, model, *terminal, "env.t={type: terminal}")
+    assert "env.e" not in problems_of(  # expression's sandbox runs take it
+        tmp_path,
+        model,
+        "~env.math",
+        "data.dataset_name=expression",
+        "env.e={type: expression, timeout_s: 5}",
+    )
     missing = problems_of(tmp_path, model, *rm, "env.rm={type: reward_model}")
     assert "env.rm.options.model_path: required by RewardModelEnvironment, not set" in missing
     causal = problems_of(
@@ -303,6 +316,24 @@ def test_environment_options_are_checked_before_anything_starts(
         tmp_path, model, *rm, f"env.rm={{type: reward_model, options: {{model_path: '{seq_cls}'}}}}"
     )
     assert "env.rm" not in ok
+
+
+def test_an_environment_graded_by_the_judge_needs_a_judge_that_can_grade(tmp_path, model) -> None:
+    """hle grades free-form answers with the judge: no judge model, a pairwise judge, or a
+    judge model folder that is not there is a line of the list, before anything starts."""
+    hle = ("~env.math", "env.hle={type: hle}", "data.dataset_name=hle")
+    none = problems_of(tmp_path, model, *hle)
+    assert "judge.model_name: env.hle grades with the LLM judge: set judge.model_name" in none
+    assert "env.hle.options.use_judge: false" in none
+    pairwise = problems_of(tmp_path, model, *hle, f"judge.model_name={model}")
+    assert "judge.mode: env.hle asks the judge for scores: set judge.mode: rubric" in pairwise
+    gone = problems_of(tmp_path, model, *hle, "judge.mode=rubric", "judge.model_name=/no/judge")
+    assert "judge.model_name: no folder '/no/judge'" in gone
+    ok = problems_of(tmp_path, model, *hle, "judge.mode=rubric", f"judge.model_name={model}")
+    assert "judge" not in ok
+    off = problems_of(tmp_path, model, "~env.math", "env.hle={type: hle, options: {use_judge: false}}",
+                      "data.dataset_name=hle")  # fmt: skip
+    assert "judge" not in off
 
 
 @pytest.mark.parametrize(

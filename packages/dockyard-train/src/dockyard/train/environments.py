@@ -100,14 +100,22 @@ _FROM_THE_RUNTIME = ("self", "sandbox_urls", "timeout_s", "judge")
 
 
 def _unknown_options(name: str, env_cfg: Any, cls: Any) -> list[str]:
+    """Options the constructor does not take, and an ``env.<name>.timeout_s`` set for a class
+    that takes none (it would be ignored)."""
     params = inspect.signature(cls).parameters
     takes = ", ".join(p for p in params if p not in _FROM_THE_RUNTIME) or "none"
-    return [
-        f"env.{name}.options.{k} is not an option of {getattr(cls, '__name__', cls)} "
-        f"(options: {takes})"
+    cls_name = getattr(cls, "__name__", cls)
+    problems = [
+        f"env.{name}.options.{k} is not an option of {cls_name} (options: {takes})"
         for k in env_cfg.options
         if k not in params or k in _FROM_THE_RUNTIME
     ]
+    if "timeout_s" in getattr(env_cfg, "model_fields_set", ()) and "timeout_s" not in params:
+        problems.append(
+            f"env.{name}.timeout_s: {cls_name} takes no timeout_s (its limits are its own: the "
+            f"tasks' or its options {takes}); remove it"
+        )
+    return problems
 
 
 def option_problems(name: str, env_cfg: Any) -> list[str]:

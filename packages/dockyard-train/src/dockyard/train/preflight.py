@@ -18,6 +18,9 @@ models     ``policy.model_name`` / ``policy.tokenizer.name``: a local folder exi
            the engine's context fits the model's ``max_position_embeddings``. With ``load``
            both are loaded with transformers (``local_files_only``): seconds, as transformers
            imports torch
+judge      an environment that grades with the LLM judge (``needs_judge``, ``use_judge`` not
+           off) has a ``judge`` section that can grade: rubric mode, a model or a URL
+judge_model that judge's ``judge.model_name`` (backend ``engine``) resolves as a model does
 files      ``data.train_path`` / ``val_path`` / ``prompt_file`` / ``system_prompt_file`` exist
 extras     every optional dependency the config turns on is installed (the message names
            the pip extra): trainer backend, generation backend, weight transport, loggers,
@@ -53,7 +56,12 @@ from typing import Any, NoReturn
 from urllib.parse import urlparse
 
 from dockyard.core.config.errors import ConfigError
-from dockyard.train.environments import needs_sandbox, option_problems, unknown_names
+from dockyard.train.environments import (
+    needs_judge,
+    needs_sandbox,
+    option_problems,
+    unknown_names,
+)
 
 # the files of which a tokenizer folder needs one (fast, sentencepiece, BPE, WordPiece)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
@@ -382,6 +390,42 @@ def check_envs(cfg: Any, load: bool) -> list[str]:
     return [line for name, env_cfg in cfg.env.items() for line in option_problems(name, env_cfg)]
 
 
+def judged_envs(cfg: Any) -> list[str]:
+    """The ``env.<name>`` that grade with the LLM judge in this run (``needs_judge``, their
+    ``use_judge`` option not false)."""
+    return [name for name, e in cfg.env.items()
+            if needs_judge(name, e) and e.options.get("use_judge", True)]  # fmt: skip
+
+
+def check_judge(cfg: Any, load: bool) -> list[str]:
+    """An environment graded by the judge has a ``judge`` section that can grade it."""
+    names = judged_envs(cfg)
+    if not names:
+        return []
+    j, who = cfg.judge, ", ".join(f"env.{n}" for n in names)
+    problems = []
+    if j.mode != "rubric":
+        problems.append(
+            f"judge.mode: {who} asks the judge for scores: set judge.mode: rubric (a {j.mode} "
+            "judge answers VERDICT lines, never SCORE)"
+        )
+    if j.backend == "engine" and not j.model_name:
+        problems.append(
+            f"judge.model_name: {who} grades with the LLM judge: set judge.model_name (the judge "
+            "fleet's model), or judge.backend: openai with judge.base_url; or "
+            f"env.{names[0]}.options.use_judge: false to grade by the deterministic checks alone"
+        )
+    return problems
+
+
+def check_judge_model(cfg: Any, load: bool) -> list[str]:
+    """The judge fleet's model (backend ``engine``) resolves like the policy's."""
+    j = cfg.judge
+    if not judged_envs(cfg) or j.backend != "engine" or not j.model_name:
+        return []
+    return resolve_model("judge.model_name", j.model_name)[1]
+
+
 def check_files(cfg: Any, load: bool) -> list[str]:
     """The data files the config names exist (relative paths: from the working directory)."""
     problems = []
@@ -503,6 +547,8 @@ CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
     "names": check_names,
     "envs": check_envs,
     "models": check_models,
+    "judge": check_judge,
+    "judge_model": check_judge_model,
     "files": check_files,
     "extras": check_extras,
     "sandbox": check_sandbox,
@@ -511,7 +557,7 @@ CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
 }
 """The deep checks by name, in the order they run (see the module docstring)."""
 
-ON_THE_WORKERS = ("models", "extras", "sandbox", "transport")
+ON_THE_WORKERS = ("models", "judge_model", "extras", "sandbox", "transport")
 """The checks about the machines the fleets run on, which ``dockyard train`` skips when it joins
 a cluster (``cluster.address``: the driver's machine need not hold the model or the engines);
 ``--dry-run`` runs them anyway, for a driver on a machine like the workers."""

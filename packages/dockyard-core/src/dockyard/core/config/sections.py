@@ -18,7 +18,7 @@ class EnvConfig(ConfigModel):
     sandbox_urls: list[str] = Field(default_factory=list)
     """Base URLs of sandbox executor services (code-executing environments); requests are spread over them."""
     timeout_s: float = Field(default=60.0, gt=0)
-    """Per-task wall-clock limit for scoring one response (or one turn)."""
+    """Per-task wall-clock limit for scoring one response, for the environments that take it (expression, code, swe, gdpval...); set for one that does not (its limits are its options or its tasks'), it is a pre-flight problem."""
     max_concurrency: PositiveInt = 16
     """Responses scored at once by this environment."""
     reward_weights: dict[str, float] = Field(default_factory=dict)
