@@ -206,6 +206,25 @@ def test_local_math_and_humaneval(tmp_path: Path) -> None:
     assert local == [shipped[2]]
 
 
+def test_harbor_reads_the_shipped_tasks_or_a_folder_of_yours(tmp_path: Path) -> None:
+    import shutil
+
+    from dockyard.envs.harbor.tasks import SHIPPED
+
+    shipped = load_benchmark("harbor", None)
+    assert len(shipped) == len(list(SHIPPED.glob("*/task.toml")))
+    assert {"git", "build", "sqlite"} <= {t["category"] for t in shipped}
+    assert get_benchmark("harbor").group_by == ("category",)
+    mine = tmp_path / "tb2"
+    shutil.copytree(SHIPPED / "word-frequency", mine / "word-frequency")
+    (mine / "word-frequency" / "task.toml").write_text("[task]\nname = 'mine/wf'\n")
+    one = load_benchmark("harbor", mine)
+    assert [(t["id"], t["category"]) for t in one] == [("mine/wf", "uncategorized")]
+    assert load_benchmark("harbor", mine / "word-frequency") == one  # a single task directory
+    with pytest.raises(ValueError, match="holds no task directory"):
+        load_benchmark("harbor", tmp_path)
+
+
 def test_bad_paths_and_layouts_name_what_is_expected(tmp_path: Path) -> None:
     with pytest.raises(LayoutError, match="no such file"):
         load_benchmark("math500", tmp_path / "missing.jsonl")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dockyard.core.config import load_config
+from dockyard.envs.benchmarks import load_benchmark
 from dockyard.train.cli import main
 from dockyard.train.eval.metrics import (
     maj_at_k,
@@ -214,6 +215,30 @@ def test_dockyard_eval_a_checkpoint_and_its_model_in_one_table(
     assert (out / "table.md").read_text().count("|") > 20
     assert (out / "plot.png").stat().st_size > 10_000
     assert (out / "models").is_dir()  # where the checkpoint was exported
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_dockyard_eval_the_harbor_benchmark(tmp_path: Path, ray_session, capsys) -> None:
+    """The shipped Harbor tasks as a benchmark: agentic episodes in the real sandbox (provisioned
+    environments, the held-out tests/test.sh), none masked, broken down by category."""
+    from dockyard.torch.testing import build_tiny_model
+
+    hf = build_tiny_model(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                          max_position_embeddings=4096)  # fmt: skip
+    out = tmp_path / "out"
+    args = ["eval", "--config", str(CONFIGS / "eval.yaml"), "--models", str(hf), "--output",
+            str(out), "eval.benchmark=harbor", "eval.max_tasks=2", "eval.num_samples=1",
+            "eval.pass_k=[1]", "policy.generation.max_new_tokens=16",
+            "policy.max_total_sequence_length=4096", "policy.generation.vllm_cfg.max_model_len=4096"]  # fmt: skip
+    assert main(args) == 0
+    assert "harbor: 2 tasks, 1 samples each" in capsys.readouterr().out
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2
+    assert not any(s["infra_error"] for s in samples), samples
+    summary = json.loads((out / "results.json").read_text())["models"][0]["summary"]
+    tasks = load_benchmark("harbor", None)[:2]
+    assert set(summary["by"]["category"]) == {t["category"] for t in tasks}
 
 
 def test_models_get_distinct_labels() -> None:

@@ -20,6 +20,8 @@ local_math  math    any JSONL of problem, answer (+ id, subject, level)
 humaneval   code    HumanEval: task_id, prompt, canonical_solution, test, entry_point
 hle         hle     HLE: id, question, image, answer, answer_type, raw_subject, category
 swe         swe     the shipped SWE tasks (manifests: SWE-bench fields + source), sandbox
+harbor      harbor  Harbor task directories (task.toml, instruction.md, environment/,
+                    tests/): the shipped terminal tasks or a folder of yours (Terminal-Bench 2)
 ==========  ======  ==================================================================
 
 To add one: a module here with its ``tasks(rows, seed)`` and a row in :data:`BENCHMARKS`; from
@@ -70,6 +72,9 @@ class BenchmarkSpec:
     """One line for listings and error messages."""
     needs_path: bool = True
     """False when the data ships with a package (HumanEval): ``eval.path`` is optional."""
+    reads_path: bool = False
+    """True when the target reads ``eval.path`` itself (``(path | None, seed)``, not records):
+    a folder of task directories (Harbor)."""
 
 
 _MC = {"strict": True}
@@ -141,6 +146,15 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         description="the SWE tasks dockyard-envs ships (eval.path null), or SWE-bench records",
         needs_path=False,
     ),
+    "harbor": BenchmarkSpec(
+        "dockyard.envs.benchmarks.harbor:tasks",
+        "harbor",
+        group_by=("category",),
+        description="Harbor terminal tasks: the shipped ones (eval.path null) or a folder of task "
+        "directories (a Terminal-Bench 2 checkout), run in the sandbox",
+        needs_path=False,
+        reads_path=True,
+    ),
 }
 """The benchmarks of dockyard-envs (others come from entry points)."""
 
@@ -184,11 +198,15 @@ def load_benchmark(
             "Parquet, JSONL or CSV file with the fields "
             + ", ".join(" / ".join(alts) for alts in spec.fields)
         )
-    rows = read_rows(path, split) if path is not None else []
-    if path is not None:
-        _check_fields(name, spec, rows, path)
     module, _, attr = spec.target.partition(":")
-    out: list[dict[str, Any]] = getattr(importlib.import_module(module), attr)(rows, seed)
+    fn = getattr(importlib.import_module(module), attr)
+    if spec.reads_path:
+        out: list[dict[str, Any]] = fn(path, seed)
+    else:
+        rows = read_rows(path, split) if path is not None else []
+        if path is not None:
+            _check_fields(name, spec, rows, path)
+        out = fn(rows, seed)
     if not out:
         raise LayoutError(f"benchmark {name!r}: {path} holds no records")
     return out

@@ -1,10 +1,7 @@
 """The SWE tasks dockyard-envs ships (``dockyard/envs/swe/tasks/*.jsonl``: bugs injected into
 real PyPI libraries, judged by their fail-to-pass tests in the sandbox) — ``eval.path`` null —
 or a local JSONL of manifests in the same layout (:func:`dockyard.envs.swe.instance.
-validate_manifest`). Broken down by ``repo``.
-
-The Harbor task set is registered by its own module when it lands (a row in
-:data:`dockyard.envs.benchmarks.BENCHMARKS`, env ``harbor``)."""
+validate_manifest`). Broken down by ``repo``."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ A task directory::
 
 :func:`load_tasks` takes one task directory or a folder of them. A task dict::
 
-    {"id", "path", "instruction", "environment": EnvSpec fields, "tests": {rel: text},
+    {"id", "path", "category", "difficulty" (task.toml's [metadata]), "instruction",
+     "environment": EnvSpec fields, "tests": {rel: text},
      "solution": {rel: text} | None, "agent_timeout_s", "verifier_timeout_s",
      "limits": {"memory_mb", "disk_mb"}, "verifier_env": {k: v}, "notes": [...]}
 
@@ -94,10 +95,13 @@ def load_task(task_dir: str | Path) -> dict[str, Any]:
     }
     limits["disk_mb"] = min(limits["disk_mb"], 4096)
     task_meta = meta.get("task", {}) if isinstance(meta.get("task"), dict) else {}
+    about = meta.get("metadata", {}) if isinstance(meta.get("metadata"), dict) else {}
     solution_dir = d / "solution"
     return {
         "id": str(task_meta.get("name") or d.name),
         "path": str(d),
+        "category": str(about.get("category") or "uncategorized"),
+        "difficulty": str(about.get("difficulty") or "unknown"),
         "instruction": instruction,
         "environment": parsed.spec(timeout_s=min(build_s, 7200.0)),
         "tests": _texts(d / "tests", "tests"),
