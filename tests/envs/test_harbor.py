@@ -81,7 +81,12 @@ def test_copy_cannot_leave_the_context(tmp_path):
 # -- the loader -----------------------------------------------------------------------------------
 def test_shipped_tasks_load():
     tasks = load_tasks(SHIPPED)
-    assert len(tasks) >= 5
+    assert len(tasks) >= 30
+    # the kinds of work the issue names: text, git, a C build with make, sqlite, python
+    # packaging, log analysis, a program driven by keystrokes
+    assert {"text-processing", "git", "build", "sqlite", "python", "log-analysis", "tui"} <= {
+        t["category"] for t in tasks
+    }
     for t in tasks:
         assert "test.sh" in t["tests"]
         assert t["solution"]

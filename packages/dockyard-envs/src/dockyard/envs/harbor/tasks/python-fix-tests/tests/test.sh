@@ -1,0 +1,2 @@
+#!/bin/bash
+python3 /tests/check.py > /logs/verifier/reward.txt 2> /logs/verifier/tests.log || echo 0 > /logs/verifier/reward.txt
