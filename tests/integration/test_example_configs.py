@@ -13,8 +13,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "examples" / "configs"
 
 
 # every episode of these reaches its verifier (a provisioned environment and the script
-# verifier; the cleanroom judge): none may be masked
-NEVER_MASKED = {"grpo_terminal_bench", "grpo_program_bench"}
+# verifier; the cleanroom judge; a provisioned SWE environment): none may be masked
+NEVER_MASKED = {"grpo_terminal_bench", "grpo_program_bench", "grpo_swe_pro"}
 
 
 @pytest.mark.parametrize(
@@ -27,6 +27,7 @@ NEVER_MASKED = {"grpo_terminal_bench", "grpo_program_bench"}
         "grpo_swe_agent",
         "grpo_terminal_bench",
         "grpo_program_bench",
+        "grpo_swe_pro",
     ],
 )
 def test_example_config_runs(name: str, sft_model: Path, tmp_path: Path, ray_session) -> None:

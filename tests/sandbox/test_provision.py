@@ -209,9 +209,16 @@ def test_missing_host_package_is_refused(sandbox: SandboxClient):
     assert "not installed on the sandbox host" in e.value.detail["provision_failed"]
 
 
-def test_environment_and_repo_are_exclusive(sandbox: SandboxClient):
-    with pytest.raises(SandboxRequestError):
-        sandbox.create_session({"environment": {}, "repo": {"tarball": tarball({"a": "b"})}})
+def test_environment_with_a_repo_contributes_only_its_prefix(sandbox: SandboxClient):
+    """Given a repo too, the repo is the start; the environment's prefix is mounted read-only
+    (the per-(repo, version) environments of SWE instances)."""
+    spec = EnvSpec.model_validate({"steps": [{"run": "echo tree > t.txt; echo pfx > /opt/env/p"}]})
+    sid = sandbox.create_session(
+        {"environment": spec.model_dump(), "repo": {"tarball": tarball({"a": "b\n"})}}
+    )
+    r = sandbox.exec(sid, "cat a /opt/env/p; ls; touch /opt/env/x 2>/dev/null || echo ro")
+    sandbox.delete_session(sid)
+    assert r.stdout == "b\npfx\na\nro\n", r.stdout  # not the env's t.txt; prefix read-only
 
 
 def test_operator_cache_dir_keeps_environments(tmp_path):

@@ -231,6 +231,7 @@ class _Service:
         )
         sessions = self.sessions = SessionManager(ctx, cfg.max_sessions)
         sessions.provisioner = Provisioner(cfg.env_cache_dir or self.owner.env_cache, ctx)
+        ctx.provisioner = sessions.provisioner  # one cache for tasks and sessions
 
         async def reaper() -> None:
             while True:
@@ -291,6 +292,12 @@ def _task_routes(svc: _Service) -> APIRouter:
             raise HTTPException(
                 422,
                 "network: the task asks for a network; the service runs without --allow-network",
+            )
+        if task.environment is not None and task.environment.network and not cfg.allow_network:
+            raise HTTPException(
+                422,
+                "environment.network: provisioning steps that download packages need the "
+                "service to run with --allow-network",
             )
         return task
 

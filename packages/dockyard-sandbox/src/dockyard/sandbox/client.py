@@ -86,6 +86,11 @@ def _http_timeout(task_timeout_s: float) -> httpx.Timeout:
     return httpx.Timeout(connect=10.0, read=task_timeout_s * 2 + 120.0, write=60.0, pool=60.0)
 
 
+def _task_timeout(t: Task) -> httpx.Timeout:
+    """A task with an environment may provision it first (up to its timeout_s)."""
+    return _http_timeout(t.timeout_s + (t.environment.timeout_s if t.environment else 0.0))
+
+
 def _create_timeout(s: SessionCreate) -> httpx.Timeout | None:
     """A session with an environment may provision it first (up to its timeout_s)."""
     return _http_timeout(s.environment.timeout_s) if s.environment is not None else None
@@ -179,7 +184,7 @@ class SandboxClient(_Base):
                 "POST",
                 "/v1/tasks:run",
                 json=t.model_dump(mode="json"),
-                timeout=_http_timeout(t.timeout_s),
+                timeout=_task_timeout(t),
                 rerun_ok=True,  # a task is a pure function of its inputs
             )
         except _TRANSPORT_ERRORS as e:
@@ -396,7 +401,7 @@ class AsyncSandboxClient(_Base):
                 "POST",
                 "/v1/tasks:run",
                 json=t.model_dump(mode="json"),
-                timeout=_http_timeout(t.timeout_s),
+                timeout=_task_timeout(t),
                 rerun_ok=True,  # a task is a pure function of its inputs
             )
         except _TRANSPORT_ERRORS as e:

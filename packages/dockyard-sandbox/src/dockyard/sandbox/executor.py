@@ -27,9 +27,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dockyard.sandbox import integrity, patches, pycache
 from dockyard.sandbox.cgroups import Probe
+from dockyard.sandbox.envspec import ENV_MOUNT
 from dockyard.sandbox.jail import Cancel, JailOutcome, JailSpec
 from dockyard.sandbox.jail import run as jail_run
 from dockyard.sandbox.models import (
@@ -44,6 +46,7 @@ from dockyard.sandbox.models import (
     Verdict,
 )
 from dockyard.sandbox.paths import UnsafePath, force_write, resolve_in
+from dockyard.sandbox.provision import Provisioned, ProvisionFailed
 from dockyard.sandbox.repos import _GIT_ENV, RepoCache, RepoError
 from dockyard.sandbox.toolchain import TASK_MOUNT, WORKSPACE, runner_argv
 from dockyard.sandbox.workspace import UidPool, Workspaces
@@ -67,6 +70,7 @@ class Context:
     allow_network: bool = False
     isolation: str = "bwrap"  # bwrap | unshare | none (resolved by isolation.resolve)
     zygote: Zygote | None = None  # runs test phases in pre-started interpreters (zygote.py)
+    provisioner: Any = None  # provision.Provisioner: a task's ``environment`` (set by the app)
 
     def __post_init__(self) -> None:
         self.trusted_root.mkdir(parents=True, exist_ok=True)
@@ -151,6 +155,7 @@ class _Run:
     ws: Path | None = None
     trusted: Path | None = None
     base: Path | None = None
+    env: Provisioned | None = None  # the task's provisioned environment (its prefix)
     tamper: list[str] = field(default_factory=list)
     ro_files: list[str] = field(default_factory=list)
     timings: Timings = field(default_factory=Timings)
@@ -244,6 +249,10 @@ def _jail(
         isolation=run.ctx.isolation,
         zygote=run.ctx.zygote if report else None,
     )
+    if run.env is not None:  # the prefix read-only at /opt/env; the runner adds its site dir
+        env_ro, spec.binds = run.env.binds(run.ws)
+        spec.ro_binds = [*env_ro, *spec.ro_binds]
+        spec.env = {**run.env.jail_env(), "DOCKYARD_ENV_SITE": f"{ENV_MOUNT}/site"}
     return jail_run(spec, run.ctx.probe, run.cancel)
 
 
@@ -444,6 +453,8 @@ def execute(
         res.verdict, res.detail = Verdict.patch_rejected, f"unsafe path: {e}"
     except (Infra, RepoError) as e:
         res.verdict, res.detail = Verdict.infra_error, str(e)
+    except ProvisionFailed as e:  # the environment, not the task's content: masked, with its log
+        res.verdict, res.detail, res.stderr = Verdict.infra_error, f"provision_failed: {e}", e.log
     except Exception as e:  # every failure of ours is infra_error, never a zero reward
         log.exception("task %s: internal error", task_id)
         res.verdict, res.detail = Verdict.infra_error, f"internal error: {e!r}"
@@ -467,8 +478,15 @@ def _execute(run: _Run, res: TaskResult, apply_fn: ApplyFn) -> None:
     task, ctx = run.task, run.ctx
     if task.network and not ctx.allow_network:
         raise Infra("task asks for network but the service runs without --allow-network")
-    run.uid = ctx.uids.acquire()
     t0 = time.monotonic()
+    if task.environment is not None:
+        if ctx.provisioner is None:
+            raise Infra("this service has no provisioning cache configured")
+        try:
+            run.env = ctx.provisioner.get(task.environment)
+        except ValueError as e:  # the service cannot build it (network, isolation)
+            raise Infra(f"environment: {e}") from e
+    run.uid = ctx.uids.acquire()
     run.base = ctx.cache.get(task.repo)
     name = uuid.uuid4().hex[:16]
     run.ws = ctx.workspaces.create(name, run.uid, task.limits.disk_mb, task.limits.inodes)

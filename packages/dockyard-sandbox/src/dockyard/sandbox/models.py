@@ -239,6 +239,11 @@ class Task(_Model):
     timeout_s: float = Field(60.0, gt=0, le=3600)
     limits: Limits = Field(default_factory=Limits)
     network: bool = Field(False, description="Give the task a network (needs --allow-network).")
+    environment: EnvSpec | None = Field(
+        None,
+        description="A provisioned environment (provision.py) whose prefix is mounted read-only "
+        "at /opt/env in the task's jails; the repo stays the starting tree.",
+    )
     metadata: dict[str, Any] = Field(
         default_factory=dict,
         description=f"Echoed back untouched (JSON of at most {MAX_METADATA_BYTES} bytes).",
@@ -357,7 +362,9 @@ class SessionCreate(_Model):
     network: bool = False
     setup_command: str | None = None
     environment: EnvSpec | None = Field(
-        None, description="A provisioned environment (provision.py): its tree is the start."
+        None,
+        description="A provisioned environment (provision.py): its tree is the start, or, with "
+        "a repo, only its prefix (read-only at /opt/env) is used.",
     )
 
 

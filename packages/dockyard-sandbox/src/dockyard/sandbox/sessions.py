@@ -7,7 +7,8 @@ symlinks are refused) and evaluates it like a one-shot patch in a *fresh* sandbo
 held-out tests. Sessions idle for longer than their ``ttl_s`` are reaped.
 
 A session may start from a provisioned environment (``SessionCreate.environment``,
-provision.py: its tree is the start, its prefix is mounted read-only in every jail), keep one
+provision.py: its tree is the start — or, given a ``repo`` too, the repo is and the environment
+contributes its prefix —, the prefix mounted read-only in every jail and in ``finish``), keep one
 persistent terminal (``tty``: a tmux server in a long-lived jail of the session, tty.py, killed
 with the session) and be finished by a Harbor-style script verifier (``FinishRequest.script``,
 scriptverify.py: the whole workspace copied into a fresh jail, the reward file is the reward).
@@ -168,7 +169,8 @@ class SessionManager:
         ws: Path | None = None
         try:
             env = self._environment(spec)
-            base = env.tree if env is not None else self.ctx.cache.get(spec.repo)
+            has_repo = bool(spec.repo.path or spec.repo.git or spec.repo.tarball)
+            base = env.tree if env is not None and not has_repo else self.ctx.cache.get(spec.repo)
             sid = uuid.uuid4().hex
             ws = self.ctx.workspaces.create(
                 f"s-{sid[:16]}", uid, spec.limits.disk_mb, spec.limits.inodes
@@ -194,8 +196,6 @@ class SessionManager:
     def _environment(self, spec: SessionCreate) -> Provisioned | None:
         if spec.environment is None:
             return None
-        if spec.repo.path or spec.repo.git or spec.repo.tarball:
-            raise ValueError("give either repo or environment (its tree is the start), not both")
         if self.provisioner is None:
             raise ValueError("this service has no provisioning cache configured")
         return self.provisioner.get(spec.environment)
@@ -292,6 +292,7 @@ class SessionManager:
             timeout_s=req.timeout_s,
             limits=limits,
             network=s.spec.network,
+            environment=s.spec.environment,  # its prefix again in the fresh jail (a cache hit)
             metadata=req.metadata,
         )
         return execute(task, self.ctx, task_id=f"session-{sid}", apply_fn=apply_fn)

@@ -21,6 +21,11 @@ this class adds:
   setups are judged by the sandbox's runner report; others by SWE-bench's log parser
   (:mod:`dockyard.envs.swe.logverdict`). A repository no spec knows runs under the pytest runner.
 
+* the instance's (repo, version) environment, when its setup has install steps, is provisioned
+  once on the sandbox node and mounted read-only in the session and in ``finish``
+  (:mod:`dockyard.envs.swe.provision`). One that cannot be provisioned ends the episode as an
+  ``infra_error`` (masked, never scored) with ``provision_failed`` and ``provision_log``.
+
 Rewards: ``reward/tests`` (binary or fraction), ``reward/invalid_action`` (``-penalty × n``).
 Metadata adds ``instance_id``, ``tool_errors`` (editor/search errors: answers, not penalised).
 """
@@ -32,16 +37,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from dockyard.envs.rewards import RewardConfig, approx_token_count
+import httpx
+
+from dockyard.core.interfaces.environment import StepResult
+from dockyard.envs.rewards import RewardConfig, approx_token_count, infra_failure
 from dockyard.envs.swe.agent_tools import TOOL_NAMES, build_agent_tools
-from dockyard.envs.swe.env import cached_instance, repo_spec
+from dockyard.envs.swe.env import cached_instance, repo_spec, task_environment
 from dockyard.envs.swe.evaluation import evaluation_fields
 from dockyard.envs.swe.instance import Instance
 from dockyard.envs.swe.logverdict import judge_log
+from dockyard.envs.swe.provision import ProvisionRefused
 from dockyard.envs.swe.records import SweInstance, from_record
 from dockyard.envs.swe.specs import EnvSetup, resolve_setup
 from dockyard.envs.terminal.env import TerminalEnvironment
-from dockyard.sandbox.models import FinishRequest, Limits, TaskResult
+from dockyard.sandbox.client import SandboxRequestError, SandboxUnavailable
+from dockyard.sandbox.models import FinishRequest, Limits, RepoSpec, SessionCreate, TaskResult
 
 AGENT_SYSTEM = (
     "You are a software engineer working in a repository checked out at the root of your "
@@ -59,6 +69,8 @@ class SweAgentEnvironment(TerminalEnvironment):
         cache_size: materialised manifests kept in memory.
         tools: the tools offered, a subset of ``bash, str_replace_editor, search, find_file,
             submit`` (None: all; ``submit`` is always kept). Fewer tools, a shorter prompt.
+        provision_network: provisioning steps may download packages (the sandbox service needs
+            ``--allow-network``); otherwise they must find everything locally.
     """
 
     name = "swe_agent"
@@ -80,6 +92,7 @@ class SweAgentEnvironment(TerminalEnvironment):
         spec_files: Sequence[str] = (),
         cache_size: int = 64,
         tools: Sequence[str] | None = None,
+        provision_network: bool = False,
     ) -> None:
         super().__init__(
             sandbox_urls, token, reward, max_turns, max_total_tokens, max_output_chars,
@@ -88,6 +101,7 @@ class SweAgentEnvironment(TerminalEnvironment):
         )  # fmt: skip
         self.tools = build_agent_tools(self._client_for, max_output_chars, tools)
         self.spec_files = list(spec_files)
+        self.provision_network = provision_network
         self.cache_size = cache_size
         self._cache: collections.OrderedDict[str, Instance] = collections.OrderedDict()
 
@@ -137,9 +151,42 @@ class SweAgentEnvironment(TerminalEnvironment):
             self.instance(task)  # materialise (sdist fetch) before a session is made
         except RuntimeError as e:  # the sdist could not be fetched: infrastructure
             return {**self.new_state(task), "infra_error": f"instance: {e}", "tool_errors": 0}
-        state = await super().reset(task)
-        state["tool_errors"] = 0
+        state = {**self.new_state(task), "tool_errors": 0}
+        try:
+            env = task_environment(task, self.spec_files, self.provision_network)
+        except ProvisionRefused as e:
+            return self._provision_failed(state, {"provision_failed": str(e), "log": ""})
+        client = self.pool.client()
+        try:
+            spec = SessionCreate(
+                repo=RepoSpec.model_validate(self.session_repo(task)), environment=env, limits=self.limits,
+                ttl_s=self.session_ttl_s,
+            )  # fmt: skip
+            state["session_id"] = await client.create_session(spec)
+            self._clients[state["session_id"]] = client
+        except SandboxRequestError as e:
+            if not (isinstance(e.detail, dict) and "provision_failed" in e.detail):
+                raise
+            return self._provision_failed(state, e.detail)
+        except (SandboxUnavailable, httpx.HTTPError) as e:
+            state["infra_error"] = f"create_session: {e}"
         return state
+
+    @staticmethod
+    def _provision_failed(state: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+        state["infra_error"] = f"provision_failed: {d.get('provision_failed')}"
+        state["provision_failed"] = d
+        return state
+
+    async def step(self, state: dict[str, Any], response: str) -> StepResult:
+        d = state.get("provision_failed")
+        if d and not state["done"]:  # masked, never scored; the reason and the build's log
+            state["done"] = True
+            return infra_failure(
+                state["infra_error"], turn=state["turn"], provision_failed=str(d["provision_failed"]),
+                provision_log=str(d.get("log", ""))[-4000:],
+            )  # fmt: skip
+        return await super().step(state, response)
 
     def finish_request(self, task: dict[str, Any]) -> FinishRequest:
         rec = self.record(task)

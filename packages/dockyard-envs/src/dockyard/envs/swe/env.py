@@ -9,20 +9,31 @@ held-out test files force-restored, ``FAIL_TO_PASS`` + ``PASS_TO_PASS``) → ``r
 1 if resolved (``binary``) or the fraction of those tests passing (``fraction``);
 ``reward/format`` when a diff was found. ``patch_rejected`` and ``tests_tampered`` verdicts
 score 0 and set ``integrity_violation``; sandbox infra errors are masked.
+
+Environment: when the instance's (repo, version) setup (:mod:`dockyard.envs.swe.specs`) has
+install steps, the task names its provisioned environment (:mod:`dockyard.envs.swe.provision`:
+built once per (repo, version) on the sandbox node, mounted read-only). One that cannot be
+provisioned (a refused step, a failed build) is an ``infra_error`` — masked, never scored — with
+``provision_failed`` and ``provision_log`` in the metadata.
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.envs.base import BaseEnvironment
-from dockyard.envs.rewards import FORMAT, TESTS, RewardConfig, approx_token_count
+from dockyard.envs.rewards import FORMAT, TESTS, RewardConfig, approx_token_count, infra_failure
 from dockyard.envs.sandboxed import SandboxPool, verdict_to_step
 from dockyard.envs.swe.instance import Instance, materialize
 from dockyard.envs.swe.patch import extract_patch
+from dockyard.envs.swe.provision import ProvisionRefused, environment_for, provision_failure
+from dockyard.envs.swe.records import from_record
+from dockyard.envs.swe.specs import resolve_setup
+from dockyard.sandbox.envspec import EnvSpec
 from dockyard.sandbox.models import Limits, RepoSpec, Task
 
 SWE_SYSTEM = (
@@ -65,6 +76,31 @@ def repo_spec(task: dict[str, Any], inst: Instance | None) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v}
 
 
+def task_environment(
+    task: dict[str, Any], spec_files: Sequence[str] = (), network: bool = False
+) -> EnvSpec | None:
+    """The provisioned environment of ``task``'s (repo, version) (None: none needed, or no spec
+    knows the repository). Raises :class:`ProvisionRefused` naming the step that cannot run.
+    Resolved once per (repo, version, spec files) in a process."""
+    rec = from_record({"patch": "", "test_patch": "", **task}, str(task.get("instance_id")))
+    key = (rec.repo, rec.version, rec.flavor, tuple(spec_files), network)
+    if key not in _ENVS:
+        try:
+            setup = resolve_setup(rec, spec_files)
+            _ENVS[key] = environment_for(setup, network=network).spec
+        except LookupError:
+            _ENVS[key] = None
+        except ProvisionRefused as e:
+            _ENVS[key] = e
+    found = _ENVS[key]
+    if isinstance(found, ProvisionRefused):
+        raise found
+    return found
+
+
+_ENVS: dict[tuple[Any, ...], EnvSpec | ProvisionRefused | None] = {}
+
+
 class SweEnvironment(BaseEnvironment):
     """SWE-bench-style patch scoring through the sandbox (see the module docstring).
 
@@ -73,6 +109,9 @@ class SweEnvironment(BaseEnvironment):
         context: ``oracle`` (include the buggy file in the prompt) or ``none``.
         timeout_s: test-run wall-clock limit in the sandbox.
         cache_size: materialised instances kept in memory (repo tarball, gold patch).
+        spec_files: environment spec files (YAML/JSON) for repositories SWE-bench does not know.
+        provision_network: provisioning steps may download packages (the sandbox service needs
+            ``--allow-network``); otherwise they must find everything locally.
     """
 
     name = "swe"
@@ -89,6 +128,8 @@ class SweEnvironment(BaseEnvironment):
         count_tokens: Callable[[str], int] = approx_token_count,
         cache_size: int = 64,
         max_wait_s: float = 120.0,
+        spec_files: Sequence[str] = (),
+        provision_network: bool = False,
     ) -> None:
         super().__init__(reward, count_tokens)
         if context not in ("oracle", "none"):
@@ -99,7 +140,14 @@ class SweEnvironment(BaseEnvironment):
         self.limits = limits or Limits(memory_mb=1024, pids=128)
         self.system_prompt = system_prompt
         self.cache_size = cache_size
+        self.spec_files = list(spec_files)
+        self.provision_network = provision_network
         self._cache: collections.OrderedDict[str, Instance] = collections.OrderedDict()
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> list[str]:
+        files = options.get("spec_files") or []
+        return [f"spec_files: {f} is not a file" for f in files if not Path(f).is_file()]
 
     def instance(self, task: dict[str, Any]) -> Instance | None:
         """The materialised manifest (cached), or None for a plain SWE-bench record."""
@@ -124,6 +172,7 @@ class SweEnvironment(BaseEnvironment):
             "pass_to_pass": list(task["PASS_TO_PASS"]),
         }
         meta = {"instance_id": str(task["instance_id"])}
+        env = task_environment(task, self.spec_files, self.provision_network)
         if inst is not None:
             return Task(
                 repo=RepoSpec(tarball=inst.tarball_b64()),
@@ -132,6 +181,7 @@ class SweEnvironment(BaseEnvironment):
                 tests=tests,
                 timeout_s=self.timeout_s,
                 limits=self.limits,
+                environment=env,
                 metadata=meta,
             )
         return Task(
@@ -141,6 +191,7 @@ class SweEnvironment(BaseEnvironment):
             tests=tests,
             timeout_s=self.timeout_s,
             limits=self.limits,
+            environment=env,
             metadata=meta,
         )
 
@@ -152,8 +203,15 @@ class SweEnvironment(BaseEnvironment):
                 metadata={"verdict": "no_patch", "resolved": False, "integrity_violation": False},
             )
             return self._shape(step, response)
-        result = await self.pool.client().run_task(self.sandbox_task(task, patch))
+        try:
+            sandbox_task = self.sandbox_task(task, patch)
+        except ProvisionRefused as e:  # the environment cannot be built here: masked
+            return infra_failure(
+                f"provision_failed: {e}", provision_failed=str(e), provision_log=""
+            )
+        result = await self.pool.client().run_task(sandbox_task)
         step = verdict_to_step(result, self.reward.mode, instance_id=task.get("instance_id"))
+        step.metadata.update(provision_failure(result) or {})
         if not step.infra_error:
             step.rewards[FORMAT] = self.reward.format_weight
         return self._shape(step, response)

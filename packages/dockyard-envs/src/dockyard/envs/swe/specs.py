@@ -24,6 +24,12 @@ Where it comes from, first match wins (:func:`resolve_setup`):
 
    The shipped synthetic tasks are expressed in it (``swe/specs/shipped.yaml``).
 
+**Provisioning.** A setup with ``packages`` / ``pre_install`` / ``install`` steps is built into
+a sandbox environment once per (repo, version), cached and mounted read-only by every task and
+session of it (:mod:`dockyard.envs.swe.provision`, which also lists what maps and what is
+refused). Its steps run in an *empty* build tree (the environment holds no repository): ``pip``
+installs go to its prefix, on the path of every test run.
+
 **Where the verdict comes from.** ``log_parser: pytest_report`` (and any SWE-bench spec whose
 ``test_cmd`` is pytest) means the sandbox's own pytest runner runs the ``FAIL_TO_PASS`` /
 ``PASS_TO_PASS`` ids and writes its report *outside* the tree the code under test can write
@@ -64,6 +70,7 @@ class EnvSetup:
     install: list[str] = field(default_factory=list)
     packages: list[str] = field(default_factory=list)
     source: str = "dockyard"  # "swebench" or the spec file it came from
+    requirements_file: str = ""  # SWE-bench's ``packages: requirements.txt|environment.yml``
 
     @property
     def uses_our_runner(self) -> bool:
@@ -117,7 +124,10 @@ def swebench_setup(repo: str, version: str) -> EnvSetup | None:
         return None
     packages = _as_list(spec.get("pip_packages"), "pip_packages")
     pkgs = spec.get("packages")
-    if isinstance(pkgs, str) and pkgs and pkgs not in ("requirements.txt", "environment.yml"):
+    req_file = ""
+    if isinstance(pkgs, str) and pkgs in ("requirements.txt", "environment.yml"):
+        req_file = pkgs  # the repository's own file: provisioning refuses it (provision.py)
+    elif isinstance(pkgs, str) and pkgs:
         packages += pkgs.split()
     parser = parsers.get(repo)
     return EnvSetup(
@@ -130,6 +140,7 @@ def swebench_setup(repo: str, version: str) -> EnvSetup | None:
         install=_as_list(spec.get("install"), "install"),
         packages=packages,
         source="swebench",
+        requirements_file=req_file,
     )
 
 

@@ -8,9 +8,12 @@ does not (some ``FAIL_TO_PASS`` test fails). Otherwise ``reason`` says why, e.g.
 ``gold: failed (FAIL_TO_PASS failing: ...)``, ``empty patch resolves it``,
 ``setup: no environment spec ...``, ``infra_error: ...``.
 
-Environments are the ones the sandbox has today (the shipped tasks' sdists, or a record's
-``repo_path`` / ``repo_git`` / ``repo_tarball`` run with the sandbox's toolchain):
-per-(repo, version) provisioning from the spec's install commands is a next step (issue 22.3).
+Each instance runs in its (repo, version)'s provisioned environment when its setup has install
+steps (:mod:`dockyard.envs.swe.provision`: built once on the sandbox node, cached, mounted
+read-only by both runs and by every other instance of it). An environment that cannot be
+provisioned is a row with ``status: "provision_failed"``, ``provision_failed`` (the reason: a
+refused step, or the failed build step) and ``provision_log`` (the build's log); it is never
+scored.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dockyard.envs.swe.env import repo_spec
 from dockyard.envs.swe.evaluation import evaluation_fields
 from dockyard.envs.swe.instance import materialize
 from dockyard.envs.swe.logverdict import judge_log
+from dockyard.envs.swe.provision import ProvisionRefused, environment_for, provision_failure
 from dockyard.envs.swe.records import from_record
 from dockyard.envs.swe.specs import resolve_setup
 from dockyard.sandbox.models import Limits, RepoSpec, Task, TaskResult
@@ -34,7 +38,7 @@ def _failing(result: TaskResult, ids: list[str]) -> list[str]:
 
 async def validate_one(
     client: Any, task: dict[str, Any], spec_files: Sequence[str] = (), timeout_s: float = 120.0,
-    limits: Limits | None = None,
+    limits: Limits | None = None, network: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """One instance's row of the report (see the module docstring)."""
     iid = str(task.get("instance_id", "?"))
@@ -51,11 +55,19 @@ async def validate_one(
         row["reason"] = "no gold patch"
         return row
     row["spec"] = setup.source
+    try:
+        prov = environment_for(setup, network=network)
+    except ProvisionRefused as e:
+        return {**row, "status": "provision_failed", "provision_failed": str(e),
+                "provision_log": "", "reason": f"provision_failed: {e}"}  # fmt: skip
+    if prov.notes:
+        row["provision_notes"] = prov.notes
     base = {
         "repo": RepoSpec.model_validate(repo_spec(task, inst)),
         "timeout_s": timeout_s,
         "limits": limits or Limits.model_validate({"memory_mb": 1024, "pids": 128}),
         **evaluation_fields(rec, inst, setup),
+        "environment": prov.spec,
     }
 
     async def run(patch: str) -> TaskResult:
@@ -67,7 +79,12 @@ async def validate_one(
     g, e = await asyncio.gather(run(gold), run(""))
     row["gold"] = {"verdict": str(g.verdict), "resolved": g.resolved, "s": g.timings.total_s}
     row["empty"] = {"verdict": str(e.verdict), "resolved": e.resolved, "s": e.timings.total_s}
-    if "infra_error" in (str(g.verdict), str(e.verdict)):
+    pf = provision_failure(g) or provision_failure(e)
+    if pf is not None:
+        row["status"] = "provision_failed"
+        row.update(pf)
+        row["reason"] = f"provision_failed: {pf['provision_failed'][:300]}"
+    elif "infra_error" in (str(g.verdict), str(e.verdict)):
         row["reason"] = f"infra_error: {(g.detail or e.detail)[:300]}"
     elif not g.resolved:
         f2p, p2p = _failing(g, rec.fail_to_pass), _failing(g, rec.pass_to_pass)
@@ -79,6 +96,7 @@ async def validate_one(
         row["reason"] = "empty patch resolves it: FAIL_TO_PASS tests pass without a fix"
     else:
         row["valid"], row["reason"] = True, ""
+    row.setdefault("status", "valid" if row["valid"] else "invalid")
     return row
 
 
@@ -89,13 +107,15 @@ async def validate(
     concurrency: int = 4,
     timeout_s: float = 120.0,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    network: bool = False,
 ) -> list[dict[str, Any]]:
-    """Rows for every instance, in input order; ``on_row`` is called as each finishes."""
+    """Rows for every instance, in input order; ``on_row`` is called as each finishes.
+    ``network``: provisioning steps may download (the sandbox needs ``--allow-network``)."""
     sem = asyncio.Semaphore(max(1, concurrency // 2))  # two sandbox tasks per instance
 
     async def one(task: dict[str, Any]) -> dict[str, Any]:
         async with sem:
-            row = await validate_one(client, task, spec_files, timeout_s)
+            row = await validate_one(client, task, spec_files, timeout_s, network=network)
         if on_row is not None:
             on_row(row)
         return row
@@ -114,6 +134,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "instances": len(rows),
         "valid": sum(int(r["valid"]) for r in rows),
         "repos": repos,
+        "provision_failed": sum(r.get("status") == "provision_failed" for r in rows),
         "invalid": [
             {"instance_id": r["instance_id"], "reason": r["reason"]} for r in rows if not r["valid"]
         ],

@@ -230,6 +230,9 @@ def main() -> int:
     os.close(fd)
     os.set_inheritable(_out, False)
     args = sys.argv[3:]
+    # a provisioned environment's site dir (set by the service, read here: -I ignores PYTHONPATH;
+    # here, not at import, because a zygote fork imported this module before the task existed)
+    sys.path.extend(p for p in os.environ.get("DOCKYARD_ENV_SITE", "").split(":") if p)
     if mode == "pytest":
         return run_pytest(args)
     if mode == "plain":

@@ -5,7 +5,9 @@
 each instance run in parallel against a sandbox service — ``--sandbox-url`` (with
 ``--sandbox-token``), or one started here for the run. Writes a JSON report (``--out``), prints
 a table per repository and lists the instances that are not valid with the reason
-(:mod:`dockyard.envs.swe.validate`). Exit status: 0 when every instance is valid, 1 when some
+(:mod:`dockyard.envs.swe.validate`). Each (repo, version) environment is provisioned once from
+its spec's install steps (``--allow-network``: pip may reach the package index); an instance
+whose environment cannot be built is ``provision_failed`` with its log, never scored. Exit status: 0 when every instance is valid, 1 when some
 are not, 2 for bad input.
 """
 
@@ -33,6 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="sandbox tasks at once")
     p.add_argument("--timeout-s", type=float, default=120.0, help="per test run")
     p.add_argument("--limit", type=int, default=None, help="only the first N instances")
+    p.add_argument(
+        "--allow-network", action="store_true",
+        help="let provisioning steps (pip install) reach the package index (the started service "
+        "runs with --allow-network; a --sandbox-url service must have it)",
+    )  # fmt: skip
 
 
 def _tasks(dataset: str) -> list[dict]:
@@ -67,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
             from dockyard.sandbox.launch import start_service
 
             print("dockyard swe validate: starting a local sandbox service", flush=True)
-            svc = stack.enter_context(start_service(workers=max(1, args.concurrency)))
+            extra = ["--allow-network"] if args.allow_network else []
+            svc = stack.enter_context(
+                start_service(workers=max(1, args.concurrency), extra_args=extra)
+            )
             url, token = svc.url, svc.token
         bar = tqdm(total=len(tasks), desc="validate", file=sys.stdout, dynamic_ncols=True)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # swebench's import turns it on
@@ -78,9 +88,8 @@ def run(args: argparse.Namespace) -> int:
         async def main() -> list[dict]:
             client = AsyncSandboxClient(url, token)
             try:
-                return await validate(
-                    client, tasks, args.spec, args.concurrency, args.timeout_s, on_row=done
-                )
+                return await validate(client, tasks, args.spec, args.concurrency, args.timeout_s,
+                                      on_row=done, network=args.allow_network)  # fmt: skip
             finally:
                 await client.aclose()
 

@@ -1,0 +1,265 @@
+"""Per-(repo, version) environments of SWE instances, against the real sandbox service.
+
+A spec-file repository (``acme/needsdep``) whose code imports ``fastmath``, a package only its
+environment has: the install step pip-installs a wheel (made by a shell step, offline) into the
+environment's prefix. The gold patch resolves with the environment and not without it; two
+instances of the same (repo, version) share one cached build; a failing install is a masked
+provision failure carrying its build log (validate, the agent, the one-shot environment); a
+conda step is refused naming it. The translation of SWE-bench's own specs is checked on the
+swebench package's map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dockyard.envs.rewards import TESTS
+from dockyard.envs.swe.agent import SweAgentEnvironment
+from dockyard.envs.swe.env import SweEnvironment, task_environment
+from dockyard.envs.swe.instance import unified_diff
+from dockyard.envs.swe.provision import ProvisionRefused, environment_for
+from dockyard.envs.swe.sdist import tarball
+from dockyard.envs.swe.specs import EnvSetup, swebench_setup
+from dockyard.envs.swe.validate import validate
+from dockyard.sandbox.client import AsyncSandboxClient
+
+REPO = "acme/needsdep"
+BASE_TEST = "import calc\n\n\ndef test_mul():\n    assert calc.fastmath.mul(2, 3) == 6\n"
+GOOD = "import fastmath\n\n\ndef double(x):\n    return fastmath.mul(x, 2)\n\n\ndef square(x):\n    return fastmath.mul(x, x)\n"  # fmt: skip
+NEW_TESTS = {
+    "double": "\n\ndef test_double():\n    assert calc.double(5) == 10\n",
+    "square": "\n\ndef test_square():\n    assert calc.square(4) == 16\n",
+}
+BUGS = {"double": ("mul(x, 2)", "mul(x, 3)"), "square": ("mul(x, x)", "mul(x, x + 1)")}
+
+
+def _wheel_b64() -> str:
+    """A pure-Python wheel of ``fastmath`` (base64), which the install step pip-installs."""
+    files = {
+        "fastmath/__init__.py": "def mul(a, b):\n    return a * b\n",
+        "fastmath-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: fastmath\nVersion: 0.1\n",
+        "fastmath-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }  # fmt: skip
+    files["fastmath-0.1.dist-info/RECORD"] = (
+        "".join(f"{n},,\n" for n in files) + "fastmath-0.1.dist-info/RECORD,,\n"
+    )
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for n, t in files.items():
+            zf.writestr(n, t)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+WHL = "fastmath-0.1-py3-none-any.whl"
+INSTALL = [
+    f"echo {_wheel_b64()} | base64 -d > {WHL} && pip install --no-index --no-deps ./{WHL}",
+    "pip install -e .",
+]
+
+
+def _record(which: str, repo: str = REPO) -> dict:
+    """A SWE-bench-layout instance of ``repo`` 1.0 whose base has the ``which`` bug."""
+    good, bad = BUGS[which]
+    buggy = GOOD.replace(good, bad)
+    return {
+        "instance_id": f"acme__needsdep-{which}",
+        "repo": repo,
+        "base_commit": "0" * 40,
+        "patch": unified_diff("calc.py", buggy, GOOD),
+        "test_patch": unified_diff("tests/test_calc.py", BASE_TEST, BASE_TEST + NEW_TESTS[which]),
+        "FAIL_TO_PASS": [f"tests/test_calc.py::test_{which}"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_mul"],
+        "version": "1.0",
+        "environment_setup_commit": "0" * 40,
+        "problem_statement": f"{which}() returns the wrong value",
+        "hints_text": "",
+        "created_at": "",
+        "repo_tarball": base64.b64encode(
+            tarball({"calc.py": buggy.encode(), "tests/test_calc.py": BASE_TEST.encode()})
+        ).decode(),
+    }
+
+
+def _spec(tmp_path: Path, name: str, install: list[str], repo: str = REPO) -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({repo: {"1.0": {"install": install, "test_cmd": "pytest"}}}))
+    return str(path)
+
+
+def _validate(url: str, tasks: list[dict], spec: str) -> list[dict]:
+    async def go() -> list[dict]:
+        client = AsyncSandboxClient(url)
+        try:
+            return await validate(client, tasks, [spec], concurrency=4, timeout_s=60)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def _entries(service, key: str) -> list[os.stat_result]:
+    cache = Path(service.work_dir) / "envs"
+    return [os.stat(p) for p in cache.iterdir() if p.name.startswith(key) or key in p.name]
+
+
+# -- the translation (no sandbox) ------------------------------------------------------------------
+def test_translation_maps_pip_and_refuses_what_cannot_run_naming_the_step():
+    s = EnvSetup(REPO, "1.0", "pytest", packages=["six==1.16.0"], install=INSTALL)
+    prov = environment_for(s)
+    assert prov.spec is not None
+    runs = [st.run for st in prov.spec.steps]
+    assert runs == ["pip install six==1.16.0", INSTALL[0]]  # `pip install -e .`: no build step
+    assert prov.notes
+    assert "pip install -e ." in prov.notes[0]
+    assert prov.spec.network is False
+    networked = environment_for(s, network=True).spec
+    assert networked is not None
+    assert networked.network  # only when the operator allows it
+    apt = environment_for(EnvSetup(REPO, "1.0", "pytest", pre_install=["apt-get update && apt-get install -y locales"]))  # fmt: skip
+    assert apt.spec is not None
+    assert apt.spec.host_packages == ["locales"]
+    assert not apt.spec.steps
+    refusals = {
+        "source activate testbed": "conda steps cannot run here",
+        "conda create -n x python=3.9 -y": "conda steps cannot run here",
+        "pip install -e .[test]": "extras",
+        "pip install -r requirements.txt": "requirements file",
+        "yum install -y gcc": "system package steps",
+        "pip install -e . && echo done": "separate steps",
+    }
+    for cmd, why in refusals.items():
+        with pytest.raises(ProvisionRefused, match="install:") as e:
+            environment_for(EnvSetup(REPO, "1.0", "pytest", install=[cmd]))
+        assert cmd in str(e.value), str(e.value)
+        assert why in str(e.value), str(e.value)
+    # SWE-bench's own specs (the swebench package): what maps, and what it refuses
+    pyt = swebench_setup("pytest-dev/pytest", "5.4")  # pip_packages + `python -m pip install -e .`
+    assert pyt is not None
+    prov = environment_for(pyt)
+    assert prov.spec is not None
+    assert [st.run for st in prov.spec.steps] == [
+        "pip install py==1.11.0 packaging==23.1 attrs==23.1.0 more-itertools==10.1.0 pluggy==0.13.1"
+    ]
+    assert "python -m pip install -e ." in prov.notes[0]
+    sphinx = swebench_setup("sphinx-doc/sphinx", "8.1")  # pre_install edits the repo's tox.ini
+    assert sphinx is not None
+    with pytest.raises(ProvisionRefused, match="sed -i"):
+        environment_for(sphinx)
+    seaborn = swebench_setup("mwaskom/seaborn", "0.12")  # `pip install -e .[dev]`
+    assert seaborn is not None
+    with pytest.raises(ProvisionRefused, match=r"extras"):
+        environment_for(seaborn)
+    reqs = swebench_setup("django/django", "3.0")  # packages: requirements.txt (the repo's file)
+    assert reqs is not None
+    assert reqs.requirements_file == "requirements.txt"
+    with pytest.raises(ProvisionRefused, match=r"requirements\.txt"):
+        environment_for(reqs)
+
+
+# -- against the sandbox -----------------------------------------------------------------------------
+def test_gold_resolves_only_with_the_environment_built_once(sandbox_service, tmp_path, arun):
+    url = sandbox_service.url
+    good = _spec(tmp_path, "good", INSTALL)
+    tasks = [_record("double"), _record("square")]
+    rows = _validate(url, tasks, good)
+    assert [r["valid"] for r in rows] == [True, True], rows
+    assert all("pip install -e ." in r["provision_notes"][0] for r in rows)
+    # one cached build for the (repo, version), named by the spec's hash, nothing half-built
+    spec = task_environment(tasks[0], [good])
+    assert spec is not None
+    assert task_environment(tasks[1], [good]) == spec
+    built = _entries(sandbox_service, spec.key())
+    assert len(built) == 1
+    assert not list((Path(sandbox_service.work_dir) / "envs").glob(".build-*"))
+    # the one-shot environment scores with the same build (no rebuild: same entry, same inode)
+    env = SweEnvironment(url, spec_files=[good])
+    step = arun(env, env.score(tasks[1], f"```diff\n{tasks[1]['patch']}```"))
+    assert not step.infra_error, step.metadata
+    assert step.rewards[TESTS] == 1.0, step.metadata
+    after = _entries(sandbox_service, spec.key())
+    assert [(s.st_ino, s.st_mtime_ns) for s in after] == [(s.st_ino, s.st_mtime_ns) for s in built]
+    # without the environment (same repo, no install steps) the gold patch cannot import calc
+    bare = _validate(url, tasks[:1], _spec(tmp_path, "bare", []))
+    assert not bare[0]["valid"], bare
+    assert bare[0]["reason"].startswith("gold: failed"), bare
+
+
+def test_agent_session_and_finish_use_the_environment(sandbox_url, tmp_path, arun):
+    good = _spec(tmp_path, "good", INSTALL)
+    task = _record("double")
+    env = SweAgentEnvironment(sandbox_url, spec_files=[good], tools=["bash", "submit"])
+
+    def call(tool, **args):
+        return f"<tool_call>{json.dumps({'name': tool, 'arguments': args})}</tool_call>"
+
+    async def go():
+        state = await env.reset(task)
+        try:
+            probe = await env.step(state, call("bash", command="python3 -c 'import fastmath; print(fastmath.mul(6, 7))'"))  # fmt: skip
+            fix = await env.step(state, call("bash", command="sed -i 's/mul(x, 3)/mul(x, 2)/' calc.py"))  # fmt: skip
+            end = await env.step(state, call("submit"))
+        finally:
+            await env.close(state)
+        return probe, fix, end
+
+    probe, _fix, end = arun(env, go())
+    assert "42" in probe.observation, probe.observation
+    assert end.done, end.metadata
+    assert not end.infra_error, end.metadata
+    assert end.rewards[TESTS] == 1.0, end.metadata
+
+
+def test_failing_or_refused_install_is_a_masked_provision_failure_with_its_log(
+    sandbox_url, tmp_path, arun
+):
+    bad = _spec(tmp_path, "bad", ["echo building fastmath >&2; exit 7"], repo="acme/broken")
+    task = _record("double", repo="acme/broken")
+    (row,) = _validate(sandbox_url, [task], bad)
+    assert row["status"] == "provision_failed", row
+    assert not row["valid"], row
+    assert "exited 7" in row["provision_failed"]
+    assert "building fastmath" in row["provision_log"]
+    assert row["gold"]["verdict"] == row["empty"]["verdict"] == "infra_error"  # not scored
+    # the agent: reset cannot build the session's environment -> masked, with the log
+    agent = SweAgentEnvironment(sandbox_url, spec_files=[bad], tools=["bash", "submit"])
+
+    async def episode():
+        state = await agent.reset(task)
+        return await agent.step(state, "anything")
+
+    step = arun(agent, episode())
+    assert step.infra_error
+    assert step.done
+    assert not step.rewards
+    assert "exited 7" in step.metadata["provision_failed"]
+    assert "building fastmath" in step.metadata["provision_log"]
+    # the one-shot environment: the task's build fails -> masked, with the log
+    env = SweEnvironment(sandbox_url, spec_files=[bad])
+    step = arun(env, env.score(task, f"```diff\n{task['patch']}```"))
+    assert step.infra_error
+    assert "building fastmath" in step.metadata["provision_log"]
+    # a conda step is refused before anything runs, naming it
+    conda = _spec(tmp_path, "conda", ["conda create -n testbed python=3.9 -y"], repo="acme/conda")
+    (row,) = _validate(sandbox_url, [_record("double", repo="acme/conda")], conda)
+    assert row["status"] == "provision_failed", row
+    assert "conda create" in row["provision_failed"], row
+
+
+def test_pro_fixture_validates_in_its_provisioned_environment(sandbox_url):
+    """examples/data/swe_pro (SWE-bench Pro layout, grpo_swe_pro.yaml's data): every gold patch
+    resolves and no empty one does, in the environment its spec file provisions."""
+    from dockyard.envs.swe.data import load_swebench_jsonl
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "data" / "swe_pro"
+    tasks = load_swebench_jsonl(root / "instances.jsonl")
+    assert {t["flavor"] for t in tasks} == {"swebench_pro"}
+    rows = _validate(sandbox_url, tasks, str(root / "specs.yaml"))
+    assert [r["status"] for r in rows] == ["valid"] * 4, rows
