@@ -13,7 +13,7 @@ def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from dockyard.train.cli.quickstart import build_model, warm_start
 
     out = tmp_path_factory.mktemp("sft")
-    return warm_start(build_model(out, 0), out / "model", seed=0, steps=60, progress=False)
+    return warm_start(build_model(0), out / "model", seed=0, steps=60, progress=False)
 
 
 def make_quickstart_cfg(sft_model: Path, root: Path, *overrides: str):

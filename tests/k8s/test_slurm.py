@@ -103,7 +103,7 @@ def _tiny_grpo_config(out: Path) -> Path:
 
     cfg = {
         "policy": {
-            "model_name": str(build_model(out, 0)),
+            "model_name": str(build_model(0)),
             "max_total_sequence_length": 64,
             "train_global_batch_size": 8,
             "train_micro_batch_size": 8,

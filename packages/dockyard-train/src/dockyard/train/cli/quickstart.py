@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_model(out: Path, seed: int) -> Path:
+def build_model(seed: int) -> Path:
+    """The quickstart's tiny Qwen2 (random, seeded), cached by its settings (build_tiny_model)."""
     from dockyard.torch.testing import build_tiny_model
 
     return build_tiny_model(
@@ -200,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"dockyard quickstart: building a tiny model and tokenizer (seed {args.seed})", flush=True
     )
-    base = build_model(out, args.seed)
+    base = build_model(args.seed)
     warm_start(base, sft_dir, args.seed, args.sft_steps, progress)
     mode = "synchronous" if args.sync else "asynchronous"
     print(
