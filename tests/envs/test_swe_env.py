@@ -19,7 +19,12 @@ def tasks():
 
 @pytest.mark.slow
 def test_every_shipped_task_validates(sandbox_service, tasks):
-    """The gold patch resolves each task; the empty patch does not (FAIL_TO_PASS fail)."""
+    """The gold patch resolves each task; the empty patch does not (FAIL_TO_PASS fail).
+
+    The tasks of the first two libraries (their runs stay in CI's budget); a random sample of
+    all the shipped tasks is validated in test_swe_shipped.py, the whole set by
+    scripts/build_swe_tasks.sh (its report is committed beside the data)."""
+    tasks = [t for t in tasks if t["repo"] in ("pypi/inflection", "pypi/parse")]
 
     async def go():
         async with sandbox_service.async_client() as client:

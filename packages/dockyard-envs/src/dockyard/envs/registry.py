@@ -164,7 +164,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "humaneval": DatasetSpec(
         "dockyard.envs.code.data:humaneval_dataset", "HumanEval, split by task id (env code)"
     ),
-    "swe": DatasetSpec("dockyard.envs.swe.data:swe_dataset", "the 40 shipped tasks (env swe)"),
+    "swe": DatasetSpec("dockyard.envs.swe.data:swe_dataset", "the shipped tasks (env swe)"),
     "terminal": DatasetSpec(
         "dockyard.envs.terminal.tasks:terminal_dataset", "the shipped tasks (env terminal)"
     ),

@@ -1,8 +1,11 @@
-"""Rebuild the shipped SWE task manifests.
+"""Build SWE task manifests from PyPI sdists by mutation.
 
     python -m dockyard.envs.swe.builder \\
-        --package inflection==0.5.1 --package parse==1.20.2 --per-package 20 --seed 0 \\
-        --out packages/dockyard-envs/src/dockyard/envs/swe/tasks/pypi_mutations.jsonl
+        --package inflection==0.5.1 --package parse==1.20.2 --per-package 25 --seed 0 \\
+        --out my_tasks.jsonl
+
+The shipped set (its libraries and settings), validated and published with its report, is
+rebuilt by ``scripts/build_swe_tasks.sh``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dockyard.envs.swe.builder.build import build_package_tasks
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m dockyard.envs.swe.builder", description=__doc__.split("\n")[0]
+        prog="python -m dockyard.envs.swe.builder", description=(__doc__ or "").split("\n")[0]
     )
     ap.add_argument("--package", action="append", required=True, help="NAME==VERSION (repeatable)")
     ap.add_argument("--per-package", type=int, default=20, help="tasks to keep per package")
@@ -34,10 +37,9 @@ def main(argv: list[str] | None = None) -> int:
             name, version, max_tasks=args.per_package, max_attempts=args.max_attempts, seed=args.seed,
             log=lambda s: print(s, file=sys.stderr, flush=True),
         )  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, sort_keys=True) + "\n")
+        # written after every package: a failure later keeps what was built
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
     print(f"wrote {len(records)} tasks to {args.out}")
     return 0
 

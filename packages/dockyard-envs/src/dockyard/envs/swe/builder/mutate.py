@@ -22,6 +22,7 @@ Kinds:
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from dataclasses import asdict, dataclass
 
@@ -128,17 +129,18 @@ def _docstring_nodes(tree: ast.AST) -> set[int]:
     return ids
 
 
-def _candidates(text: str) -> list[tuple[Mutation, list[_Edit]]]:
+@functools.lru_cache(maxsize=32)  # materialising a task set applies many mutations per file
+def _candidates(text: str) -> tuple[tuple[Mutation, tuple[_Edit, ...]], ...]:
     tree = ast.parse(text)
     src = _Source(text)
     skip = _docstring_nodes(tree)
-    out: list[tuple[Mutation, list[_Edit]]] = []
+    out: list[tuple[Mutation, tuple[_Edit, ...]]] = []
 
     def add(kind: str, node: ast.AST, variant: str, desc: str, edits: list[_Edit | None]) -> None:
         if any(e is None for e in edits):
             return
         m = Mutation(kind, node.lineno, node.col_offset, variant, desc)  # type: ignore[attr-defined]
-        out.append((m, [e for e in edits if e is not None]))
+        out.append((m, tuple(e for e in edits if e is not None)))
 
     # nodes inside `if __name__ == "__main__":`, type annotations and decorators are skipped
     for node in ast.walk(tree):
@@ -220,7 +222,7 @@ def _candidates(text: str) -> list[tuple[Mutation, list[_Edit]]]:
                             [_Edit(start, end, "")],
                         )
     out.sort(key=lambda me: me[0].key)
-    return out
+    return tuple(out)
 
 
 def enumerate_mutations(text: str) -> list[Mutation]:
