@@ -30,6 +30,7 @@ SANDBOXED = {
     "swe_agent",
     "terminal",
     "expression",
+    "expression_agent",
     "gdpval",
     "gdpval_agentic",
     "harbor",

@@ -30,6 +30,7 @@ QUICKSTART_MODEL = RESULTS / "quickstart" / "sft_model_seed0"
 RELATIVE = {
     "base.yaml": "a GPU base: a Hub model, output folders relative to the run (examples/k8s)",
     "grpo_quickstart.yaml": "ships inside dockyard-train: relative like the quickstart's --output",
+    "grpo_quickstart_agent.yaml": "ships inside dockyard-train: relative like `quickstart --agent`",
 }
 ANCHORED = sorted(p.name for p in CONFIGS.glob("*.yaml") if p.name not in RELATIVE)
 # every config key that names a file or folder on this machine
@@ -112,7 +113,8 @@ def test_deep_check_passes_after_the_quickstart(name: str, tmp_path: Path) -> No
     cwd, overrides = tmp_path, []
     if name == "grpo_quickstart.yaml":
         cwd = REPO  # where `./dev quickstart` ran (the config says so)
-    elif name == "base.yaml":  # its model is a Hub name: the rest of it, on the local model
+    elif name in ("base.yaml", "grpo_quickstart_agent.yaml"):  # a Hub model / the agent's
+        # warm start (`quickstart --agent`, not run by CI): the rest of it, on the local model
         overrides = [f"policy.model_name={QUICKSTART_MODEL}"]
     cmd = [str(Path(sys.executable).parent / "dockyard"), "config", "check", "--deep"]
     out = subprocess.run(

@@ -118,6 +118,11 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
         needs_sandbox=True,
         description="a Python expression meeting a spec (the quickstart)",
     ),
+    "expression_agent": EnvSpec(
+        "dockyard.envs.expression_agent:ExpressionAgentEnvironment",
+        needs_sandbox=True,
+        description="the expression task through check/submit tool calls (quickstart --agent)",
+    ),
     "reward_model": EnvSpec(
         "dockyard.envs.reward_model:RewardModelEnvironment",
         description="a response scored by a reward model folder (what `dockyard rm` exports)",

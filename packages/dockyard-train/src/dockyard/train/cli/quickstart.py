@@ -65,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sync", action="store_true", help="synchronous GRPO (age bound 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="the multi-turn variant: tool calls (check, submit) in the sandbox, SFT on scripted "
+        "episodes, then multi-turn GRPO (grpo_quickstart_agent.yaml; its own defaults for "
+        "--output, --steps and --sft-steps)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", help="dotted config overrides (grpo.num_prompts_per_step=16)"
     )
 
@@ -190,6 +197,10 @@ def checked_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "agent", False):
+        from dockyard.train.cli import quickstart_agent
+
+        return quickstart_agent.run(args)
     from dockyard.train.algorithms.grpo import train
 
     t0 = time.perf_counter()
