@@ -93,6 +93,30 @@ def _round_robin(
     return out
 
 
+def _manifest(
+    package: str, version: str, sha: str, n: int, path: str, original: str, mut: Any,
+    problem: str, f2p: list[str], p2p: list[str], num_failing: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The task manifest of kept mutation ``n`` (SWE-bench fields + how to rebuild it)."""
+    return {
+        "instance_id": f"{package}__{version}__m{n:03d}",
+        "repo": f"pypi/{package}",
+        "base_commit": f"sdist-sha256:{sha}",
+        "version": version,
+        "created_at": dt.date.today().isoformat(),
+        "problem_statement": problem,
+        "hints_text": "",
+        "FAIL_TO_PASS": f2p,
+        "PASS_TO_PASS": p2p,
+        "source": {"type": "pypi_sdist", "package": package, "version": version, "sha256": sha},
+        "file": path,
+        "file_sha256": sha256_text(original),
+        "mutation": {"kind": mut.kind, "line": mut.line, "col": mut.col, "variant": mut.variant},
+        "mutation_description": mut.description,
+        "num_failing": num_failing,
+    }
+
+
 def build_package_tasks(
     package: str,
     version: str,
@@ -155,41 +179,15 @@ def build_package_tasks(
             f2p_files = {test_file_of(t) for t in f2p}
             pool = sorted(t for t in passing - set(failing) if test_file_of(t) in f2p_files)
             p2p = sorted(rng.sample(pool, min(p2p_cap, len(pool))))
-            n = len(tasks) + 1
-            tasks.append(
-                {
-                    "instance_id": f"{package}__{version}__m{n:03d}",
-                    "repo": f"pypi/{package}",
-                    "base_commit": f"sdist-sha256:{sha}",
-                    "version": version,
-                    "created_at": dt.date.today().isoformat(),
-                    "problem_statement": problem_statement(
-                        package,
-                        {t: _relative(res[t], root) for t in f2p},
-                        len(failing),
-                        also_failing=[t for t in failing if t not in f2p],
-                    ),
-                    "hints_text": "",
-                    "FAIL_TO_PASS": f2p,
-                    "PASS_TO_PASS": p2p,
-                    "source": {
-                        "type": "pypi_sdist",
-                        "package": package,
-                        "version": version,
-                        "sha256": sha,
-                    },
-                    "file": path,
-                    "file_sha256": sha256_text(original),
-                    "mutation": {
-                        "kind": mut.kind,
-                        "line": mut.line,
-                        "col": mut.col,
-                        "variant": mut.variant,
-                    },
-                    "mutation_description": mut.description,
-                    "num_failing": len(failing),
-                }
+            problem = problem_statement(
+                package,
+                {t: _relative(res[t], root) for t in f2p},
+                len(failing),
+                also_failing=[t for t in failing if t not in f2p],
             )
+            n = len(tasks) + 1
+            tasks.append(_manifest(package, version, sha, n, path, original, mut, problem,
+                                   f2p, p2p, len(failing)))  # fmt: skip
             log(
                 f"  [{attempt}] kept {path}:{mut.line} {mut.kind} {mut.description}: {len(failing)} failing"
             )
