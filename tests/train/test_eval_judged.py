@@ -15,6 +15,7 @@ the sample and is counted (``judge/failed``), never a silent 0 or 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,28 +168,31 @@ def test_a_real_engine_judges_hle_and_gdpval_answers_masked_and_counted(
 @_with_vllm
 def test_a_constrained_engine_judge_grades_deliverables_and_answers(rubric_judge: Judge) -> None:
     """The same random model, its replies constrained to the verdict line: every judgment parses
-    (none masked), a GDPval reference program runs in the real sandbox and its judge criteria
-    are judged, an HLE free-form answer gets a score in [0, 1]."""
+    (none masked); a GDPval reference program runs in the real sandbox and its judge criteria
+    are judged, in both variants (single-turn and an agentic episode); an HLE free-form answer
+    gets a score in [0, 1]."""
+    from dockyard.envs.gdpval.agentic import GdpvalAgenticEnvironment
     from dockyard.envs.gdpval.env import GdpvalEnvironment
     from dockyard.envs.gdpval.tasks import load_tasks, reference_program
     from dockyard.envs.hle import HleEnvironment
     from dockyard.sandbox.launch import start_service
 
     rubric_judge.regex = verdict_regex("rubric", *rubric_judge.score_range)
+    stack = contextlib.ExitStack()
     try:
         fn = judge_fn(rubric_judge)
         task = next(t for t in load_tasks() if t["id"] == "readme_md")
         answer = f"```python\n{reference_program(task)}```"
-        with start_service(workers=2) as svc:
-            gdpval = GdpvalEnvironment(svc.url, judge=fn, timeout_s=60)
+        svc_url = stack.enter_context(start_service(workers=2)).url
+        gdpval = GdpvalEnvironment(svc_url, judge=fn, timeout_s=60)
 
-            async def go() -> Any:
-                try:
-                    return await gdpval.score(task, answer)
-                finally:
-                    await gdpval.aclose()
+        async def go() -> Any:
+            try:
+                return await gdpval.score(task, answer)
+            finally:
+                await gdpval.aclose()
 
-            r = rubric_judge.run(go())
+        r = rubric_judge.run(go())
         m = rubric_judge.metrics()
         assert not r.infra_error, r.metadata
         judged = [c for c in r.metadata["criteria"] if c["type"] == "judge"]
@@ -196,6 +200,32 @@ def test_a_constrained_engine_judge_grades_deliverables_and_answers(rubric_judge
         assert all(c["detail"] == "judged" and 0.0 <= c["score"] <= 1.0 for c in judged), judged
         assert m["judge/requests"] == len(judged), m
         assert m["judge/failed"] == m["judge/parse_failures"] == 0, m
+        # the agentic variant: a scripted agent writes and runs the reference program in its
+        # session, submits; what it left is graded, judge criteria by the same judge
+        agentic = GdpvalAgenticEnvironment(svc_url, judge=fn, max_turns=4)
+        calls = [("write_file", {"path": "make.py", "content": reference_program(task)}),
+                 ("run", {"command": "python make.py"}), ("submit", {})]  # fmt: skip
+
+        async def episode() -> Any:
+            state = await agentic.reset(task)
+            try:
+                for name, args in calls:
+                    call = json.dumps({"name": name, "arguments": args})
+                    step = await agentic.step(state, f"<tool_call>{call}</tool_call>")
+                    if step.done:
+                        return step
+                raise AssertionError("the episode did not end")
+            finally:
+                await agentic.close(state)
+                await agentic.aclose()
+
+        a = rubric_judge.run(episode())
+        m = rubric_judge.metrics()
+        assert not a.infra_error, a.metadata
+        judged = [c for c in a.metadata["criteria"] if c["type"] == "judge"]
+        assert judged
+        assert all(c["detail"] == "judged" for c in judged), judged
+        assert (m["judge/requests"], m["judge/failed"]) == (len(judged), 0), m
         hle_task = _judge_task()
         h = rubric_judge.run(HleEnvironment(judge=fn).score(hle_task, "Answer: a guess"))
         assert not h.infra_error, h.metadata
@@ -203,6 +233,7 @@ def test_a_constrained_engine_judge_grades_deliverables_and_answers(rubric_judge
         assert rubric_judge.metrics()["judge/failed"] == 0
     finally:
         rubric_judge.regex = None
+        stack.close()
 
 
 # --------------------------------------------------------------------------- the example configs
