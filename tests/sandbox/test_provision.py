@@ -203,10 +203,15 @@ def test_steps_cannot_write_outside_the_build(sandbox: SandboxClient):
 
 
 def test_missing_host_package_is_refused(sandbox: SandboxClient):
+    """Without --allow-network a package the host lacks cannot be fetched (test_provision_apt.py
+    has the service that can): refused at once, with both ways out."""
     spec = EnvSpec(host_packages=["dockyard-no-such-package"])
     with pytest.raises(SandboxRequestError) as e:
         sandbox.create_session(SessionCreate(environment=spec))
-    assert "not installed on the sandbox host" in e.value.detail["provision_failed"]
+    msg = e.value.detail["provision_failed"]
+    assert "not installed on the sandbox host" in msg
+    assert "apt-get install -y dockyard-no-such-package" in msg
+    assert "--allow-network" in msg
 
 
 def test_environment_with_a_repo_contributes_only_its_prefix(sandbox: SandboxClient):

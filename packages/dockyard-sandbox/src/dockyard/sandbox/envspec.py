@@ -8,8 +8,9 @@ hash of the spec (:meth:`EnvSpec.key`) and shared read-only by every session tha
 per-(repo, version) environments are both written in it.
 
 Nothing here becomes a host path or a command-line option: ``workdir`` is a path *inside*
-the jail (checked against the paths the jail itself uses), ``host_packages`` are only looked
-up in dpkg's status file, ``run`` steps run as shell text inside a jail.
+the jail (checked against the paths the jail itself uses), ``host_packages`` are plain Debian
+package names, looked up in dpkg's status file and otherwise passed to apt after ``--`` in a
+jail (``debs.py``), ``run`` steps run as shell text inside a jail.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class EnvSpec(_Model):
     )
     host_packages: list[str] = Field(
         default_factory=list,
-        description="Debian packages that must be installed on the sandbox host (checked).",
+        description="Debian packages the environment needs: those the sandbox host lacks are "
+        "fetched and unpacked into /opt/env/root at build time (needs --allow-network).",
     )
     steps: list[EnvStep] = Field(default_factory=list, max_length=128)
     timeout_s: float = Field(900.0, gt=0, le=7200, description="Wall clock of all run steps.")

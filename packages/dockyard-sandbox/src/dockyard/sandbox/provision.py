@@ -22,9 +22,13 @@ step succeeded are the results copied into the cache, made root-owned and read-o
 :class:`ProvisionFailed` carrying the build log; nothing is cached for it (a retry rebuilds).
 
 ``pip`` inside a step is a wrapper around an interpreter of the service that has pip, with
-``PIP_TARGET=/opt/env/site``. ``apt-get`` does not run: packages cannot be installed into a
-read-only system by an unprivileged uid (dpkg needs real root, maintainer scripts and writes
-to /usr, /var/lib/dpkg); ``host_packages`` are instead checked against the host's dpkg status.
+``PIP_TARGET=/opt/env/site``. ``apt-get`` never runs as root and dpkg never installs anything:
+``host_packages`` already on the host (its dpkg status file) need nothing; the others are
+fetched by apt in a jail of their own before the steps and unpacked with ``dpkg-deb -x`` into
+``prefix/root`` (/opt/env/root, on ``PATH`` after the system and on ``LD_LIBRARY_PATH``), no
+maintainer scripts (``debs.py``). That jail has the network only when the operator runs the
+service with ``--allow-network`` (its command is the service's own, the task supplies only
+validated package names); without it a missing package fails :meth:`Provisioner.get` at once.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from dockyard.sandbox.debs import DEB_ROOT, DebError, apt_jail, deb_env, failure, missing_packages
+from dockyard.sandbox.debs import sanitize as sanitize_debs
 from dockyard.sandbox.envspec import ENV_MOUNT, EnvSpec
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
@@ -49,7 +55,9 @@ from dockyard.sandbox.models import Limits
 from dockyard.sandbox.repos import RepoError, safe_extract
 from dockyard.sandbox.toolchain import WORKSPACE, sandbox_path_env
 
-BUILD_LIMITS = Limits(memory_mb=4096, pids=1024, disk_mb=4096, inodes=500_000, cpu_s=7200)
+BUILD_LIMITS = Limits.model_validate(
+    {"memory_mb": 4096, "pids": 1024, "disk_mb": 4096, "inodes": 500_000, "cpu_s": 7200}
+)
 DPKG_STATUS = Path("/var/lib/dpkg/status")
 LOG_CAP = 256 << 10
 
@@ -80,7 +88,7 @@ class Provisioned:
         return self.root / "prefix"
 
     def jail_env(self) -> dict[str, str]:
-        return jail_env(self.spec)
+        return jail_env(self.spec, debs=(self.prefix / DEB_ROOT).is_dir())
 
     def binds(self, ws: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """(read-only, writable) binds of a jail over workspace ``ws``: the prefix at /opt/env,
@@ -89,13 +97,16 @@ class Provisioned:
         return [(str(self.prefix), ENV_MOUNT)], rw
 
 
-def jail_env(spec: EnvSpec, building: bool = False) -> dict[str, str]:
-    """The variables of a jail using ``spec``: the prefix on PATH / PYTHONPATH, then ``env``."""
+def jail_env(spec: EnvSpec, building: bool = False, debs: bool = False) -> dict[str, str]:
+    """The variables of a jail using ``spec``: the prefix on PATH / PYTHONPATH (with ``debs``,
+    the unpacked packages' dirs too: ``debs.deb_env``), then ``env``."""
     env = {
         "PATH": f"{ENV_MOUNT}/bin:{ENV_MOUNT}/site/bin:{sandbox_path_env()}",
         "PYTHONPATH": f"{ENV_MOUNT}/site",
         "DEBIAN_FRONTEND": "noninteractive",
     }
+    if debs:
+        env |= deb_env(env["PATH"])
     if building:
         env |= {
             "PIP_TARGET": f"{ENV_MOUNT}/site",
@@ -200,20 +211,23 @@ class Provisioner:
             if done is not None:
                 self.hits += 1
                 return done
-            missing = [p for p in spec.host_packages if p not in installed_host_packages()]
-            if missing:
+            missing = missing_packages(spec.host_packages, installed_host_packages())
+            if missing and not getattr(ctx, "allow_network", False):
                 raise ProvisionFailed(
-                    f"apt packages {missing} are not installed on the sandbox host, and "
-                    "provisioning cannot install system packages (dpkg needs root): install "
-                    f"them on the host (apt-get install -y {' '.join(missing)}) or drop them",
+                    f"apt packages {missing} are not installed on the sandbox host, and the "
+                    "service runs without --allow-network, so provisioning cannot fetch them: "
+                    f"install them on the host (apt-get install -y {' '.join(missing)}) or run "
+                    "the service with --allow-network"
                 )
-            self._build(spec, key)
+            if missing and ctx.isolation != "bwrap":  # type: ignore[attr-defined]
+                raise ValueError("provisioning apt packages needs the bwrap isolation backend")
+            self._build(spec, key, missing)
             self.built += 1
             done = self.cached(key)
             assert done is not None
             return done
 
-    def _build(self, spec: EnvSpec, key: str) -> None:
+    def _build(self, spec: EnvSpec, key: str, missing: list[str]) -> None:
         ctx = self.ctx
         uid = ctx.uids.acquire()  # type: ignore[attr-defined]
         tag = uuid.uuid4().hex[:8]
@@ -229,6 +243,7 @@ class Provisioner:
             self._pip_wrappers(prefix / "bin")
             _chown_tree(prefix, uid)
             deadline = time.monotonic() + spec.timeout_s
+            has_debs = bool(missing) and self._apt(missing, uid, tree, prefix, spec.timeout_s, log)
             for i, step in enumerate(spec.steps, 1):
                 if step.files is not None:
                     self._extract(step.files, tree, i)
@@ -242,7 +257,7 @@ class Provisioner:
                         f"step {i}: the environment's timeout_s={spec.timeout_s} ran out",
                         "".join(log),
                     )
-                self._run(spec, step.run, i, uid, tree, prefix, left, log)
+                self._run(spec, step.run, i, uid, tree, prefix, left, log, has_debs)
             (prefix / "bin" / "pip").unlink()  # episodes have no pip (and no network)
             (prefix / "bin" / "pip3").unlink()
             tmp.mkdir()
@@ -294,6 +309,7 @@ class Provisioner:
         prefix: Path,
         timeout_s: float,
         log: list[str],
+        with_debs: bool = False,
     ) -> None:
         ctx = self.ctx
         rw = [(str(prefix), ENV_MOUNT)]
@@ -308,7 +324,7 @@ class Provisioner:
             network=spec.network,
             cwd=spec.workdir,
             binds=rw,
-            env=jail_env(spec, building=True),
+            env=jail_env(spec, building=True, debs=with_debs),
             name=f"prov-{uuid.uuid4().hex[:12]}",
             isolation=ctx.isolation,  # type: ignore[attr-defined]
         )
@@ -321,6 +337,37 @@ class Provisioner:
         )  # fmt: skip
         if why:
             raise ProvisionFailed(f"step {i} ({command[:120]!r}) {why}", "".join(log))
+
+    def _apt(
+        self,
+        packages: list[str],
+        uid: int,
+        tree: Path,
+        prefix: Path,
+        timeout_s: float,
+        log: list[str],
+    ) -> bool:
+        """Fetch and unpack the packages the host lacks into ``prefix/root`` (``debs.py``)."""
+        root = prefix / DEB_ROOT
+        root.mkdir()
+        os.chown(root, uid, uid)
+        js = apt_jail(packages, tree, prefix, uid, BUILD_LIMITS, timeout_s)
+        js.isolation = self.ctx.isolation  # type: ignore[attr-defined]
+        o = jail_run(js, self.ctx.probe)  # type: ignore[attr-defined]
+        out = f"{o.stdout}{o.stderr}"
+        log.append(f"## apt packages {' '.join(packages)}\n{out}## exit {o.exit_code}\n")
+        limit = "timed out" if o.timed_out else "ran out of memory" if o.oom else (
+            "hit the process limit" if o.pids_limit else "")  # fmt: skip
+        if limit or o.exit_code != 0:
+            raise ProvisionFailed(failure(o.exit_code, packages, out, limit), "".join(log))
+        try:
+            cleared, rewritten = sanitize_debs(root)
+        except DebError as e:
+            raise ProvisionFailed(f"apt packages {packages}: {e}", "".join(log)) from e
+        log.append(f"## set-id bits cleared: {cleared}; links into the prefix: {rewritten}\n")
+        if not any(root.iterdir()):  # all provided by the host (virtual packages)
+            root.rmdir()
+        return root.is_dir()
 
     def stats(self) -> dict[str, int]:
         return {"built": self.built, "hits": self.hits}

@@ -8,7 +8,7 @@ provisioned once by the sandbox service, cached by hash, mounted read-only):
 | ``FROM`` debian / ubuntu / python / buildpack-deps (Docker Hub, any tag), Terminal-Bench's ``ghcr.io/laude-institute/t-bench/*`` bases | the sandbox's own system (``base = "system"``); the tag is not matched |
 | ``WORKDIR /app`` (one top-level directory) | where the starting tree appears (also at /workspace) |
 | ``COPY`` / ``ADD`` of build-context files into the workdir | a ``files`` step (a tarball) |
-| ``RUN apt-get install -y P…`` | a check that every ``P`` is installed on the sandbox host |
+| ``RUN apt-get install -y P…`` | ``host_packages``: those the sandbox host lacks are fetched from its apt mirrors and unpacked (no maintainer scripts) into the environment's /opt/env/root at provisioning time (needs the service's ``--allow-network``; ``dockyard.sandbox.debs``) |
 | ``RUN apt-get update`` / ``clean`` / ``rm -rf /var/lib/apt/lists/*`` | dropped |
 | ``RUN pip install …`` / ``python -m pip install …`` | a ``run`` step (pip installs into the environment's /opt/env/site) |
 | other ``RUN`` | a ``run`` step, in the workdir |
@@ -49,7 +49,9 @@ _APT_NOOP = re.compile(
     r"(?:apt-get|apt)\s+(?:update|clean|autoclean|autoremove)(?:\s+-\S+)*|"
     r"rm\s+-(?:rf|fr)\s+/var/lib/apt/lists/?\*?|true"
 )
-_APT_INSTALL = re.compile(r"(?:apt-get|apt)\s+install\s+(.*)", re.S)
+_APT_INSTALL = re.compile(
+    r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:apt-get|apt)((?:\s+-[\w-]+)*)\s+install\s+(.*)", re.S
+)
 _OTHER_PM = re.compile(r"(?:^|[\s;&|(])(?:apk|yum|dnf|zypper|pacman|apt-get|apt|dpkg)\s")
 _PYPIP = re.compile(r"\bpython3?(?:\.\d+)?\s+-m\s+pip\b")
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -237,12 +239,12 @@ class _Parser:
                 continue
             m = _APT_INSTALL.fullmatch(s)
             if m:
-                self._apt(m.group(1))
+                self._apt(m.group(1) + " " + m.group(2))
                 continue
             if _OTHER_PM.search(" " + s):
                 raise self.fail(
                     f"RUN {s[:80]!r}: system package managers do not run in the sandbox (only "
-                    "`apt-get install` of packages already on the sandbox host is accepted)"
+                    "`apt-get install [-y...] P...` is accepted, as its own `&&` segment)"
                 )
             s = _PYPIP.sub("pip", s)
             if re.search(r"\bpip3?\s+install\b", s) and "--no-index" not in s:
@@ -252,8 +254,13 @@ class _Parser:
             self.out.steps.append({"run": " && ".join(kept)})
 
     def _apt(self, args: str) -> None:
-        for tok in shlex.split(args):
-            if tok.startswith("-"):
+        """Package names of ``apt-get install``'s arguments (a ``=version`` is not kept: the
+        host's mirrors give their candidate); ``-o X`` is skipped (dpkg never runs here)."""
+        toks = shlex.split(args)
+        for i, tok in enumerate(toks):
+            if tok.startswith("-") or (i and toks[i - 1] == "-o"):
+                if tok in ("-t", "--target-release") or tok.startswith("--target-release="):
+                    raise self.fail(f"apt-get install {tok}: target releases are not supported")
                 continue
             name = tok.split("=", 1)[0]
             if not re.fullmatch(r"[a-z0-9][a-z0-9+.\-]*", name):

@@ -20,8 +20,11 @@ path of every test run). Each step of the setup, in SWE-bench's order (``package
                                                      first on ``sys.path`` (what an editable
                                                      install of a root-layout package gives);
                                                      its dependencies come from ``packages``
-``apt-get install -y P ...``                         a check that ``P`` is installed on the
-                                                     sandbox host (``host_packages``)
+``apt-get install -y P ...``                         ``host_packages``: on the sandbox host
+                                                     already, or fetched from its apt mirrors
+                                                     and unpacked rootless into the prefix
+                                                     (needs ``--allow-network``;
+                                                     ``dockyard.sandbox.debs``)
 ``apt-get update`` / ``apt-get clean``               nothing (they install nothing)
 any other command of *our* spec files                a ``run`` step (empty tree, prefix writable)
 =================================================  ==============================================
