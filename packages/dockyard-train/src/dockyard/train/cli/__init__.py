@@ -9,8 +9,12 @@ Ray or vLLM. To add a sub-command, write a module with ``add_arguments(parser)``
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
+import os
 import sys
+import threading
 from importlib import metadata
 
 # name -> (module implementing it, one-line help)
@@ -97,5 +101,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def console_main() -> None:
+    """The ``dockyard`` console script (and ``python -m dockyard.train.cli``): :func:`main`,
+    then a quick exit.
+
+    A finished command's interpreter otherwise spends 1–2 s tearing down torch, transformers
+    and Ray's modules (measured: a process that started Ray took 2.3–2.4 s from its last line
+    to its exit, 1.1–1.4 s this way, 2 cores). Nothing of that is needed: Ray is stopped and
+    every ``atexit`` handler runs (loggers, W&B, TensorBoard), then ``os._exit``. A command
+    that left a non-daemon thread running exits the normal way, so that its work finishes.
+    """
+    code = main()
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if any(t.is_alive() and not t.daemon for t in others):
+        sys.exit(code)
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+    atexit._run_exitfuncs()  # what the interpreter would run at exit, in the same order
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -1,6 +1,6 @@
 """``python -m dockyard.train.cli ...``: the ``dockyard`` command, for environments without its
 console script on the ``PATH``."""
 
-from dockyard.train.cli import main
+from dockyard.train.cli import console_main
 
-raise SystemExit(main())
+console_main()
