@@ -18,6 +18,7 @@ import pytest
 
 from dockyard.sandbox.client import SandboxClient, SandboxRequestError
 from dockyard.sandbox.debs import DebError, apt_jail, failure, missing_packages, sanitize
+from dockyard.sandbox.egress import MOUNT
 from dockyard.sandbox.envspec import EnvSpec
 from dockyard.sandbox.launch import ServiceHandle, start_service
 from dockyard.sandbox.models import Limits, Verdict
@@ -85,6 +86,14 @@ def test_names_and_messages():
     js = apt_jail(["tree"], Path("/x"), Path("/y"), 1000, NO_LIMITS, 10)
     assert js.argv[-2:] == ["apt-provision", "tree"]  # "$@" of the script, after `--` there
     assert "$(" not in " ".join(js.env.values())  # a fixed environment, none of the spec's
+    # never the host network: its own namespace, out only through the build's registry proxy
+    assert not js.network
+    js = apt_jail(["tree"], Path("/x"), Path("/y"), 1000, NO_LIMITS, 10, proxy=("/p", MOUNT))
+    assert not js.network
+    assert ("/p", MOUNT) in js.ro_binds
+    assert js.env["http_proxy"] == js.env["https_proxy"] == "http://127.0.0.1:3128/"
+    assert js.argv[:2] == ["/bin/sh", "-c"]
+    assert js.argv[-2:] == ["apt-provision", "tree"]
     msg = failure(11, ["nope"], "E: Unable to locate package nope\n")
     assert "['nope']" in msg
     assert "Unable to locate package nope" in msg

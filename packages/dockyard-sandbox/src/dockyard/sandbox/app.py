@@ -79,6 +79,8 @@ class ServiceConfig:
     # where repo.path and server-path repo.git may lie; URL schemes repo.git may use (repos.py)
     repo_roots: list[Path] = field(default_factory=list)
     git_schemes: list[str] = field(default_factory=list)
+    # extra hosts provisioning jails may reach besides apt sources and PyPI (egress.py)
+    registries: list[str] = field(default_factory=list)
     max_request_bytes: int = 64 << 20  # larger request bodies get 413 before they are read
     keep_results: int = 1000  # finished results kept for GET .../result: at most this many,
     keep_results_bytes: int = 256 << 20  # ... holding at most this much output,
@@ -173,6 +175,7 @@ class _Service:
             uids=UidPool(cfg.uid_base, 4096),
             trusted_root=workspaces.service_tmpfs(work / "trusted"),
             allow_network=cfg.allow_network,
+            registries=tuple(cfg.registries),
             isolation=str(cfg.isolation.mode),
             zygote=_zygote(cfg),
         )

@@ -119,6 +119,17 @@ def _add_storage_and_trust(s: argparse.ArgumentParser) -> None:
         "--allow-network", action="store_true", help="Let tasks that ask for it use the network."
     )
     s.add_argument(
+        "--registry",
+        dest="registries",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="A package registry host (ports 80/443) that provisioning steps may reach, besides "
+        "the host's apt mirrors (/etc/apt/sources.list*) and PyPI; repeatable. Provisioning "
+        "jails reach nothing else (with --allow-network); a host named here may resolve to a "
+        "private address (an internal mirror).",
+    )
+    s.add_argument(
         "--repo-root",
         dest="repo_roots",
         type=Path,
@@ -154,6 +165,7 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from dockyard.sandbox import egress
     from dockyard.sandbox.isolation import IsolationError, resolve
 
     try:
@@ -180,6 +192,7 @@ def serve(args: argparse.Namespace) -> int:
         env_cache_dir=args.env_cache_dir,
         work_dir=args.work_dir,
         allow_network=args.allow_network,
+        registries=args.registries,
         drain_timeout_s=args.drain_timeout,
         cache_max_bytes=int(args.cache_max_gb * (1 << 30)),
         isolation=isolation,
@@ -191,6 +204,10 @@ def serve(args: argparse.Namespace) -> int:
         keep_results_bytes=int(args.keep_results_mb * (1 << 20)),
         result_ttl_s=args.result_ttl,
     )
+    for host in args.registries:
+        if egress.normalize_host(host) is None:
+            print(f"dockyard-sandbox: --registry {host!r}: expected a host name", file=sys.stderr)
+            return 2
     for root in args.repo_roots:
         if not root.is_dir():
             print(f"dockyard-sandbox: --repo-root {root}: no such directory", file=sys.stderr)

@@ -4,14 +4,16 @@
 Dockerfile). Those already installed on the host (dpkg's status file) need nothing. The others
 are put into the environment's prefix at build time, without root and without touching the host:
 
-1. One jail (:func:`apt_jail`): the build's unprivileged uid, the host network (only when the
-   operator runs the service with ``--allow-network``), the host's dpkg status file read-only
+1. One jail (:func:`apt_jail`): the build's unprivileged uid, its own network namespace whose
+   only way out is the build's registry proxy (``egress.py``: the host's apt mirrors, PyPI and
+   the operator's ``--registry`` hosts, ports 80/443; only when the operator runs the service
+   with ``--allow-network``), the host's dpkg status file read-only
    at /opt/dpkg-status, and a fixed command and environment (nothing of the task's spec
    reaches it but the validated package names, after ``--``; root-only files such as
    /etc/apt/auth.conf.d stay unreadable). There apt works on private state in the jail's
    /tmp (``Dir::State``/``Dir::Cache``/``Dir::Log`` there, ``Debug::NoLocking``):
    ``apt-get update`` from the host's own sources (``/etc/apt/sources.list*``: the operator's
-   mirrors, keys and proxy settings), ``apt-get -s install --no-install-recommends`` computes
+   mirrors and keys; ``Acquire::http(s)::Proxy`` is the build's proxy, whatever the host sets), ``apt-get -s install --no-install-recommends`` computes
    the closure against what the host has installed, and only packages *new* to the host are
    fetched (``apt-get download``; never an upgrade of a host package, so no host library is ever
    shadowed) and unpacked with ``dpkg-deb -x`` into ``<prefix>/root`` (/opt/env/root). No
@@ -43,9 +45,11 @@ import os
 import platform
 import re
 import stat
+import sys
 import sysconfig
 from pathlib import Path
 
+from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import ENV_MOUNT
 from dockyard.sandbox.jailspec import JailSpec
 from dockyard.sandbox.models import Limits
@@ -64,7 +68,9 @@ mkdir -p "$A/lists/partial" "$A/cache/archives/partial" "$A/log" "$A/debs" || ex
 apt() {
   apt-get -q -o Dir::State="$A" -o Dir::State::Lists="$A/lists" \
     -o Dir::State::status=/opt/dpkg-status -o Dir::Cache="$A/cache" -o Dir::Log="$A/log" \
-    -o Debug::NoLocking=1 -o Acquire::Languages=none -o APT::Install-Recommends=false "$@"
+    -o Debug::NoLocking=1 -o Acquire::Languages=none -o APT::Install-Recommends=false \
+    -o Acquire::http::Proxy="$http_proxy" -o Acquire::https::Proxy="$https_proxy" \
+    -o Acquire::http::Pipeline-Depth=0 "$@"
 }
 echo "## apt-get update"
 apt update || exit 10
@@ -99,24 +105,35 @@ def missing_packages(wanted: list[str], installed: set[str]) -> list[str]:
 
 
 def apt_jail(
-    packages: list[str], workspace: Path, prefix: Path, uid: int, limits: Limits, timeout_s: float
+    packages: list[str],
+    workspace: Path,
+    prefix: Path,
+    uid: int,
+    limits: Limits,
+    timeout_s: float,
+    proxy: tuple[str, str] | None = None,
+    python: str = sys.executable,
 ) -> JailSpec:
     """The jail that fetches and unpacks ``packages`` into ``prefix/root`` (module doc, step 1).
-    The names are validated Debian package names (``EnvSpec``): they follow ``--``."""
+    The names are validated Debian package names (``EnvSpec``): they follow ``--``. ``proxy``:
+    the bind of the build's registry proxy (``egress.Proxy.bind``; without it, no network);
+    ``python`` runs its forwarder in the jail."""
     for p in packages:
         if not re.fullmatch(r"[a-z0-9][a-z0-9+.\-]*(?::[a-z0-9]+)?", p):
             raise ValueError(f"{p!r} is not a Debian package name")
+    argv = ["/bin/sh", "-c", _SCRIPT, "apt-provision", *packages]
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
     return JailSpec(
-        argv=["/bin/sh", "-c", _SCRIPT, "apt-provision", *packages],
+        argv=egress.wrap_argv(python, argv) if proxy else argv,
         workspace=workspace,
         uid=uid,
         limits=limits,
         timeout_s=timeout_s,
-        network=True,
+        network=False,
         cwd="/tmp",
-        ro_binds=[(DPKG_STATUS, STATUS_MOUNT)],
+        ro_binds=[(DPKG_STATUS, STATUS_MOUNT), *([proxy] if proxy else [])],
         binds=[(str(prefix), ENV_MOUNT)],
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"},
+        env=env | egress.jail_env() if proxy else env,
         name="prov-apt",
     )
 

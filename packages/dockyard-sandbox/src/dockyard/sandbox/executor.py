@@ -68,6 +68,7 @@ class Context:
     uids: UidPool
     trusted_root: Path
     allow_network: bool = False
+    registries: tuple[str, ...] = ()  # extra hosts provisioning may reach (egress.py)
     isolation: str = "bwrap"  # bwrap | unshare | none (resolved by isolation.resolve)
     zygote: Zygote | None = None  # runs test phases in pre-started interpreters (zygote.py)
     provisioner: Any = None  # provision.Provisioner: a task's ``environment`` (set by the app)

@@ -12,8 +12,9 @@ after the build)::
     env.json   the spec (for humans); ``log.txt`` the build's output; ``ok`` the completion mark.
 
 The build (:meth:`Provisioner.get`): under a per-key lock, each ``run`` step runs in a jail of
-its own (a fresh unprivileged uid, pid/mount/ipc namespaces, cgroup limits, the host network
-only with ``spec.network`` *and* the operator's ``--allow-network``) whose only writable places
+its own (a fresh unprivileged uid, pid/mount/ipc/network namespaces, cgroup limits; with
+``spec.network`` *and* the operator's ``--allow-network``, a way out to the package registries
+only: the build's allowlisting proxy, ``egress.py``) whose only writable places
 are the build's tree (at ``/workspace`` and the workdir) and prefix (at /opt/env), both on
 size- and inode-capped tmpfs workspaces, and its own /tmp. The system stays read-only (the base
 is the sandbox's own root file system), so steps cannot write outside the build. Only when every
@@ -26,9 +27,12 @@ step succeeded are the results copied into the cache, made root-owned and read-o
 ``host_packages`` already on the host (its dpkg status file) need nothing; the others are
 fetched by apt in a jail of their own before the steps and unpacked with ``dpkg-deb -x`` into
 ``prefix/root`` (/opt/env/root, on ``PATH`` after the system and on ``LD_LIBRARY_PATH``), no
-maintainer scripts (``debs.py``). That jail has the network only when the operator runs the
-service with ``--allow-network`` (its command is the service's own, the task supplies only
-validated package names); without it a missing package fails :meth:`Provisioner.get` at once.
+maintainer scripts (``debs.py``). That jail reaches the registries (through the same proxy)
+only when the operator runs the service with ``--allow-network`` (its command is the service's
+own, the task supplies only validated package names); without it a missing package fails
+:meth:`Provisioner.get` at once. The proxy lives as long as the build: started before the first
+jail that needs it, closed (its socket dir removed) when the build ends, however it ends; what it
+refused is in the build log (``## egress: refused (403): ...``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from dockyard.sandbox import egress
 from dockyard.sandbox.debs import DEB_ROOT, DebError, apt_jail, deb_env, failure, missing_packages
 from dockyard.sandbox.debs import sanitize as sanitize_debs
 from dockyard.sandbox.envspec import ENV_MOUNT, EnvSpec
@@ -237,13 +242,20 @@ class Provisioner:
         prefix = wss.create(f"p-{key[:12]}-{tag}-p", uid, lim.disk_mb, lim.inodes)
         tmp = self.root / f".build-{key}-{tag}"
         log: list[str] = []
+        proxy: egress.Proxy | None = None
         try:
+            if missing or (spec.network and any(s.run for s in spec.steps)):
+                allow = egress.Allowlist.build(getattr(ctx, "registries", ()))
+                proxy = egress.Proxy(self.root / f".egress-{key[:12]}-{tag}", uid, allow)
+                log.append(f"## network: only the package registries ({allow.describe()})\n")
             (prefix / "bin").mkdir()
             (prefix / "site").mkdir()
             self._pip_wrappers(prefix / "bin")
             _chown_tree(prefix, uid)
             deadline = time.monotonic() + spec.timeout_s
-            has_debs = bool(missing) and self._apt(missing, uid, tree, prefix, spec.timeout_s, log)
+            has_debs = bool(missing) and self._apt(
+                missing, uid, tree, prefix, spec.timeout_s, log, proxy
+            )
             for i, step in enumerate(spec.steps, 1):
                 if step.files is not None:
                     self._extract(step.files, tree, i)
@@ -257,7 +269,7 @@ class Provisioner:
                         f"step {i}: the environment's timeout_s={spec.timeout_s} ran out",
                         "".join(log),
                     )
-                self._run(spec, step.run, i, uid, tree, prefix, left, log, has_debs)
+                self._run(spec, step.run, i, uid, tree, prefix, left, log, has_debs, proxy)
             (prefix / "bin" / "pip").unlink()  # episodes have no pip (and no network)
             (prefix / "bin" / "pip3").unlink()
             tmp.mkdir()
@@ -273,6 +285,8 @@ class Provisioner:
                 f"provisioning ran out of room or failed: {e}", "".join(log)
             ) from e
         finally:
+            if proxy is not None:
+                proxy.close()
             shutil.rmtree(tmp, ignore_errors=True)
             wss.destroy(tree)
             wss.destroy(prefix)
@@ -310,26 +324,38 @@ class Provisioner:
         timeout_s: float,
         log: list[str],
         with_debs: bool = False,
+        proxy: egress.Proxy | None = None,
     ) -> None:
         ctx = self.ctx
         rw = [(str(prefix), ENV_MOUNT)]
         if spec.workdir != WORKSPACE:
             rw.append((str(tree), spec.workdir))
+        argv = ["/bin/sh", "-c", command]
+        env = jail_env(spec, building=True, debs=with_debs)
+        net = spec.network and proxy is not None
+        if net:
+            assert proxy is not None
+            argv = egress.wrap_argv(sys.executable, argv)
+            env |= egress.jail_env()  # the only way out; a spec's own proxy could not be reached
         js = JailSpec(
-            argv=["/bin/sh", "-c", command],
+            argv=argv,
             workspace=tree,
             uid=uid,
             limits=BUILD_LIMITS,
             timeout_s=timeout_s,
-            network=spec.network,
+            network=False,  # own netns; out only through the proxy
             cwd=spec.workdir,
+            ro_binds=[proxy.bind()] if net and proxy else [],
             binds=rw,
-            env=jail_env(spec, building=True, debs=with_debs),
+            env=env,
             name=f"prov-{uuid.uuid4().hex[:12]}",
             isolation=ctx.isolation,  # type: ignore[attr-defined]
         )
         o = jail_run(js, ctx.probe)  # type: ignore[attr-defined]
-        log.append(f"## step {i}: RUN {command}\n{o.stdout}{o.stderr}## exit {o.exit_code}\n")
+        refused = proxy.drain() if proxy else ""
+        log.append(
+            f"## step {i}: RUN {command}\n{o.stdout}{o.stderr}{refused}## exit {o.exit_code}\n"
+        )
         why = (
             "timed out" if o.timed_out else "ran out of memory" if o.oom
             else "hit the process limit" if o.pids_limit
@@ -346,15 +372,19 @@ class Provisioner:
         prefix: Path,
         timeout_s: float,
         log: list[str],
+        proxy: egress.Proxy | None = None,
     ) -> bool:
         """Fetch and unpack the packages the host lacks into ``prefix/root`` (``debs.py``)."""
         root = prefix / DEB_ROOT
         root.mkdir()
         os.chown(root, uid, uid)
-        js = apt_jail(packages, tree, prefix, uid, BUILD_LIMITS, timeout_s)
+        js = apt_jail(
+            packages, tree, prefix, uid, BUILD_LIMITS, timeout_s,
+            proxy=proxy.bind() if proxy else None, python=sys.executable,
+        )  # fmt: skip
         js.isolation = self.ctx.isolation  # type: ignore[attr-defined]
         o = jail_run(js, self.ctx.probe)  # type: ignore[attr-defined]
-        out = f"{o.stdout}{o.stderr}"
+        out = f"{o.stdout}{o.stderr}{proxy.drain() if proxy else ''}"
         log.append(f"## apt packages {' '.join(packages)}\n{out}## exit {o.exit_code}\n")
         limit = "timed out" if o.timed_out else "ran out of memory" if o.oom else (
             "hit the process limit" if o.pids_limit else "")  # fmt: skip
