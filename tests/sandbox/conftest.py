@@ -4,13 +4,17 @@
 :func:`dockyard.sandbox.launch.start_service`; ``sandbox`` is a sync client to it. Other
 packages' tests can copy these two fixtures. ``repo_root`` is the one directory that service
 takes server repositories from (``--repo-root``): tests that name a ``repo.path`` make it there.
+``net_sandbox`` is a client of a second service, started with ``--allow-network`` (provisioning
+that reaches the package registries), shared by the session; ``reachable(host, port)`` says
+whether this host can open a TCP connection there (a test that needs a registry skips if not).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,4 +45,25 @@ def sandbox_service(repo_root: Path) -> Iterator[ServiceHandle]:
 @pytest.fixture(scope="module")
 def sandbox(sandbox_service: ServiceHandle) -> Iterator[SandboxClient]:
     with sandbox_service.client() as c:
+        yield c
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def reachable() -> Callable[[str, int], bool]:
+    return _reachable
+
+
+@pytest.fixture(scope="session")
+def net_sandbox() -> Iterator[SandboxClient]:
+    _need_bwrap()
+    svc: ServiceHandle
+    with start_service(workers=1, extra_args=["--allow-network"]) as svc, svc.client() as c:
         yield c

@@ -6,10 +6,8 @@ tests use the real bwrap sandbox and the real PyPI (skipped when it cannot be re
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,6 @@ from dockyard.sandbox.egress import (
     normalize_host,
 )
 from dockyard.sandbox.envspec import EnvSpec
-from dockyard.sandbox.launch import ServiceHandle, start_service
 
 
 # -- unit: the allowlist ----------------------------------------------------------------------
@@ -131,23 +128,6 @@ def test_proxy_refuses_other_hosts_ports_and_private_addresses(tmp_path: Path):
 
 
 # -- the real service: a registry is reachable, nothing else ------------------------------------
-def _reachable(host: str, port: int) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=5).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def net_sandbox() -> Iterator[SandboxClient]:
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is not installed: apt-get install -y bubblewrap")
-    svc: ServiceHandle
-    with start_service(workers=1, extra_args=["--allow-network"]) as svc, svc.client() as c:
-        yield c
-
-
 def _build_fails(c: SandboxClient, command: str) -> str:
     spec = EnvSpec.model_validate({"network": True, "steps": [{"run": command}]})
     with pytest.raises(SandboxRequestError) as e:
@@ -157,8 +137,8 @@ def _build_fails(c: SandboxClient, command: str) -> str:
     return e.value.detail["log"]
 
 
-def test_pip_install_reaches_pypi_through_the_proxy(net_sandbox: SandboxClient):
-    if not _reachable("pypi.org", 443):
+def test_pip_install_reaches_pypi_through_the_proxy(net_sandbox: SandboxClient, reachable):
+    if not reachable("pypi.org", 443):
         pytest.skip("pypi.org cannot be reached from this host")
     spec = EnvSpec.model_validate({
         "network": True,

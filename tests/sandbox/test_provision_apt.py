@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,6 @@ from dockyard.sandbox.client import SandboxClient, SandboxRequestError
 from dockyard.sandbox.debs import DebError, apt_jail, failure, missing_packages, sanitize
 from dockyard.sandbox.egress import MOUNT
 from dockyard.sandbox.envspec import EnvSpec
-from dockyard.sandbox.launch import ServiceHandle, start_service
 from dockyard.sandbox.models import Limits, Verdict
 from dockyard.sandbox.provision import installed_host_packages
 
@@ -101,23 +98,12 @@ def test_names_and_messages():
 
 
 # -- the service with --allow-network ---------------------------------------------------------
-def _mirror_reachable() -> bool:
-    try:
-        socket.create_connection((MIRROR, 80), timeout=5).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def net_sandbox() -> Iterator[SandboxClient]:
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is not installed: apt-get install -y bubblewrap")
-    if not _mirror_reachable():
+@pytest.fixture
+def apt_sandbox(net_sandbox: SandboxClient, reachable) -> SandboxClient:
+    """The ``--allow-network`` service (conftest), when the Debian mirror can be reached."""
+    if not reachable(MIRROR, 80):
         pytest.skip(f"the Debian mirror {MIRROR} cannot be reached from this host")
-    svc: ServiceHandle
-    with start_service(workers=1, extra_args=["--allow-network"]) as svc, svc.client() as c:
-        yield c
+    return net_sandbox
 
 
 def _missing_tools() -> list[str]:
@@ -127,43 +113,43 @@ def _missing_tools() -> list[str]:
     return missing
 
 
-def test_missing_packages_are_provisioned_rootless(net_sandbox: SandboxClient):
+def test_missing_packages_are_provisioned_rootless(apt_sandbox: SandboxClient):
     pkgs = _missing_tools()
     lib_missing = "liblzo2-2" not in installed_host_packages()
     spec = EnvSpec.model_validate({
         "workdir": "/app", "host_packages": ["bash", *pkgs],  # bash: on the host, untouched
         "steps": [{"run": f"{TOOLS[pkgs[0]]} > built-with.txt"}],  # steps see them too
     })  # fmt: skip
-    sid = net_sandbox.create_session({"environment": spec.model_dump()})
+    sid = apt_sandbox.create_session({"environment": spec.model_dump()})
     try:
         cmds = "; ".join(TOOLS[p] for p in pkgs)
-        r = net_sandbox.exec(sid, f"set -e; {cmds}; cat built-with.txt; command -v {pkgs[0]}")
+        r = apt_sandbox.exec(sid, f"set -e; {cmds}; cat built-with.txt; command -v {pkgs[0]}")
         assert r.exit_code == 0, r
         for p in pkgs:
             assert p in r.stdout.lower(), r.stdout
         assert r.stdout.strip().endswith(f"/opt/env/root/usr/bin/{pkgs[0]}")
         if "lzop" in pkgs and lib_missing:  # the library came from the prefix
-            lib = net_sandbox.exec(sid, "ldd $(command -v lzop) | grep liblzo2")
+            lib = apt_sandbox.exec(sid, "ldd $(command -v lzop) | grep liblzo2")
             assert "=> /opt/env/root/" in lib.stdout, lib
         # read-only, nothing of it on the host, no set-id file anywhere in it
-        r = net_sandbox.exec(
+        r = apt_sandbox.exec(
             sid, "touch /opt/env/root/x 2>&1; find /opt/env/root -perm /6000 | wc -l"
         )
         assert "Read-only file system" in r.stdout
         assert r.stdout.split()[-1] == "0"
     finally:
-        net_sandbox.delete_session(sid)
+        apt_sandbox.delete_session(sid)
     assert all(shutil.which(p) is None for p in pkgs)  # never installed on the host
     # a one-shot task naming the (now cached) environment runs them too
-    res = net_sandbox.run_task({"test_command": TOOLS[pkgs[-1]], "environment": spec.model_dump()})
+    res = apt_sandbox.run_task({"test_command": TOOLS[pkgs[-1]], "environment": spec.model_dump()})
     assert res.verdict == Verdict.passed, res
     assert pkgs[-1] in (res.stdout + res.stderr).lower()
 
 
-def test_unknown_package_fails_with_apt_output(net_sandbox: SandboxClient):
+def test_unknown_package_fails_with_apt_output(apt_sandbox: SandboxClient):
     spec = EnvSpec.model_validate({"host_packages": ["dockyard-no-such-package"]})
     with pytest.raises(SandboxRequestError) as e:
-        net_sandbox.create_session({"environment": spec.model_dump()})
+        apt_sandbox.create_session({"environment": spec.model_dump()})
     assert e.value.status == 422
     assert "dockyard-no-such-package" in e.value.detail["provision_failed"]
     assert "Unable to locate package" in e.value.detail["log"]
