@@ -94,6 +94,25 @@ def build_model(seed: int) -> Path:
     )
 
 
+def sft_worker(model_dir: Path, batch_size: int, lr: float, seed: int) -> Any:
+    """The torch worker both quickstarts' SFT warm starts train: float32, no reference policy,
+    micro-batches of ``batch_size``, AdamW at ``lr`` without weight decay, clipping at 1."""
+    from dockyard.torch.worker import TorchPolicyWorker
+
+    return TorchPolicyWorker(
+        {
+            "model_name": str(model_dir),
+            "precision": "float32",
+            "train_micro_batch_size": batch_size,
+            "logprob_batch_size": batch_size,
+            "max_grad_norm": 1.0,
+            "reference_policy": False,
+            "seed": seed,
+            "optimizer": {"lr": lr, "weight_decay": 0.0},
+        }
+    )
+
+
 def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: bool) -> Path:
     """SFT on imperfect demonstrations; returns the HF folder of the warm-started model.
 
@@ -111,21 +130,9 @@ def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: 
         return out_dir
 
     from dockyard.envs.expression import demonstrations, load_tasks
-    from dockyard.torch.worker import TorchPolicyWorker
     from dockyard.train.algorithms.sft import sft
 
-    worker = TorchPolicyWorker(
-        {
-            "model_name": str(model_dir),
-            "precision": "float32",
-            "train_micro_batch_size": 64,
-            "logprob_batch_size": 64,
-            "max_grad_norm": 1.0,
-            "reference_policy": False,
-            "seed": seed,
-            "optimizer": {"lr": SFT_DEFAULTS["lr"], "weight_decay": 0.0},
-        }
-    )
+    worker = sft_worker(model_dir, batch_size=64, lr=SFT_DEFAULTS["lr"], seed=seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     examples = demonstrations(
         load_tasks("train"),

@@ -109,7 +109,7 @@ def warm_start(
     import numpy as np
     from transformers import AutoTokenizer
 
-    from dockyard.train.cli.quickstart import MAX_POSITIONS, _Bar
+    from dockyard.train.cli.quickstart import MAX_POSITIONS, _Bar, sft_worker
 
     stamp = out_dir / "warm_start.json"
     settings = {
@@ -126,21 +126,9 @@ def warm_start(
     from dockyard.core.rl import MaskedNLLLoss
     from dockyard.envs.expression import load_tasks
     from dockyard.envs.expression_agent import demonstrations
-    from dockyard.torch.worker import TorchPolicyWorker
 
     bs = SFT_DEFAULTS["batch_size"]
-    worker = TorchPolicyWorker(
-        {
-            "model_name": str(model_dir),
-            "precision": "float32",
-            "train_micro_batch_size": bs,
-            "logprob_batch_size": bs,
-            "max_grad_norm": 1.0,
-            "reference_policy": False,
-            "seed": seed,
-            "optimizer": {"lr": SFT_DEFAULTS["lr"], "weight_decay": 0.0},
-        }
-    )
+    worker = sft_worker(model_dir, batch_size=bs, lr=SFT_DEFAULTS["lr"], seed=seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     episodes = demonstrations(
         load_tasks("train"),
