@@ -14,7 +14,7 @@ from dockyard.sandbox.executor import outcomes_from_calls, outcomes_from_report
 from dockyard.sandbox.integrity import is_neutralised, pytest_section
 from dockyard.sandbox.models import FunctionTests, Task
 from dockyard.sandbox.patches import parse
-from dockyard.sandbox.paths import UnsafePath, check_rel, force_write, read_confined, resolve_in
+from dockyard.sandbox.paths import UnsafePath, check_no_links, check_rel, force_write, read_file
 from dockyard.sandbox.repos import RepoError, safe_extract
 from dockyard.sandbox.testing import CALC_FIX, make_tarball
 
@@ -39,10 +39,10 @@ def test_resolve_and_write_never_follow_links(tmp_path: Path) -> None:
     root.mkdir()
     (root / "link").symlink_to(outside)
     with pytest.raises(UnsafePath):
-        resolve_in(root, "link/x")
+        check_no_links(root, "link/x")
     (root / "f").symlink_to("/etc/passwd")
     with pytest.raises(UnsafePath):
-        read_confined(root, "f", 1 << 20)
+        read_file(root, "f", 1 << 20)
     # force_write replaces a symlink leaf or parent instead of writing through it
     force_write(root, "link/x", b"data", uid=0, gid=0)
     assert list(outside.iterdir()) == []
@@ -156,9 +156,9 @@ def test_neutralised_and_config_sections(tmp_path: Path) -> None:
     assert is_neutralised("sitecustomize.py")
     assert not is_neutralised("tests/test_conftest.py")
     (tmp_path / "pyproject.toml").write_text("[project]\nname='x'\n")
-    assert pytest_section(tmp_path / "pyproject.toml") is None
+    assert pytest_section(tmp_path, "pyproject.toml") is None
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts='-x'\n")
-    assert pytest_section(tmp_path / "pyproject.toml") is not None
+    assert pytest_section(tmp_path, "pyproject.toml") is not None
 
 
 def test_task_validation_names_the_field() -> None:

@@ -45,7 +45,7 @@ from dockyard.sandbox.models import (
     Usage,
     Verdict,
 )
-from dockyard.sandbox.paths import UnsafePath, force_write, resolve_in
+from dockyard.sandbox.paths import FULL_ERRNOS, UnsafePath, check_no_links, force_write
 from dockyard.sandbox.provision import Provisioned, ProvisionFailed
 from dockyard.sandbox.repos import _GIT_ENV, RepoCache, RepoError
 from dockyard.sandbox.toolchain import TASK_MOUNT, WORKSPACE, runner_argv
@@ -91,8 +91,6 @@ class LimitHit(Exception):
     never ``infra_error``, which the trainer masks instead of scoring)."""
 
 
-# errno values of a write that ran out of room: space or inodes (ENOSPC), quota, file size.
-_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _FULL_TEXT = ("No space left on device", "Disk quota exceeded", "File too large")
 
 
@@ -111,7 +109,7 @@ def _room(run: _Run, what: str) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        if e.errno in _FULL:
+        if e.errno in FULL_ERRNOS:  # space or inodes, quota, file size, links
             raise LimitHit(_full_detail(run.ws, run.task.limits, what)) from e
         raise
 
@@ -215,11 +213,11 @@ def patch_apply_fn(task: Task) -> ApplyFn:
     def apply(ws: Path, uid: int) -> list[str]:
         info = patches.parse(task.patch)
         for rel in info.touched:
-            resolve_in(ws, rel)  # no symlinks on the way (existing ones in the base tree)
+            check_no_links(ws, rel)  # no symlinks on the way (existing ones in the base tree)
         git_apply(ws, task.patch, uid)
         touched = list(info.touched)
         for rel, content in task.files.items():
-            resolve_in(ws, rel)
+            check_no_links(ws, rel)
             force_write(ws, rel, content.encode(), uid=uid, gid=uid, mode=0o644)
             touched.append(rel)
         return touched

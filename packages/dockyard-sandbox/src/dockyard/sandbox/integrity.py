@@ -13,13 +13,11 @@
 from __future__ import annotations
 
 import configparser
-import os
 import shutil
-import stat
 import tomllib
 from pathlib import Path
 
-from dockyard.sandbox.paths import UnsafePath, force_write, remove_any, resolve_in
+from dockyard.sandbox.paths import UnsafePath, check_no_links, force_write, read_file, remove
 
 NEUTRALISED = {"conftest.py", "sitecustomize.py", "usercustomize.py"}
 CONFIG_FILES = ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
@@ -30,16 +28,25 @@ def is_neutralised(rel: str) -> bool:
     return name in NEUTRALISED or name.endswith(".pth")
 
 
-def pytest_section(path: Path) -> str | None:
-    """The pytest-relevant part of a config file (``None`` when absent)."""
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def file_bytes(root: Path, rel: str) -> bytes | None:
+    """The regular file ``root/rel`` read by fds (paths.py), None if it is missing, not a
+    regular file, reached through a link, or too large to be a config (then compared raw)."""
     try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        text = path.read_text(errors="replace")
-    except OSError:
+        return read_file(root, rel, MAX_CONFIG_BYTES)
+    except (FileNotFoundError, NotADirectoryError, UnsafePath):
         return None
-    name = path.name
+
+
+def pytest_section(root: Path, rel: str) -> str | None:
+    """The pytest-relevant part of the config file ``root/rel`` (``None`` when absent)."""
+    raw = file_bytes(root, rel)
+    if raw is None:
+        return None
+    text = raw.decode(errors="replace")
+    name = rel.rsplit("/", 1)[-1]
     try:
         if name == "pytest.ini":
             return text
@@ -56,23 +63,22 @@ def pytest_section(path: Path) -> str | None:
 
 def revert(ws: Path, base: Path, rel: str, uid: int) -> None:
     """Put ``rel`` back as it is in ``base`` (delete it if the base has none)."""
+    original = file_bytes(base, rel)
+    if original is not None:
+        force_write(ws, rel, original, uid=uid, gid=uid, mode=0o644)
+        return
     try:
-        target = resolve_in(ws, rel)
+        check_no_links(ws, rel)
     except UnsafePath:
-        target = None
-    src = base / rel
-    if os.path.isfile(src) and not os.path.islink(src):
-        force_write(ws, rel, src.read_bytes(), uid=uid, gid=uid, mode=0o644)
-    elif target is not None:
-        remove_any(target)
+        return  # under a link: nothing of the tree is there to remove
+    remove(ws, rel)
 
 
 def trusted_pytest_config(base: Path, dest_dir: Path) -> str:
     """Copy the base tree's pytest config into ``dest_dir``; return its file name."""
     for name in CONFIG_FILES:
-        p = base / name
-        if pytest_section(p) is not None:
-            shutil.copyfile(p, dest_dir / name)
+        if pytest_section(base, name) is not None:
+            shutil.copyfile(base / name, dest_dir / name)
             return name
     (dest_dir / "pytest.ini").write_text("[pytest]\n")
     return "pytest.ini"
@@ -83,14 +89,11 @@ def check_touched(ws: Path, base: Path, touched: list[str], uid: int) -> list[st
     flagged: list[str] = []
     for rel in touched:
         if is_neutralised(rel):
-            before = (base / rel).read_bytes() if (base / rel).is_file() else None
-            now_p = ws / rel
-            now = now_p.read_bytes() if now_p.is_file() and not now_p.is_symlink() else None
-            if before != now:
+            if file_bytes(base, rel) != file_bytes(ws, rel):
                 revert(ws, base, rel, uid)
                 flagged.append(rel)
-        elif rel.rsplit("/", 1)[-1] in CONFIG_FILES and pytest_section(
-            base / rel
-        ) != pytest_section(ws / rel):
+        elif rel.rsplit("/", 1)[-1] in CONFIG_FILES and pytest_section(base, rel) != pytest_section(
+            ws, rel
+        ):
             flagged.append(rel)
     return flagged

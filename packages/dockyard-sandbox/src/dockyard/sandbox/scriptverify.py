@@ -2,8 +2,9 @@
 
 Run by a session's ``finish`` with ``FinishRequest.script``. Never inside the sandbox the
 agent drove: the session's workspace is copied whole (``.git`` included: a Harbor task may be
-about commits) into a fresh workspace — without following links, ownership reset to a fresh
-uid, nothing of the agent still running there — and a fresh jail runs ``script.command`` with
+about commits) into a fresh workspace — by fds, links copied as links and never followed
+(trees.py), with the session's terminal frozen meanwhile, ownership reset to a fresh uid,
+nothing of the agent running there — and a fresh jail runs ``script.command`` with
 
 * ``/tests``   the held-out files (``script.files``), root-owned and read-only: the agent's
   jails never mount them (threat 22), and the code under test cannot edit them;
@@ -23,22 +24,24 @@ defence.
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import json
 import math
 import os
-import subprocess
+import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from dockyard.sandbox.envspec import LOGS_MOUNT, TESTS_MOUNT, ScriptTests
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
 from dockyard.sandbox.models import Limits, TaskResult, Timings, Verdict
-from dockyard.sandbox.paths import UnsafePath, check_rel, force_write, read_confined
+from dockyard.sandbox.paths import FULL_ERRNOS, UnsafePath, check_rel, force_write, read_file
 from dockyard.sandbox.provision import Provisioned
 from dockyard.sandbox.toolchain import WORKSPACE
+from dockyard.sandbox.trees import TreeTooLarge, copy_tree
 
 REWARD_CAP = 64 << 10
 
@@ -47,7 +50,7 @@ def parse_reward(logs: Path) -> tuple[float, str]:
     """(reward, error) from ``logs/verifier``; error "" when a usable number was found."""
     for name in ("reward.txt", "reward.json"):
         try:
-            raw = read_confined(logs, f"verifier/{name}", REWARD_CAP)
+            raw = read_file(logs, f"verifier/{name}", REWARD_CAP)
         except FileNotFoundError:
             continue
         except (UnsafePath, OSError) as e:
@@ -77,23 +80,17 @@ def parse_reward(logs: Path) -> tuple[float, str]:
 
 
 def copy_workspace(src: Path, dest: Path, uid: int) -> str:
-    """``cp -a`` (links copied as links, never followed) then owned by ``uid``; returns why it
-    did not fit ("" when it did)."""
-    r = subprocess.run(
-        ["cp", "-a", "--reflink=auto", "--", f"{src}/.", str(dest)],
-        capture_output=True,
-        timeout=600,
-    )
-    err = r.stderr.decode(errors="replace")[-300:]
-    if r.returncode != 0:
-        if "No space left" in err or "quota" in err or "File too large" in err:
-            return f"the workspace does not fit the verifier's limits: {err}"
-        raise OSError(errno.EIO, f"copying the workspace failed: {err}")
-    r = subprocess.run(
-        ["chown", "-R", "-h", f"{uid}:{uid}", "--", str(dest)], capture_output=True, timeout=600
-    )
-    if r.returncode != 0:
-        raise OSError(errno.EIO, f"chown of the verifier workspace failed: {r.stderr[-300:]!r}")
+    """Copy ``src`` into ``dest`` by fds (trees.py: links as links, special files left out),
+    everything owned by ``uid``; returns why it did not fit ("" when it did): a copy past the
+    verifier's limits or the walk's bounds is the workspace's content, a ``resource_limit``."""
+    try:
+        copy_tree(src, dest, uid=uid, gid=uid)
+    except TreeTooLarge as e:
+        return f"the workspace is too large to verify: {e}"
+    except OSError as e:
+        if e.errno in FULL_ERRNOS:
+            return f"the workspace does not fit the verifier's limits: {e.strerror}"
+        raise
     return ""
 
 
@@ -111,7 +108,7 @@ def run_script(
     ctx: object,
     *,
     source: Path,
-    lock: object,
+    still: Callable[[], contextlib.AbstractContextManager[object]],
     env: Provisioned | None,
     script: ScriptTests,
     limits: Limits,
@@ -120,7 +117,8 @@ def run_script(
     metadata: dict,
     task_id: str,
 ) -> TaskResult:
-    """See the module docstring. ``source`` (the session's workspace) is copied under ``lock``."""
+    """See the module docstring. ``source`` (the session's workspace) is copied inside
+    ``still()``: the session's lock, its terminal frozen."""
     t0 = time.monotonic()
     c = ctx
     tag = uuid.uuid4().hex[:12]
@@ -136,7 +134,7 @@ def run_script(
     try:
         ws = wss.create(f"v-{tag}", uid, limits.disk_mb, limits.inodes)
         made.append(ws)
-        with lock:  # type: ignore[attr-defined]
+        with still():
             full = copy_workspace(source, ws, uid)
         if full:
             return result(Verdict.resource_limit, detail=full, reward=0.0)
@@ -195,8 +193,6 @@ def run_script(
             detail=detail, **common,
         )  # fmt: skip
     finally:
-        import shutil
-
         shutil.rmtree(tests, ignore_errors=True)
         for p in made:
             wss.destroy(p)

@@ -1,25 +1,30 @@
 """Multi-turn sessions: a persistent workspace an agent drives through ``exec`` and files.
 
-Every ``exec`` is a fresh jail over the session's workspace (nothing of the agent keeps
-running between calls, so the service's file operations cannot be raced). ``finish`` never
-trusts that workspace: it computes the diff against the base tree (regular files only; new
-symlinks are refused) and evaluates it like a one-shot patch in a *fresh* sandbox with the
-held-out tests. Sessions idle for longer than their ``ttl_s`` are reaped.
+Every ``exec`` is a fresh jail over the session's workspace, whose processes die with it (its pid
+namespace). The session's terminal (``tty``: a tmux server in a long-lived jail of the session,
+tty.py, killed with the session) is different: its processes keep running between calls and
+can change the workspace while the service reads or writes it. So every host-side operation on
+a workspace goes through paths.py / trees.py (by fds from the workspace's root, nothing
+followed, nothing opened by name), and ``finish``, which needs a consistent tree, reads it with
+the terminal's processes frozen (freezer.py) and thaws them after.
+
+``finish`` never trusts the workspace: it computes the diff against the base tree (regular files
+only; new symlinks are refused) and evaluates it like a one-shot patch in a *fresh* sandbox with
+the held-out tests. What the workspace's content can make fail — a name too long, a tree too deep
+or too large, a name that is not UTF-8 — is a verdict (``patch_rejected`` / ``resource_limit``),
+never ``infra_error``. Sessions idle for longer than their ``ttl_s`` are reaped.
 
 A session may start from a provisioned environment (``SessionCreate.environment``,
 provision.py: its tree is the start — or, given a ``repo`` too, the repo is and the environment
-contributes its prefix —, the prefix mounted read-only in every jail and in ``finish``), keep one
-persistent terminal (``tty``: a tmux server in a long-lived jail of the session, tty.py, killed
-with the session) and be finished by a Harbor-style script verifier (``FinishRequest.script``,
-scriptverify.py: the whole workspace copied into a fresh jail, the reward file is the reward).
+contributes its prefix —, the prefix mounted read-only in every jail and in ``finish``) and be
+finished by a Harbor-style script verifier (``FinishRequest.script``, scriptverify.py: the whole
+workspace copied into a fresh jail, the reward file is the reward).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import stat
 import threading
 import time
 import uuid
@@ -29,6 +34,7 @@ from pathlib import Path
 
 from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import ApplyFn, Context, execute
+from dockyard.sandbox.freezer import frozen
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
 from dockyard.sandbox.models import (
@@ -42,16 +48,18 @@ from dockyard.sandbox.models import (
     Verdict,
 )
 from dockyard.sandbox.paths import (
+    FULL_ERRNOS,
     UnsafePath,
     check_rel,
     force_write,
-    read_confined,
-    remove_any,
-    resolve_in,
+    is_dir,
+    read_file,
+    remove,
 )
 from dockyard.sandbox.provision import Provisioned, Provisioner
 from dockyard.sandbox.scriptverify import run_script
 from dockyard.sandbox.toolchain import WORKSPACE
+from dockyard.sandbox.trees import TreeTooLarge, walk
 from dockyard.sandbox.tty import Tty, TtyHost
 
 MAX_FILE_BYTES = 16 << 20
@@ -71,7 +79,7 @@ def _room(limits: Limits, what: str) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        if e.errno in FULL_ERRNOS:
             raise WorkspaceFull(
                 f"the workspace is full while {what} (limits.disk_mb = {limits.disk_mb} MiB, "
                 f"limits.inodes = {limits.inodes})"
@@ -92,58 +100,52 @@ class Session:
     tty: Tty | None = None  # the persistent terminal (tty.py), started on first use
 
 
-def _walk(root: Path) -> dict[str, str]:
-    """rel path -> kind ('f' regular, 'l' symlink, 'o' other) for everything outside _SKIP_DIRS."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        keep = []
-        for d in dirnames:
-            p = os.path.join(dirpath, d)
-            if d in _SKIP_DIRS:
-                continue
-            if os.path.islink(p):
-                out[os.path.normpath(os.path.join(rel_dir, d))] = "l"
-            else:
-                keep.append(d)
-        dirnames[:] = keep
-        for f in filenames:
-            if f.endswith(".pyc"):
-                continue
-            mode = os.lstat(os.path.join(dirpath, f)).st_mode
-            kind = "f" if stat.S_ISREG(mode) else "l" if stat.S_ISLNK(mode) else "o"
-            out[os.path.normpath(os.path.join(rel_dir, f))] = kind
-    return out
+def _files(root: Path) -> dict[str, str]:
+    """rel path -> kind ('f' regular, 'l' symlink, 'o' other) of everything but directories,
+    outside _SKIP_DIRS and ``.pyc`` files (the base tree: the service's own cache)."""
+    return {
+        e.rel: e.kind
+        for e in walk(root, skip_dirs=frozenset(_SKIP_DIRS))
+        if e.kind != "d" and not e.rel.endswith(".pyc")
+    }
 
 
 def tree_diff_apply_fn(base: Path, ws: Path, max_bytes: int) -> ApplyFn:
-    """Read the session workspace's changes against ``base`` now; return a function that
-    writes them into a fresh workspace (raising UnsafePath for symlinks or oversize diffs)."""
-    b, w = _walk(base), _walk(ws)
+    """Read the session workspace's changes against ``base`` now (by fds: paths.py); return a
+    function that writes them into a fresh workspace. Raises UnsafePath for a new or changed
+    symlink, a name that is not UTF-8 or a diff over ``max_bytes``, TreeTooLarge for a tree past
+    the walk's bounds."""
+    b = _files(base)
+    seen: set[str] = set()
     changed: dict[str, bytes] = {}
-    deleted = [rel for rel in b if rel not in w]
     total = 0
-    for rel, kind in w.items():
-        check_rel(rel)
-        if kind == "l":
-            if b.get(rel) == "l" and os.readlink(base / rel) == os.readlink(ws / rel):
-                continue
-            raise UnsafePath(f"the workspace has a new or changed symlink {rel!r}: refused")
-        if kind != "f":
+    for e in walk(ws, skip_dirs=frozenset(_SKIP_DIRS)):
+        if e.kind == "d" or e.rel.endswith(".pyc"):
             continue
-        data = read_confined(ws, rel, max_bytes)
-        if b.get(rel) == "f" and (base / rel).read_bytes() == data:
+        seen.add(e.rel)
+        check_rel(e.rel)
+        if e.kind == "l":
+            if b.get(e.rel) == "l" and os.readlink(base / e.rel) == e.readlink():
+                continue
+            raise UnsafePath(f"the workspace has a new or changed symlink {e.rel!r}: refused")
+        if e.kind != "f":
+            continue
+        data = e.read(max_bytes)
+        if data is None:
+            seen.discard(e.rel)  # vanished mid-walk: as if deleted
+            continue
+        if b.get(e.rel) == "f" and read_file(base, e.rel, max_bytes + 1) == data:
             continue
         total += len(data)
         if total > max_bytes:
             raise UnsafePath(f"workspace diff exceeds {max_bytes} bytes")
-        changed[rel] = data
+        changed[e.rel] = data
+    deleted = [rel for rel in b if rel not in seen]
 
     def apply(fresh: Path, uid: int) -> list[str]:
         for rel in deleted:
-            remove_any(resolve_in(fresh, rel))
+            remove(fresh, rel)
         for rel, data in changed.items():
-            resolve_in(fresh, rel)
             force_write(fresh, rel, data, uid=uid, gid=uid, mode=0o644)
         return [*deleted, *changed]
 
@@ -228,10 +230,8 @@ class SessionManager:
     def exec(self, sid: str, req: ExecRequest) -> ExecResult:
         s = self.get(sid)
         cwd = WORKSPACE if req.cwd in ("", ".", "./") else f"{WORKSPACE}/{check_rel(req.cwd)}"
-        if cwd != WORKSPACE:
-            p = resolve_in(s.ws, req.cwd)
-            if not p.is_dir():
-                raise UnsafePath(f"cwd {req.cwd!r} is not a directory in the workspace")
+        if cwd != WORKSPACE and not is_dir(s.ws, req.cwd):
+            raise UnsafePath(f"cwd {req.cwd!r} is not a directory in the workspace")
         with s.lock:
             o = self._jail(s, req.command, req.timeout_s, cwd)
             s.last_used = time.monotonic()
@@ -258,29 +258,32 @@ class SessionManager:
         if len(data) > MAX_FILE_BYTES:
             raise UnsafePath(f"file of {len(data)} bytes is over the {MAX_FILE_BYTES}-byte cap")
         with s.lock, _room(s.spec.limits, f"writing {path!r}"):
-            resolve_in(s.ws, path)
             force_write(s.ws, path, data, uid=s.uid, gid=s.uid, mode=0o644)
 
     def get_file(self, sid: str, path: str) -> bytes:
         s = self.get(sid)
         with s.lock:
-            return read_confined(s.ws, path, MAX_FILE_BYTES)
+            return read_file(s.ws, path, MAX_FILE_BYTES)
 
     def finish(self, sid: str, req: FinishRequest) -> TaskResult:
         s = self.get(sid)
         limits = req.limits or s.spec.limits
         if req.script is not None:  # Harbor-style: a copy of the whole workspace (.git too)
             return run_script(
-                self.ctx, source=s.ws, lock=s.lock, env=s.env, script=req.script,
-                limits=limits, timeout_s=req.timeout_s, network=s.spec.network,
-                metadata=req.metadata, task_id=f"session-{sid}",
+                self.ctx, source=s.ws, still=lambda: self._still(s), env=s.env,
+                script=req.script, limits=limits, timeout_s=req.timeout_s,
+                network=s.spec.network, metadata=req.metadata, task_id=f"session-{sid}",
             )  # fmt: skip
-        with s.lock:
+        with self._still(s):
             try:
                 apply_fn = tree_diff_apply_fn(s.base, s.ws, limits.disk_mb << 20)
             except UnsafePath as e:
                 return TaskResult(
                     verdict=Verdict.patch_rejected, detail=str(e), metadata=req.metadata
+                )
+            except TreeTooLarge as e:
+                return TaskResult(
+                    verdict=Verdict.resource_limit, detail=str(e), metadata=req.metadata
                 )
         task = Task(
             repo=s.spec.repo,
@@ -296,6 +299,17 @@ class SessionManager:
             metadata=req.metadata,
         )
         return execute(task, self.ctx, task_id=f"session-{sid}", apply_fn=apply_fn)
+
+    @contextlib.contextmanager
+    def _still(self, s: Session) -> Iterator[None]:
+        """The session's lock, and its terminal's processes frozen (freezer.py) if it has a
+        live one: nothing of the session changes its workspace in the ``with`` body."""
+        with s.lock:
+            if s.tty is None or not s.tty.alive:
+                yield
+                return
+            with frozen(self.ctx.probe, s.tty.jail):
+                yield
 
     def tty(self, sid: str, req: TtyRequest) -> TtyResult:
         """Keystrokes into the session's persistent terminal (tty.py), then its screen."""

@@ -68,6 +68,7 @@ class Tty:
     """One session's terminal: the server jail's thread and its socket tmpfs."""
 
     sock_dir: Path
+    jail: str = ""  # the server jail's name: its cgroups' name (freezer.py holds them still)
     cancel: Cancel = field(default_factory=Cancel)
     thread: threading.Thread | None = None
     ended: threading.Event = field(default_factory=threading.Event)
@@ -114,10 +115,10 @@ class TtyHost:
         if tty is not None:
             self.stop(tty)
         sock = self.ctx.workspaces.create(f"t-{sid[:16]}-{uuid.uuid4().hex[:6]}", uid, 1, 64)  # type: ignore[attr-defined]
-        t = Tty(sock_dir=sock)
         spec = self._spec(
             ws, uid, limits, sock, env, ["/bin/sh", "-c", _START], MAX_LIFE_S, network
         )
+        t = Tty(sock_dir=sock, jail=spec.name)
 
         def serve() -> None:
             try:
