@@ -10,7 +10,8 @@ import pytest
 @pytest.fixture(scope="session")
 def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The quickstart's tiny model after a short SFT warm start (shared by the session)."""
-    from dockyard.train.cli.quickstart import build_model, warm_start
+    from dockyard.train.cli.quickstart import warm_start
+    from dockyard.train.cli.quickstart_common import build_model
 
     out = tmp_path_factory.mktemp("sft")
     return warm_start(build_model(0), out / "model", seed=0, steps=60, progress=False)

@@ -103,8 +103,8 @@ def test_scripted_episodes_are_laid_out_as_rollouts() -> None:
     from transformers import AutoTokenizer
 
     from dockyard.envs.expression import load_tasks
-    from dockyard.train.cli.quickstart import build_model
     from dockyard.train.cli.quickstart_agent import encode_episode
+    from dockyard.train.cli.quickstart_common import build_model
 
     tok = AutoTokenizer.from_pretrained(str(build_model(0)))
     for ep in demonstrations(load_tasks("train"), 20, seed=3, system_prompt=None):
@@ -138,8 +138,8 @@ def test_agent_quickstart_learns(ray_session, tmp_path: Path) -> None:
     (specs never trained on) goes up."""
     from dockyard.core.config import config_from_dict
     from dockyard.train.algorithms.grpo import train
-    from dockyard.train.cli.quickstart import build_model
     from dockyard.train.cli.quickstart_agent import SFT_DEFAULTS, agent_config, warm_start
+    from dockyard.train.cli.quickstart_common import build_model
 
     model = warm_start(build_model(0), tmp_path / "sft", seed=0, steps=SFT_DEFAULTS["steps"])
     cfg = config_from_dict(
@@ -163,8 +163,8 @@ def test_agent_flag_has_its_own_defaults() -> None:
     """`--agent` never writes into the single-turn quickstart's folder; values given are kept."""
     import argparse
 
-    from dockyard.train.cli.quickstart import add_arguments
     from dockyard.train.cli.quickstart_agent import DEFAULT_OUTPUT, SFT_DEFAULTS, own_defaults
+    from dockyard.train.cli.quickstart_common import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -99,7 +99,7 @@ def test_ray_sub_runs_a_command_on_a_ray_cluster_with_fleet_roles(
 
 def _tiny_grpo_config(out: Path) -> Path:
     """The quickstart's task and tiny model, shrunk: 2 GRPO steps of 2 prompts x 4 samples."""
-    from dockyard.train.cli.quickstart import build_model
+    from dockyard.train.cli.quickstart_common import build_model
 
     cfg = {
         "policy": {

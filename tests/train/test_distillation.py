@@ -74,17 +74,22 @@ def test_train_refuses_distillation_and_distill_refuses_a_policy_gradient(
 
 
 @torch_only
-def test_grpo_train_refuses_distillation_built_in_code(tiny: Path, tmp_path: Path) -> None:
+def test_the_loop_checks_a_config_built_in_code(tiny: Path, tmp_path: Path) -> None:
+    """The GRPO loop trains the losses its registry holds (grpo.LOOP_LOSSES: the policy
+    gradients and distillation), each after its own checks, whichever entry point runs it; a
+    loss of another driver is refused with that driver's command."""
     from dockyard.train.algorithms import distill
     from dockyard.train.algorithms.grpo import train
 
-    cfg = config_from_dict(_cfg(tmp_path, tiny, tiny))
-    with pytest.raises(ValueError, match="`dockyard distill --config FILE`"):
-        train(cfg)
+    over = _cfg(tmp_path, tiny, tiny)
+    over["loss_fn"] = {"type": "dpo"}
+    with pytest.raises(ValueError, match="`dockyard dpo --config FILE`"):
+        train(config_from_dict(over))
     over = _cfg(tmp_path, tiny, tiny)
     over["policy"].update(jax_cfg={"enabled": True}, dtensor_cfg={"enabled": False})
-    with pytest.raises(ValueError, match=r"policy\.jax_cfg\.enabled: dockyard distill runs its"):
-        distill.train(config_from_dict(over))
+    for run in (train, distill.train):
+        with pytest.raises(ValueError, match=r"policy\.jax_cfg\.enabled: dockyard distill runs"):
+            run(config_from_dict(over))
 
 
 @torch_only

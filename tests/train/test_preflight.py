@@ -17,7 +17,7 @@ import pytest
 
 from dockyard.core.config import apply_overrides, config_from_dict
 from dockyard.core.config.errors import ConfigError
-from dockyard.train import preflight
+from dockyard.train import models, preflight
 from dockyard.train.cli import main
 from dockyard.train.preflight import deep_check
 
@@ -185,13 +185,13 @@ def test_a_hub_name_when_the_hub_does_not_answer(tmp_path, monkeypatch) -> None:
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(preflight, "_reachable", lambda host, port: False)
+    monkeypatch.setattr(models, "_reachable", lambda host, port: False)
     line = (
         "policy.model_name: cannot download 'Org/Tiny' here; give a local path or a populated "
         "HF cache (huggingface.co:443 does not answer"
     )
     assert line in problems_of(tmp_path, "Org/Tiny")
-    monkeypatch.setattr(preflight, "_reachable", lambda host, port: True)
+    monkeypatch.setattr(models, "_reachable", lambda host, port: True)
     assert "policy.model_name" not in problems_of(tmp_path, "Org/Tiny")  # it will download
 
 

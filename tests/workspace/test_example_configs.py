@@ -89,7 +89,8 @@ def test_paths_hold_from_any_working_directory(
 def test_the_quickstart_recipe_points_where_the_quickstart_writes() -> None:
     """Both relative to the same working directory: `dockyard train` on the recipe, from the
     folder `dockyard quickstart` ran in, finds the model that the quickstart warm-started."""
-    from dockyard.train.cli.quickstart import add_arguments, quickstart_yaml
+    from dockyard.train.cli.quickstart import quickstart_yaml
+    from dockyard.train.cli.quickstart_common import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

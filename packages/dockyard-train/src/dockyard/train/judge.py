@@ -23,7 +23,7 @@ Templates are ``str.format`` text with named fields: ``{prompt}``, ``{response_a
 or a template without its mode's response fields, is a ValueError when the judge is built.
 
 Backends: :class:`EngineBackend` (dockyard's own generation engines: a judge fleet of vLLM engine
-actors from :func:`start_judge_fleet`, or an engine object in this process) and
+actors from :func:`~dockyard.train.runtime.judge_fleet.start_judge_fleet`, or an engine object in this process) and
 :class:`OpenAIBackend` (any ``/v1/chat/completions`` server; the key from an environment
 variable). Metrics (:meth:`Judge.metrics`): ``judge/requests``, ``judge/parse_failures``
 (replies that did not parse, retried or not), ``judge/retries``, ``judge/errors`` (transport
@@ -266,48 +266,6 @@ class OpenAIBackend:
             r = await http.post(f"{self.base_url}/chat/completions", json=body, headers=headers)
             r.raise_for_status()
             return str(r.json()["choices"][0]["message"]["content"] or "")
-
-
-def start_judge_fleet(model: str, num_engines: int = 1, *, gpus: float = 0.0, cpus: float = 1.0,
-                      seed: int = 0, max_model_len: int | None = None) -> Any:  # fmt: skip
-    """A fleet of ``num_engines`` vLLM engines serving ``model`` as Ray actors — the policy's
-    engine actor (``EngineHost``) in an inference placement group, without weight updates.
-    Ray must be initialised; returns the started :class:`~dockyard.train.runtime.placement.Fleet`
-    (``fleet.actors`` for :class:`EngineBackend`; ``fleet.call("shutdown")`` then
-    ``fleet.shutdown()``: :func:`stop_judge_fleet`)."""
-    import ray
-
-    from dockyard.serve.config import EngineConfig
-    from dockyard.train.runtime.hosts import EngineHost
-    from dockyard.train.runtime.placement import Fleet, FleetSpec
-    from dockyard.train.runtime.stack import ENGINE_FACTORY
-
-    options: dict[str, Any] = {"seed": seed, "enforce_eager": not gpus}
-    if max_model_len:
-        options["max_model_len"] = max_model_len
-    engines = EngineConfig(backend="vllm", model=model, initial_version=0, num_engines=num_engines, gpus=gpus,
-                           options=options)  # fmt: skip
-    spec = FleetSpec("inference", size=num_engines, cpus=cpus, gpus=gpus, name="dockyard-judge")
-    kwargs = engines.engine_kwargs()
-    fleet = Fleet(spec, EngineHost, lambda i: ((ENGINE_FACTORY, kwargs), {}), max_concurrency=1000)
-    try:
-        ray.get(fleet.call("ready"))
-    except BaseException:
-        stop_judge_fleet(fleet)  # what did start must not outlive a failed start
-        raise
-    return fleet
-
-
-def stop_judge_fleet(fleet: Any, timeout_s: float = 30.0) -> None:
-    """Stop a :func:`start_judge_fleet` fleet: its engines (their processes and shared memory),
-    then its actors and placement group."""
-    import contextlib
-
-    import ray
-
-    with contextlib.suppress(Exception):
-        ray.get(fleet.call("shutdown"), timeout=timeout_s)
-    fleet.shutdown()
 
 
 # --------------------------------------------------------------------------- the judge

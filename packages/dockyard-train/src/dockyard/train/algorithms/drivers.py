@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from dockyard.core.config.loss import PG_LOSS_TYPES, PREFERENCE_LOSS_TYPES
+from dockyard.train.algorithms.distillation import opd_problems
 
 LOSS_DRIVERS: dict[str, str] = {
     **dict.fromkeys(PG_LOSS_TYPES, "train"),
@@ -56,11 +57,9 @@ _NOT_YET: dict[str, str] = {}
 def loss_problems(cfg: Any, command: str | None = None) -> list[str]:
     """``loss_fn.type`` is trained by ``command`` (``train``, ``sft``, ``dpo``, ``rm``); with None
     (or another command: ``config check``, ``quickstart``), by some driver."""
-    if cfg.grpo.adv_estimator.name == "opd" and command != "distill":  # OPD: .distill
-        from dockyard.train.algorithms.distill import opd_problems
-
-        if problems := opd_problems(cfg, models=command == "train"):
-            return problems
+    opd = cfg.grpo.adv_estimator.name == "opd" and command != "distill"  # .distillation's
+    if opd and (problems := opd_problems(cfg, models=command == "train")):
+        return problems
     kind = cfg.loss_fn.type
     owner = LOSS_DRIVERS.get(kind)
     if owner is None:

@@ -259,8 +259,9 @@ def run_with_judge(cfg: Any, desc: str, progress: bool,
     stop everything whatever happens."""
     from transformers import AutoTokenizer
 
-    from dockyard.train.judge import backend_from_config, start_judge_fleet, stop_judge_fleet
+    from dockyard.train.judge import backend_from_config
     from dockyard.train.logging import MetricsLogger
+    from dockyard.train.runtime.judge_fleet import start_judge_fleet, stop_judge_fleet
 
     p, g, j = cfg.policy, cfg.grpo, cfg.judge
     gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
@@ -290,7 +291,7 @@ def judge_problems(cfg: Any, what: str) -> list[str]:
     """What a judged driver (``what``: ``online DPO``, ``RLAIF``) refuses before anything
     starts: the data, the trainer, the judge (each line names its key)."""
     from dockyard.train.judge import BUILT_IN, check_template
-    from dockyard.train.preflight import resolve_model
+    from dockyard.train.models import resolve_model
 
     j, problems = cfg.judge, []
     if not cfg.data.train_path:

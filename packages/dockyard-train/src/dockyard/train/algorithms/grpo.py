@@ -46,13 +46,19 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dockyard.core.config.loss import PG_LOSS_TYPES
+from dockyard.core.rl import OnPolicyDistillationLoss, OPDPolicyLoss, PolicyLoss
 from dockyard.train import checkpoint as ckpt
+from dockyard.train.algorithms.distillation import distill_problems
+from dockyard.train.algorithms.drivers import LOSS_DRIVERS, loss_problems
+from dockyard.train.algorithms.validation import pass_rate, pass_rate_ref, validate_distillation
 from dockyard.train.batching import (
     BatchOptions,
     build_batch,
@@ -116,7 +122,6 @@ def train(
     progress: bool = True,
     stack: Any = None,
     on_step: Any = None,
-    driver: str = "train",
 ) -> GRPOResult:
     """Run GRPO per ``cfg`` (a ``MasterConfig``); see the module docstring.
 
@@ -125,15 +130,17 @@ def train(
         progress: show the progress bar.
         stack: a running :class:`~dockyard.train.runtime.stack.Stack` to reuse (else built).
         on_step: ``callable(step, stack)`` called after each step (tests inject faults here).
-        driver: the command running the loop: ``train``, or ``distill`` (:mod:`.distill`:
-            the distillation loss; validation adds the held-out KL to the teacher).
+
+    The loss is ``loss_fn.type``'s entry in :data:`LOOP_LOSSES`: a policy gradient, or the
+    on-policy distillation loss (``dockyard distill``, :mod:`.distillation`), with its own
+    pre-flight and validation.
 
     Validation (``grpo.val_*``: the pass rate of ``val_samples_per_prompt`` samples per held-out
     task at ``val_temperature``) runs only where the config asks: before the first step
     (``val_at_start``), every ``val_period`` steps, after the last one (``val_at_end``); each is
     logged at the step whose weights it measured (step 0: before training) with ``val/*`` keys.
     """
-    loss_fn = _loss_for(cfg, driver)  # a config built in code skips the pre-flight: checked
+    loss_fn, entry = _loss_for(cfg)  # a config built in code skips the pre-flight: checked
     import ray
 
     from dockyard.train.runtime.stack import Stack, needs_reference
@@ -147,7 +154,7 @@ def train(
     trainer = stack.trainer  # a TrainerClient: every call reaches every rank
     run: _Run | None = None
     try:
-        run = _Run.begin(cfg, stack, resume, progress, loss_fn)  # data, collector, log (+ val)
+        run = _Run.begin(cfg, stack, resume, progress, loss_fn, entry.validate)  # (+ val)
         start = step = run.start
         while True:  # once through; again from the restore point after a lost trainer rank
             try:
@@ -208,23 +215,51 @@ def train(
             stack.shutdown()
 
 
-def _loss_for(cfg: Any, driver: str) -> Any:
-    """The loop's loss: the policy gradient of ``loss_fn``, or (``loss_fn.type:
-    distillation``) the on-policy distillation loss, which the trainer hands the teacher's
-    top-k on the sampled tokens; ValueError for a loss ``driver`` does not train."""
-    from dockyard.core.rl import OnPolicyDistillationLoss, PolicyLoss
-    from dockyard.train.algorithms.drivers import loss_problems
+@dataclass(frozen=True)
+class LoopLoss:
+    """A loss this loop trains: how it is built from the config, what it cannot run with (its
+    own pre-flight: one line per problem, dotted key first), and the validation that replaces
+    the pass rate alone (``validate(stack, collector, tasks, cfg, loss)``; None: the pass rate).
+    To add one, add its ``loss_fn.type`` to :data:`LOOP_LOSSES` and to the driver table
+    (:data:`.drivers.LOSS_DRIVERS`)."""
 
-    if problems := loss_problems(cfg, driver):
+    build: Callable[[Any], Any]
+    problems: Callable[[Any], list[str]] = lambda cfg: []
+    validate: Callable[..., dict[str, float]] | None = None
+
+
+_POLICY_GRADIENT = LoopLoss(
+    lambda cfg: (
+        OPDPolicyLoss.from_config(cfg)  # the teachers' token advantages, in the trainer
+        if cfg.grpo.adv_estimator.name == "opd"
+        else PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
+    )
+)
+LOOP_LOSSES: dict[str, LoopLoss] = {
+    **dict.fromkeys(PG_LOSS_TYPES, _POLICY_GRADIENT),
+    # on-policy distillation (dockyard distill): the trainer hands the loss the teacher's top-k
+    # on the sampled tokens; validation adds the held-out KL to the teacher
+    "distillation": LoopLoss(
+        lambda cfg: OnPolicyDistillationLoss.from_config(cfg.loss_fn),
+        distill_problems,
+        validate_distillation,
+    ),
+}
+"""``loss_fn.type`` -> the loss this loop trains; the other types are other drivers'
+(:mod:`.drivers`)."""
+
+
+def _loss_for(cfg: Any) -> tuple[Any, LoopLoss]:
+    """The loop's loss and its entry (:data:`LOOP_LOSSES`), after the checks of the command
+    that trains ``loss_fn.type`` and the loss's own; ValueError naming the command that does
+    train a type this loop does not."""
+    entry = LOOP_LOSSES.get(cfg.loss_fn.type)
+    if entry is None:
+        raise ValueError(loss_problems(cfg, "train")[0])
+    command = LOSS_DRIVERS[cfg.loss_fn.type]
+    if problems := loss_problems(cfg, command) or entry.problems(cfg):
         raise ValueError(problems[0])
-
-    if cfg.loss_fn.type == "distillation":
-        return OnPolicyDistillationLoss.from_config(cfg.loss_fn)
-    if cfg.grpo.adv_estimator.name == "opd":  # the teachers' token advantages, in the trainer
-        from dockyard.core.rl import OPDPolicyLoss
-
-        return OPDPolicyLoss.from_config(cfg)
-    return PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
+    return entry.build(cfg), entry
 
 
 class _Timer:
@@ -265,13 +300,17 @@ class _Run:
     logger: MetricsLogger
     val_start: float | None
     restarts: int = 0
-    distill: Any = None  # the distillation loss (validation adds its held-out KL), else None
+    loss_fn: Any = None  # the loss, for a validation of its own (LoopLoss.validate)
+    loss_validation: Callable[..., dict[str, float]] | None = None
     val: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/* metrics
     startup: dict[str, float] = field(default_factory=dict)  # `startup/*`: the first step's
     _val_at_start: tuple[float, Any] | None = None  # (its start, its ObjectRef) until settled
 
     @classmethod
-    def begin(cls, cfg: Any, stack: Any, resume: bool, progress: bool, loss_fn: Any) -> _Run:
+    def begin(
+        cls, cfg: Any, stack: Any, resume: bool, progress: bool, loss_fn: Any,
+        loss_validation: Callable[..., dict[str, float]] | None,
+    ) -> _Run:  # fmt: skip
         """Load the data; start a collector from the latest checkpoint (``resume``) or from
         the run's start (seeded, the pipeline filled for steps 0..A); open the log; validate
         before training (``grpo.val_at_start``), logged as step 0 (distilling, before the
@@ -309,11 +348,11 @@ class _Run:
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
         run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
         run.startup = startup
-        run.distill = loss_fn if getattr(loss_fn, "teacher_topk", None) else None
-        if val_tasks and g.val_at_start and start == 0 and run.distill is not None:
+        run.loss_fn, run.loss_validation = loss_fn, loss_validation
+        if val_tasks and g.val_at_start and start == 0 and loss_validation is not None:
             run._settle(time.perf_counter(), run.validate())
         elif val_tasks and g.val_at_start and start == 0:  # beside step 1, until its push
-            run._val_at_start = (time.perf_counter(), _validate_ref(collector, val_tasks, cfg))
+            run._val_at_start = (time.perf_counter(), pass_rate_ref(collector, val_tasks, cfg))
         return run
 
     def settle_start_validation(self) -> None:
@@ -343,13 +382,11 @@ class _Run:
         self.logger.write(f"validation before training: pass rate {100 * self.val_start:.1f}%{kl}")
 
     def validate(self) -> dict[str, float]:
-        if self.distill is not None:  # + the held-out KL of the student's samples
-            from dockyard.train.algorithms.distill import validate_distillation
-
-            return validate_distillation(
-                self.stack, self.collector, self.val_tasks, self.cfg, self.distill
+        if self.loss_validation is not None:  # the loss's own (distillation: + held-out KL)
+            return self.loss_validation(
+                self.stack, self.collector, self.val_tasks, self.cfg, self.loss_fn
             )
-        return _validate(self.collector, self.val_tasks, self.cfg)
+        return pass_rate(self.collector, self.val_tasks, self.cfg)
 
     def validation_due(self, step: int) -> bool:
         """Every ``grpo.val_period`` steps, and after the last step with ``grpo.val_at_end``."""
@@ -607,19 +644,3 @@ def _buffer_stats(stack: Any) -> dict[str, int]:
 
     out: dict[str, int] = ray.get(stack.buffer.get_stats.remote())
     return out
-
-
-def _validate(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> dict[str, float]:
-    """Held-out pass rate of ``grpo.val_samples_per_prompt`` samples per task at
-    ``grpo.val_temperature`` (None: the training temperature; 0: greedy)."""
-    import ray
-
-    out: dict[str, float] = ray.get(_validate_ref(collector, tasks, cfg))
-    return out
-
-
-def _validate_ref(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> Any:
-    """:func:`_validate` started, not waited for (its ObjectRef)."""
-    g = cfg.grpo
-    t = cfg.policy.generation.temperature if g.val_temperature is None else g.val_temperature
-    return collector.validate.remote(tasks, g.val_samples_per_prompt, t)

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     skip = ON_THE_WORKERS if cfg.cluster.address and not args.dry_run else ()
     problems = deep_check(cfg, load=args.dry_run, skip=skip, driver="distill")
     if cfg.loss_fn.type == "distillation":  # its own checks: the teacher, the trainer
-        from dockyard.train.algorithms.distill import distill_problems
+        from dockyard.train.algorithms.distillation import distill_problems
 
         problems += distill_problems(cfg, models="models" not in skip)
     if problems:

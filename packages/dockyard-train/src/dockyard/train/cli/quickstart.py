@@ -17,6 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dockyard.train.cli.quickstart_common import (
+    MAX_POSITIONS,
+    SFT_STEPS,
+    ProgressBar,
+    build_model,
+    sft_worker,
+)
+from dockyard.train.cli.quickstart_common import add_arguments as add_arguments  # the CLI's
+
 
 def quickstart_yaml() -> Path:
     """The quickstart's recipe, ``examples/configs/grpo_quickstart.yaml`` (shipped in this
@@ -36,81 +45,13 @@ def quickstart_config(model_dir: str | Path, **sections: dict[str, Any]) -> dict
     )
 
 
-MAX_POSITIONS = 2048
-
 SFT_DEFAULTS = {
-    "steps": 400,
+    "steps": SFT_STEPS,
     "batch_size": 64,
     "lr": 3.0e-3,
     "examples": 20000,
     "buggy_fraction": 0.6,
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--output", default="results/quickstart", help="folder for models, logs, plot"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the model, data and sampling")
-    parser.add_argument(
-        "--sft-steps", type=int, default=SFT_DEFAULTS["steps"], help="SFT warm-start steps"
-    )
-    parser.add_argument(
-        "--sft-dir",
-        default=None,
-        help="folder of the warm-started model (default OUTPUT/sft_model_seedN); reused when it "
-        "was warm-started with the same settings",
-    )
-    parser.add_argument("--steps", type=int, default=30, help="GRPO steps")
-    parser.add_argument("--sync", action="store_true", help="synchronous GRPO (age bound 0)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument(
-        "--agent",
-        action="store_true",
-        help="the multi-turn variant: tool calls (check, submit) in the sandbox, SFT on scripted "
-        "episodes, then multi-turn GRPO (grpo_quickstart_agent.yaml; its own defaults for "
-        "--output, --steps and --sft-steps)",
-    )
-    parser.add_argument(
-        "overrides", nargs="*", help="dotted config overrides (grpo.num_prompts_per_step=16)"
-    )
-
-
-def build_model(seed: int) -> Path:
-    """The quickstart's tiny Qwen2 (random, seeded), cached by its settings (build_tiny_model)."""
-    from dockyard.torch.testing import build_tiny_model
-
-    return build_tiny_model(
-        hidden_size=128,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=384,
-        vocab_size=1024,
-        # RoPE: the context length costs nothing here, and the example configs (code, swe,
-        # terminal) reuse this model with prompts of up to 1.5k tokens
-        max_position_embeddings=MAX_POSITIONS,
-        seed=seed,
-    )
-
-
-def sft_worker(model_dir: Path, batch_size: int, lr: float, seed: int) -> Any:
-    """The torch worker both quickstarts' SFT warm starts train: float32, no reference policy,
-    micro-batches of ``batch_size``, AdamW at ``lr`` without weight decay, clipping at 1."""
-    from dockyard.torch.worker import TorchPolicyWorker
-
-    return TorchPolicyWorker(
-        {
-            "model_name": str(model_dir),
-            "precision": "float32",
-            "train_micro_batch_size": batch_size,
-            "logprob_batch_size": batch_size,
-            "max_grad_norm": 1.0,
-            "reference_policy": False,
-            "seed": seed,
-            "optimizer": {"lr": lr, "weight_decay": 0.0},
-        }
-    )
 
 
 def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: bool) -> Path:
@@ -140,7 +81,7 @@ def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: 
         buggy_fraction=SFT_DEFAULTS["buggy_fraction"],
         seed=seed,
     )
-    log = _Bar(steps, "sft") if progress else None
+    log = ProgressBar(steps, "sft") if progress else None
     hist = sft(
         worker,
         tok,
@@ -156,22 +97,6 @@ def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: 
     print(f"SFT warm start: {steps} steps, final loss {hist[-1]['loss']:.3f}", flush=True)
     stamp.write_text(json.dumps(settings))
     return out_dir
-
-
-class _Bar:
-    def __init__(self, total: int, desc: str) -> None:
-        import sys
-
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc=desc, file=sys.stdout, dynamic_ncols=True)
-
-    def log(self, step: int, m: dict[str, float]) -> None:
-        self.bar.set_postfix({"loss": f"{m.get('sft/loss', float('nan')):.3f}"}, refresh=False)
-        self.bar.update(1)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def make_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:

@@ -1,6 +1,6 @@
 """`dockyard quickstart --agent`: the quickstart, multi-turn, with tool calls.
 
-Same tiny model (:func:`dockyard.train.cli.quickstart.build_model`), same expression specs and
+Same tiny model (:func:`dockyard.train.cli.quickstart_common.build_model`), same expression specs and
 held-out pairs; the answer goes through tools (:mod:`dockyard.envs.expression_agent`):
 
 1. builds the tiny Qwen2 and its tokenizer locally;
@@ -109,7 +109,7 @@ def warm_start(
     import numpy as np
     from transformers import AutoTokenizer
 
-    from dockyard.train.cli.quickstart import MAX_POSITIONS, _Bar, sft_worker
+    from dockyard.train.cli.quickstart_common import MAX_POSITIONS, ProgressBar, sft_worker
 
     stamp = out_dir / "warm_start.json"
     settings = {
@@ -139,7 +139,7 @@ def warm_start(
     )
     encoded = [encode_episode(tok, e["messages"]) for e in episodes]
     rng = np.random.default_rng(seed)
-    bar = _Bar(steps, "sft") if progress else None
+    bar = ProgressBar(steps, "sft") if progress else None
     loss_fn, loss = MaskedNLLLoss(), float("nan")
     for _ in range(steps):
         idx = rng.choice(len(encoded), size=bs, replace=False)
@@ -187,7 +187,7 @@ def own_defaults(args: argparse.Namespace) -> argparse.Namespace:
     ``--sft-steps`` (left as they were) replaced by the agent's: ``results/quickstart_agent``
     (never the single-turn quickstart's folder), the recipe's ``grpo.max_num_steps`` and
     :data:`SFT_DEFAULTS`."""
-    from dockyard.train.cli.quickstart import add_arguments
+    from dockyard.train.cli.quickstart_common import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -205,7 +205,7 @@ def own_defaults(args: argparse.Namespace) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> int:
     """The agent quickstart end to end (module docstring); ``args`` as the quickstart's."""
     from dockyard.train.algorithms.grpo import train
-    from dockyard.train.cli.quickstart import build_model
+    from dockyard.train.cli.quickstart_common import build_model
 
     args = own_defaults(args)
     t0 = time.perf_counter()

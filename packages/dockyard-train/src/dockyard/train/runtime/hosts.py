@@ -168,6 +168,10 @@ class PolicyHost:
         return self.worker.export_hf(path)
 
 
+ENGINE_FACTORY = "dockyard.serve.engines:build_engine"
+"""What an :class:`EngineHost` builds its engine with (the engine registry of dockyard-serve)."""
+
+
 class EngineHost:
     """One generation engine in a Ray actor (an async actor: requests run concurrently): the
     run's only engine actor; dockyard-serve provides the engine inside it.

@@ -20,13 +20,12 @@ from typing import Any
 
 from dockyard.serve.config import EngineConfig, WeightSync
 from dockyard.train.runtime.cluster import init_ray, require_ray
-from dockyard.train.runtime.hosts import EngineHost, remote_buffer
+from dockyard.train.runtime.hosts import ENGINE_FACTORY, EngineHost, remote_buffer
 from dockyard.train.runtime.placement import Fleet, FleetSpec
 from dockyard.train.runtime.trainer import TrainerClient, TrainerLost, _EngineLost, gather_ranks
 
 TORCH_WORKER = "dockyard.torch.worker:TorchPolicyWorker"
 JAX_WORKER = "dockyard.jax.worker:JaxPolicyWorker"
-ENGINE_FACTORY = "dockyard.serve.engines:build_engine"
 
 
 def needs_reference(cfg: Any) -> bool:
@@ -160,7 +159,7 @@ class Stack:
                 "'engine') or judge.backend: openai with judge.base_url; or env."
                 f"{env_name}.options.use_judge: false to grade by the deterministic checks"
             )
-        from dockyard.train.judge import start_judge_fleet
+        from dockyard.train.runtime.judge_fleet import start_judge_fleet
 
         gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
         self.judge_fleet = start_judge_fleet(
@@ -318,7 +317,7 @@ class Stack:
         if self.sandbox is not None:
             self.sandbox.shutdown()
         if getattr(self, "judge_fleet", None) is not None:
-            from dockyard.train.judge import stop_judge_fleet
+            from dockyard.train.runtime.judge_fleet import stop_judge_fleet
 
             stop_judge_fleet(self.judge_fleet)
 
