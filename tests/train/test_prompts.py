@@ -306,6 +306,7 @@ def test_the_collector_actor_renders_and_filters_by_the_config(tmp_path: Path, c
     config's renderer and trains only on the tasks whose prompt fits."""
     from dockyard.train.environments import build_environment, load_dataset
     from dockyard.train.runtime.collector import CollectorHost, load_tokenizer
+    from dockyard.train.runtime.collector_config import CollectorConfig
 
     model = _base_model(tmp_path)
     cfg: dict[str, Any] = {
@@ -321,12 +322,14 @@ def test_the_collector_actor_renders_and_filters_by_the_config(tmp_path: Path, c
     urls = ["http://127.0.0.1:9"]  # never called: nothing is scored here
     tasks = load_dataset("expression", "train")
     master = MasterConfig.model_validate(cfg)
-    r = PromptRenderer.from_config(master, load_tokenizer(master))
+    r = PromptRenderer.from_config(master, load_tokenizer(str(model)))
     env = build_environment("expression", master.env["expression"], urls)
     lengths = [len(r.prompt_ids(r.messages(env.prompt(t)))) for t in tasks]
     assert min(lengths) < max(lengths)
     cfg["data"]["max_input_seq_length"] = max(lengths) - 1
-    host = CollectorHost(cfg, [], None, urls, tasks)
+    own = CollectorConfig.from_master(MasterConfig.model_validate(cfg), 1, 0)
+    assert own.prompts.max_input_tokens == max(lengths) - 1
+    host = CollectorHost(own, [], None, urls, tasks)
     assert isinstance(host.tokenizer, PromptRenderer)
     assert host.tokenizer.plain
     kept = [t for t, n in zip(tasks, lengths, strict=True) if n < max(lengths)]

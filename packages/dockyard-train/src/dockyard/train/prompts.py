@@ -25,12 +25,46 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from dockyard.core.config.policy import PLAIN_TEMPLATE as PLAIN
 from dockyard.core.config.policy import read_chat_template
 
 SEPARATOR = "\n\n"  # between messages in plain mode
 
 Messages = list[dict[str, str]]
+
+
+class PromptConfig(BaseModel):
+    """A :class:`PromptRenderer`'s own config: the tokenizer it renders with and the prompt keys
+    of the run's config, read once (:meth:`from_master`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokenizer: str
+    """The tokenizer's name or folder (``policy.tokenizer.name``, else ``policy.model_name``)."""
+    chat_template: str | None = None
+    """``policy.tokenizer.chat_template`` (null, Jinja text or a file, ``plain``)."""
+    prompt_file: str | None = None
+    """``data.prompt_file``."""
+    system_prompt_file: str | None = None
+    """``data.system_prompt_file``."""
+    max_input_tokens: int | None = None
+    """The longest prompt a task may have: ``data.max_input_seq_length``, else
+    ``policy.max_total_sequence_length − policy.generation.max_new_tokens``."""
+
+    @classmethod
+    def from_master(cls, cfg: Any) -> PromptConfig:
+        """From a ``MasterConfig``: ``policy.tokenizer``, ``data``'s prompt keys, the limit."""
+        p, d = cfg.policy, cfg.data
+        limit = d.max_input_seq_length or (
+            p.max_total_sequence_length - p.generation.max_new_tokens
+        )
+        return cls(
+            tokenizer=p.tokenizer.name or p.model_name, chat_template=p.tokenizer.chat_template,
+            prompt_file=d.prompt_file, system_prompt_file=d.system_prompt_file,
+            max_input_tokens=limit,
+        )  # fmt: skip
 
 
 @dataclass
@@ -55,34 +89,34 @@ class PromptRenderer:
 
     @classmethod
     def from_config(cls, cfg: Any, tokenizer: Any) -> PromptRenderer:
-        """From a ``MasterConfig``: ``policy.tokenizer.chat_template`` and ``data``'s prompt
-        keys. Raises FileNotFoundError for a template that is none of null / ``plain`` / Jinja
-        text and names no file, ValueError for a tokenizer without a template when the config
-        names none."""
-        p, d = cfg.policy, cfg.data
-        template, plain = _template(p.tokenizer.chat_template)
+        """From a ``MasterConfig`` (:meth:`PromptConfig.from_master`, then :meth:`build`)."""
+        return cls.build(PromptConfig.from_master(cfg), tokenizer)
+
+    @classmethod
+    def build(cls, pc: PromptConfig, tokenizer: Any) -> PromptRenderer:
+        """From its own config. Raises FileNotFoundError for a template that is none of null /
+        ``plain`` / Jinja text and names no file, ValueError for a tokenizer without a template
+        when the config names none."""
+        template, plain = _template(pc.chat_template)
         if template is None and not plain and getattr(tokenizer, "chat_template", "") is None:
             raise ValueError(
-                f"the tokenizer of {p.tokenizer.name or p.model_name} has no chat template: set "
+                f"the tokenizer of {pc.tokenizer} has no chat template: set "
                 "policy.tokenizer.chat_template to a Jinja template, a .jinja file, or 'plain' "
                 "(the messages' contents joined by blank lines, for base models)"
             )
-        prompt = _read(d.prompt_file, "data.prompt_file")
+        prompt = _read(pc.prompt_file, "data.prompt_file")
         if prompt is not None and "{prompt}" not in prompt and "{}" not in prompt:
             raise ValueError(
-                f"data.prompt_file {d.prompt_file} has no {{prompt}} (or {{}}) where the "
+                f"data.prompt_file {pc.prompt_file} has no {{prompt}} (or {{}}) where the "
                 "environment's user message goes"
             )
-        limit = d.max_input_seq_length or (
-            p.max_total_sequence_length - p.generation.max_new_tokens
-        )
         return cls(
             tokenizer,
             chat_template=template,
             plain=plain,
             prompt_template=prompt,
-            system_prompt=_read(d.system_prompt_file, "data.system_prompt_file"),
-            max_input_tokens=limit,
+            system_prompt=_read(pc.system_prompt_file, "data.system_prompt_file"),
+            max_input_tokens=pc.max_input_tokens,
         )
 
     @classmethod

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dockyard.train import checkpoint as ckpt
+from dockyard.train.runtime.collector_config import CollectorConfig
 
 if TYPE_CHECKING:
     from dockyard.train.runtime.trainer import TrainerLost
@@ -46,9 +47,10 @@ class RestorePoint:
         return self.state
 
 
-def new_collector(stack: Any, cfg: Any, tasks: list[dict[str, Any]]) -> Any:
-    """A :class:`~dockyard.train.runtime.collector.CollectorHost` actor feeding ``stack``'s
-    engines' samples of ``tasks`` to its buffer (not started: ``collector.start``)."""
+def new_collector(stack: Any, config: CollectorConfig, tasks: list[dict[str, Any]]) -> Any:
+    """A :class:`~dockyard.train.runtime.collector.CollectorHost` actor, built from its own
+    ``config``, feeding ``stack``'s engines' samples of ``tasks`` to its buffer (not started:
+    ``collector.start``)."""
     import ray
 
     from dockyard.train.runtime.collector import CollectorHost
@@ -57,7 +59,7 @@ def new_collector(stack: Any, cfg: Any, tasks: list[dict[str, Any]]) -> Any:
         ray.remote(CollectorHost)
         .options(num_cpus=0, max_concurrency=1000)
         .remote(
-            cfg.model_dump(mode="json", exclude_unset=True),
+            config,
             stack.engines.actors,
             stack.buffer,
             stack.sandbox_urls,
@@ -139,7 +141,7 @@ def restore_run(
 def recover(
     stack: Any,
     collector: Any,
-    cfg: Any,
+    config: CollectorConfig,
     tasks: list[dict[str, Any]],
     point: RestorePoint,
     lost: TrainerLost,
@@ -147,7 +149,7 @@ def recover(
     """After a trainer rank died (``lost``): restart the whole trainer
     fleet, replace engines whose weight sync it broke, and rewind the run to ``point`` with a
     new collector and an empty buffer (work of the abandoned steps must not leak into the
-    redone ones). Returns (collector, history, step)."""
+    redone ones), built from the collector's own ``config``. Returns (collector, history, step)."""
     import ray
 
     with contextlib.suppress(Exception):
@@ -158,7 +160,7 @@ def recover(
     for i in sorted(set(lost.engines)):  # mid-sync when the fleet died: their weights are partial
         ray.get(stack.engines.restart(i).ready.remote())
     stack.new_buffer()
-    collector = new_collector(stack, cfg, tasks)
+    collector = new_collector(stack, config, tasks)
     history, step = restore_run(stack, collector, point)
     ray.get(collector.start.remote())
     return collector, history, step

@@ -38,9 +38,7 @@ logprobs are the reference pass's (the same weights).
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,6 +52,7 @@ from dockyard.core.rl.preference import (
     PreferenceOptions,
     PreferencePairsLoss,
 )
+from dockyard.train.algorithms.pair_loop import PairResult, train_on_pairs
 from dockyard.train.data import read_records
 from dockyard.train.prompts import Messages, PromptRenderer
 
@@ -280,81 +279,49 @@ def preference_metrics(
     }
 
 
-# --------------------------------------------------------------------------- the loop
-def pair_steps(
-    worker: Any,
-    n_train: int,
-    batch: Callable[[list[int]], Batch],
-    loss_fn: Any,  # the trainer's loss of the driver's rows (a LossFn, or the RM's on scores)
-    evaluate: Callable[[int], dict[str, float]],
-    log: Callable[[int, dict[str, float]], None],
-    *,
-    steps: int,
-    batch_size: int,
-    seed: int,
-    val_period: int,
-    val_at_end: bool,
-) -> list[dict[str, float]]:
-    """The optimizer steps of a pair driver (DPO, the reward model): step s trains on
-    ``batch(idx)`` of ``batch_size`` training pairs — a seeded order over the ``n_train``
-    pairs, reshuffled at each epoch — with ``loss_fn``; logs ``train/*`` (+ ``evaluate(s)``'s
-    ``val/*`` every ``val_period`` steps and after the last with ``val_at_end``) and
-    ``time/step_s`` through ``log(s, metrics)``. Returns each step's train metrics."""
-    history: list[dict[str, float]] = []
-    batch_size = min(batch_size, n_train)
-    rng = np.random.default_rng(seed)
-    order, pos = rng.permutation(n_train), 0
-    for step in range(1, steps + 1):
-        if pos + batch_size > len(order):
-            order, pos = rng.permutation(n_train), 0
-        idx = [int(i) for i in order[pos : pos + batch_size]]
-        pos += batch_size
-        t0 = time.perf_counter()
-        m = worker.train_step(batch(idx), loss_fn)
-        m = {k: float(v) for k, v in m.items() if isinstance(v, int | float | np.number)}
-        m["time/step_s"] = time.perf_counter() - t0
-        history.append(m)
-        shown = {f"train/{k}": v for k, v in m.items() if k != "time/step_s"}
-        if (val_period and step % val_period == 0) or (val_at_end and step == steps):
-            shown.update(evaluate(step))
-        log(step, {**shown, "time/step_s": m["time/step_s"]})
-    return history
-
-
-def loop_options(cfg: Any) -> dict[str, Any]:
-    """The keyword options of a pair driver's loop (:func:`dpo`, the reward model's) from a
-    ``MasterConfig``: steps, pairs per step, seed, held-out evaluation, the length cap."""
-    p, g = cfg.policy, cfg.grpo
-    return {
-        "steps": g.max_num_steps,
-        "batch_size": p.train_global_batch_size,
-        "seed": g.seed,
-        "val_period": g.val_period,
-        "val_at_start": g.val_at_start,
-        "val_at_end": g.val_at_end,
-        "max_tokens": p.max_total_sequence_length,
-    }
+DPOResult = PairResult  # what dpo() returns (pair_loop.py)
 
 
 @dataclass
-class DPOResult:
-    """``history``: each step's train metrics; ``val``: step -> held-out metrics (step 0:
-    before training); ``output_dir``: the exported model (None: not exported)."""
+class DPOStrategy:
+    """DPO's part of the pair loop (:mod:`.pair_loop`): rows rendered by ``renderer``, the
+    reference pass (π_ref = the policy before its first step; none for SimPO / ORPO), the
+    held-out preference metrics (at step 0: the reference pass's logprobs, the same weights)."""
 
-    history: list[dict[str, float]] = field(default_factory=list)
-    val: dict[int, dict[str, float]] = field(default_factory=dict)
-    output_dir: str | None = None
+    renderer: Any
+    loss: PreferenceLoss
+    max_tokens: int | None
+    chunk: int = 64
+    name: str = "DPO"
+    ref_train: list[RowLogprobs] | None = None
+    ref_val: list[RowLogprobs] | None = None
 
+    @property
+    def loss_fn(self) -> PreferencePairsLoss:
+        return PreferencePairsLoss(self.loss)
 
-def _log(log: Any, step: int, metrics: dict[str, float]) -> None:
-    if log is None:
-        return
-    log.log(step, metrics)
-    if "val/preference_accuracy" in metrics:
-        log.write(
-            f"step {step}: held-out preference accuracy {metrics['val/preference_accuracy']:.3f}"
-            f", reward margin {metrics['val/reward_margin']:.4g}, loss {metrics['val/loss']:.4g}"
+    def encode(self, pairs: list[dict[str, Any]], what: str) -> list[EncodedPair]:
+        return encode_all(self.renderer, pairs, self.max_tokens, what)
+
+    def prepare(self, worker: Any, train: list[EncodedPair], val: list[EncodedPair]) -> None:
+        if self.loss.variant not in REFERENCE_FREE:
+            self.ref_train = response_logprobs(worker, train, self.chunk)
+            self.ref_val = response_logprobs(worker, val, self.chunk)
+
+    def batch(self, train: list[EncodedPair], idx: list[int]) -> Batch:
+        refs = None if self.ref_train is None else [self.ref_train[i] for i in idx]
+        return collate_pairs([train[i] for i in idx], refs)
+
+    def evaluate(self, worker: Any, val: list[EncodedPair], step: int) -> dict[str, float]:
+        policy = self.ref_val if step == 0 and self.ref_val is not None else None
+        return preference_metrics(
+            self.loss, policy or response_logprobs(worker, val, self.chunk), self.ref_val
         )
+
+    def headline(self, step: int, metrics: dict[str, float]) -> str:
+        m = metrics
+        return (f"step {step}: held-out preference accuracy {m['val/preference_accuracy']:.3f}, "
+                f"reward margin {m['val/reward_margin']:.4g}, loss {m['val/loss']:.4g}")  # fmt: skip
 
 
 def dpo(
@@ -364,54 +331,17 @@ def dpo(
     val_pairs: list[dict[str, Any]],
     loss: PreferenceLoss,
     *,
-    steps: int,
-    batch_size: int,
-    seed: int = 0,
-    val_period: int = 0,
-    val_at_start: bool = True,
-    val_at_end: bool = True,
     max_tokens: int | None = None,
-    output_dir: str | Path | None = None,
-    log: Any = None,
     chunk: int = 64,
+    **loop: Any,
 ) -> DPOResult:
-    """Train ``worker`` for ``steps`` steps of ``batch_size`` pairs (see the module docstring).
+    """Train ``worker`` on the pairs (see the module docstring): :func:`.pair_loop.
+    train_on_pairs` with :class:`DPOStrategy`; ``loop`` its options (``steps``, ``batch_size``,
+    ``seed``, ``val_period``, ``val_at_start``, ``val_at_end``, ``output_dir``, ``log``).
 
     ``renderer``: a :class:`PromptRenderer` (``PromptRenderer.from_config(cfg, tok)``) or a
-    bare tokenizer. ``loss``: ``PreferenceLoss.from_config(cfg.loss_fn)``. ``log``: a
-    :class:`~dockyard.train.logging.MetricsLogger` (``train/*``, ``val/*``). Held-out pairs are
-    evaluated before the first step (``val_at_start``), every ``val_period`` steps and after
-    the last (``val_at_end``); the model is exported to ``output_dir``."""
-    train = encode_all(renderer, train_pairs, max_tokens, "training")
-    val = encode_all(renderer, val_pairs, max_tokens, "held-out") if val_pairs else []
-    if not train:
-        raise ValueError("no DPO training pairs")
-    ref_train = ref_val = None
-    if loss.variant not in REFERENCE_FREE:  # π_ref = this policy, before its first step
-        ref_train = response_logprobs(worker, train, chunk)
-        ref_val = response_logprobs(worker, val, chunk)
-    result = DPOResult()
-
-    def evaluate(step: int, policy: list[RowLogprobs] | None = None) -> dict[str, float]:
-        if not val:
-            return {}
-        m = preference_metrics(loss, policy or response_logprobs(worker, val, chunk), ref_val)
-        result.val[step] = m
-        return {f"val/{k}": v for k, v in m.items()}
-
-    if val_at_start and val:
-        _log(log, 0, evaluate(0, ref_val))
-
-    def batch(idx: list[int]) -> Batch:
-        refs = None if ref_train is None else [ref_train[i] for i in idx]
-        return collate_pairs([train[i] for i in idx], refs)
-
-    result.history = pair_steps(
-        worker, len(train), batch, PreferencePairsLoss(loss), evaluate,
-        lambda step, m: _log(log, step, m),
-        steps=steps, batch_size=batch_size, seed=seed, val_period=val_period,
-        val_at_end=val_at_end,
-    )  # fmt: skip
-    if output_dir is not None:
-        result.output_dir = worker.export_hf(str(output_dir))
-    return result
+    bare tokenizer. ``loss``: ``PreferenceLoss.from_config(cfg.loss_fn)``. ``max_tokens``: the
+    longest pair kept (``policy.max_total_sequence_length``); ``chunk``: pairs per logprob
+    call."""
+    strategy = DPOStrategy(PromptRenderer.wrap(renderer), loss, max_tokens, chunk)
+    return train_on_pairs(strategy, worker, train_pairs, val_pairs, **loop)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +29,7 @@ from dockyard.core.rl.preference import REFERENCE_FREE, PreferenceLoss, Preferen
 from dockyard.train.algorithms.dpo import EncodedPair, _prompt, collate_pairs, response_logprobs
 from dockyard.train.data import read_records
 from dockyard.train.judge import Judge
-from dockyard.train.prompts import Messages
+from dockyard.train.prompts import Messages, PromptRenderer
 
 
 class Sampler(Protocol):
@@ -178,6 +179,75 @@ class HeldOut:
         m = m or {"val/win_rate": 0.5, "val/judge_failed": 0.0}
         self.val[step] = m
         return m
+
+
+# --------------------------------------------------------------------------- the loop
+PairMaker = Callable[[list[Messages], list[list[int]], SamplingParams],
+                     tuple[list[EncodedPair], dict[str, float]]]  # fmt: skip
+"""``make_pairs(prompts, prompt_ids, params) -> (pairs, metrics)``: a driver's own part of a
+step — online DPO ranks K candidates, RLAIF critiques and revises."""
+
+
+@dataclasses.dataclass
+class FeedbackResult:
+    """``history``: each step's metrics; ``val``: step -> held-out metrics; ``responses``: step
+    -> the greedy held-out responses (step 0: π_0's); ``output_dir``: the exported model."""
+
+    history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    val: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    responses: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    output_dir: str | None = None
+
+
+def online_preference(
+    policy: Policy,
+    judge: Judge,
+    renderer: PromptRenderer,
+    train_prompts: list[Messages],
+    val_prompts: list[Messages],
+    loss: PreferenceLoss,
+    params: SamplingParams,
+    make_pairs: PairMaker,
+    headline: Callable[[int, dict[str, float]], str],
+    *,
+    steps: int,
+    prompts_per_step: int,
+    seed: int = 0,
+    val_period: int = 0,
+    val_at_end: bool = True,
+    output_dir: str | None = None,
+    log: Any = None,
+) -> FeedbackResult:
+    """The loop both AI-feedback drivers run: ``steps`` steps of ``prompts_per_step`` prompts
+    (a seeded order, reshuffled per epoch), each step's pairs from ``make_pairs`` with sampling
+    seeded from ``seed`` and the step, a DPO step on them (:func:`dpo_step`), the held-out win
+    rate every ``val_period`` steps and after the last (``val_at_end``); a step with held-out
+    metrics is logged with ``headline(step, metrics)``."""
+    train_ids = [renderer.prompt_ids(renderer.messages(p)) for p in train_prompts]
+    val_ids = [renderer.prompt_ids(renderer.messages(p)) for p in val_prompts]
+    held_out = HeldOut(policy, judge, val_ids, [prompt_text(p) for p in val_prompts], params)
+    result = FeedbackResult(val=held_out.val, responses=held_out.responses)
+    held_out.evaluate(0)
+    order = PromptOrder(len(train_ids), prompts_per_step, seed)
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        idx = order.take()
+        pairs, m = make_pairs([train_prompts[i] for i in idx], [train_ids[i] for i in idx],
+                              step_params(params, seed, step))  # fmt: skip
+        m.update(judge.metrics())
+        m.update(dpo_step(policy, pairs, loss, step))
+        if (val_period and step % val_period == 0) or (val_at_end and step == steps):
+            m.update(held_out.evaluate(step))
+            m.update({f"val/{k}": v for k, v in judge.metrics().items()})
+        m["time/step_s"] = time.perf_counter() - t0
+        result.history.append(m)
+        if log is not None:
+            log.log(step, m)
+            if "val/win_rate" in m:
+                log.write(headline(step, m))
+    if output_dir is not None:
+        result.output_dir = policy.export_hf(output_dir)
+    return result
 
 
 # --------------------------------------------------------------------------- the runtime

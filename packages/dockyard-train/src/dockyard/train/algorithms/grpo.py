@@ -81,6 +81,7 @@ from dockyard.train.recovery import (
     restore_run,
     save_run,
 )
+from dockyard.train.runtime.collector_config import CollectorConfig
 
 if TYPE_CHECKING:
     from dockyard.train.runtime.trainer import TrainerLost
@@ -154,7 +155,9 @@ def train(
     trainer = stack.trainer  # a TrainerClient: every call reaches every rank
     run: _Run | None = None
     try:
-        run = _Run.begin(cfg, stack, resume, progress, loss_fn, entry.validate)  # (+ val)
+        run = _Run.begin(  # data, collector, log (+ validation)
+            cfg, stack, resume, progress, loss_fn, entry.validate, (P, A)
+        )
         start = step = run.start
         while True:  # once through; again from the restore point after a lost trainer rank
             try:
@@ -164,7 +167,7 @@ def train(
 
                     # 1. P complete groups no older than the bound (dynamic sampling draws more)
                     with timer("wait_generation"):
-                        groups, drawn = _sample(stack, run.collector, cfg, step)
+                        groups, drawn = _sample(stack, run.collector, cfg, step, P, A)
 
                     # 2. the batch (+ reference logprobs if β > 0). π_prev is the policy being
                     #    trained: with one optimizer step per batch the loss takes
@@ -300,6 +303,7 @@ class _Run:
     logger: MetricsLogger
     val_start: float | None
     restarts: int = 0
+    collector_cfg: CollectorConfig | None = None  # a rewind's new collector gets it as it is
     loss_fn: Any = None  # the loss, for a validation of its own (LoopLoss.validate)
     loss_validation: Callable[..., dict[str, float]] | None = None
     val: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/* metrics
@@ -309,7 +313,7 @@ class _Run:
     @classmethod
     def begin(
         cls, cfg: Any, stack: Any, resume: bool, progress: bool, loss_fn: Any,
-        loss_validation: Callable[..., dict[str, float]] | None,
+        loss_validation: Callable[..., dict[str, float]] | None, loop: tuple[int, int],
     ) -> _Run:  # fmt: skip
         """Load the data; start a collector from the latest checkpoint (``resume``) or from
         the run's start (seeded, the pipeline filled for steps 0..A); open the log; validate
@@ -318,17 +322,18 @@ class _Run:
         import ray
 
         g = cfg.grpo
-        P, A = g.num_prompts_per_step, g.async_grpo.age_bound()
+        P, A = loop  # read once, by train()
+        collector_cfg = CollectorConfig.from_master(cfg, P, A)  # the collector actor's own
         t0 = time.perf_counter()
         tasks, val_tasks = load_tasks(cfg, "train"), load_tasks(cfg, "val")[: g.max_val_samples]
         # the collector's process (its environment, tokenizer, task filtering: seconds) starts
         # while the fleets load, unless it needs the sandbox fleet's addresses
         early = stack.sandbox is None
-        collector = new_collector(stack, cfg, tasks) if early else None
+        collector = new_collector(stack, collector_cfg, tasks) if early else None
         t_wait = time.perf_counter()
         stack.wait_ready()
         t_wait = time.perf_counter() - t_wait
-        collector = collector or new_collector(stack, cfg, tasks)
+        collector = collector or new_collector(stack, collector_cfg, tasks)
         history: list[dict[str, float]] = []
         start = 0
         last = ckpt.latest_checkpoint(Path(cfg.checkpointing.checkpoint_dir)) if resume else None
@@ -349,6 +354,7 @@ class _Run:
         run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
         run.startup = startup
         run.loss_fn, run.loss_validation = loss_fn, loss_validation
+        run.collector_cfg = collector_cfg
         if val_tasks and g.val_at_start and start == 0 and loss_validation is not None:
             run._settle(time.perf_counter(), run.validate())
         elif val_tasks and g.val_at_start and start == 0:  # beside step 1, until its push
@@ -463,9 +469,10 @@ class _Run:
                 f"{self.restarts} of {limit}, cluster.max_trainer_restarts) and rewinding to "
                 + (f"step {self.restore.step}" if self.restore.folder else "the start")
             )
+            assert self.collector_cfg is not None  # set by begin()
             try:
                 self.collector, self.history, start = recover(
-                    self.stack, self.collector, self.cfg, self.tasks, self.restore, lost
+                    self.stack, self.collector, self.collector_cfg, self.tasks, self.restore, lost
                 )
             except TrainerLost as again:
                 lost = again
@@ -536,12 +543,14 @@ class _Run:
             pass
 
 
-def _sample(stack: Any, collector: Any, cfg: Any, step: int) -> tuple[list[Any], int]:
-    """P groups for ``step``; with dynamic sampling only informative ones (draws more)."""
+def _sample(
+    stack: Any, collector: Any, cfg: Any, step: int, P: int, A: int
+) -> tuple[list[Any], int]:
+    """``P`` groups for ``step``; with dynamic sampling only informative ones (draws more: for
+    step − A, the bound ``A``)."""
     import ray
 
     g = cfg.grpo
-    P, A = g.num_prompts_per_step, g.async_grpo.age_bound()
     kept: list[Any] = []
     drawn = 0
     need = P

@@ -31,8 +31,6 @@ pre-flight are :mod:`.feedback`'s.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,17 +39,15 @@ from dockyard.core.interfaces import SamplingParams
 from dockyard.core.rl.preference import PreferenceLoss
 from dockyard.train.algorithms.dpo import EncodedPair
 from dockyard.train.algorithms.feedback import (
-    HeldOut,
+    FeedbackResult,
     Policy,
-    PromptOrder,
     StackPolicy,
-    dpo_step,
     judge_problems,
     load_prompt_data,
     load_prompts,
+    online_preference,
     prompt_text,
     start_policy,
-    step_params,
     win_rate,
 )
 from dockyard.train.judge import Judge
@@ -105,15 +101,7 @@ def best_vs_worst(standing: list[float | None]) -> tuple[int, int] | str:
 
 
 # --------------------------------------------------------------------------- the loop
-@dataclass
-class OnlineDPOResult:
-    """``history``: each step's metrics; ``val``: step -> held-out metrics; ``responses``: step
-    -> the greedy held-out responses (step 0: π_0's); ``output_dir``: the exported model."""
-
-    history: list[dict[str, float]] = field(default_factory=list)
-    val: dict[int, dict[str, float]] = field(default_factory=dict)
-    responses: dict[int, list[str]] = field(default_factory=dict)
-    output_dir: str | None = None
+OnlineDPOResult = FeedbackResult  # what online_dpo() returns (feedback.py)
 
 
 def _pairs(
@@ -150,56 +138,26 @@ def online_dpo(
     val_prompts: list[Messages],
     loss: PreferenceLoss,
     params: SamplingParams,
-    *,
-    steps: int,
-    prompts_per_step: int,
-    seed: int = 0,
-    val_period: int = 0,
-    val_at_end: bool = True,
-    output_dir: str | None = None,
-    log: Any = None,
+    **loop: Any,
 ) -> OnlineDPOResult:
-    """Train ``policy`` for ``steps`` steps of ``prompts_per_step`` prompts, ``params.n``
-    candidates each (see the module docstring), sampled with seeds from ``seed`` and the step. ``renderer``: a :class:`PromptRenderer` or a
-    bare tokenizer; ``params``: the candidates' sampling (``n`` = K ≥ 2); ``log``: a
-    :class:`~dockyard.train.logging.MetricsLogger`."""
+    """Train ``policy`` with ``params.n`` candidates per prompt (see the module docstring):
+    :func:`.feedback.online_preference` with this driver's pairs; ``loop`` its options
+    (``steps``, ``prompts_per_step``, ``seed``, ``val_period``, ``val_at_end``, ``output_dir``,
+    ``log``). ``renderer``: a :class:`PromptRenderer` or a bare tokenizer; ``params``: the
+    candidates' sampling (``n`` = K ≥ 2)."""
     if params.n < 2:
         raise ValueError(
             "online DPO needs K >= 2 candidates per prompt (grpo.num_generations_per_prompt)"
         )
-    r = PromptRenderer.wrap(renderer)
-    train_ids = [r.prompt_ids(r.messages(p)) for p in train_prompts]
-    val_ids = [r.prompt_ids(r.messages(p)) for p in val_prompts]
-    held_out = HeldOut(policy, judge, val_ids, [prompt_text(p) for p in val_prompts], params)
-    result = OnlineDPOResult(val=held_out.val, responses=held_out.responses)
-    held_out.evaluate(0)
-    order = PromptOrder(len(train_ids), prompts_per_step, seed)
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        idx = order.take()
-        pairs, m = _pairs(policy, judge, [train_prompts[i] for i in idx],
-                          [train_ids[i] for i in idx], step_params(params, seed, step))  # fmt: skip
-        m.update(judge.metrics())
-        m.update(dpo_step(policy, pairs, loss, step))
-        if (val_period and step % val_period == 0) or (val_at_end and step == steps):
-            m.update(held_out.evaluate(step))
-            m.update({f"val/{k}": v for k, v in judge.metrics().items()})
-        m["time/step_s"] = time.perf_counter() - t0
-        result.history.append(m)
-        _log(log, step, m)
-    if output_dir is not None:
-        result.output_dir = policy.export_hf(output_dir)
-    return result
+    return online_preference(
+        policy, judge, PromptRenderer.wrap(renderer), train_prompts, val_prompts, loss, params,
+        lambda prompts, ids, p: _pairs(policy, judge, prompts, ids, p), _headline, **loop,
+    )  # fmt: skip
 
 
-def _log(log: Any, step: int, metrics: dict[str, float]) -> None:
-    if log is None:
-        return
-    log.log(step, metrics)
-    if "val/win_rate" in metrics:
-        log.write(f"step {step}: judge win rate over the starting policy "
-                  f"{metrics['val/win_rate']:.3f} ({int(metrics['online_dpo/pairs'])} pairs "
-                  "this step)")  # fmt: skip
+def _headline(step: int, m: dict[str, float]) -> str:
+    return (f"step {step}: judge win rate over the starting policy {m['val/win_rate']:.3f} "
+            f"({int(m['online_dpo/pairs'])} pairs this step)")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the pre-flight

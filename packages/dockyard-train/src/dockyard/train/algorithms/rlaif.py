@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,14 +45,12 @@ from dockyard.core.interfaces import GenerationResult, SamplingParams
 from dockyard.core.rl.preference import PreferenceLoss
 from dockyard.train.algorithms.dpo import EncodedPair
 from dockyard.train.algorithms.feedback import (
-    HeldOut,
+    FeedbackResult,
     Policy,
-    PromptOrder,
     Sampler,
-    dpo_step,
     judge_problems,
+    online_preference,
     prompt_text,
-    step_params,
 )
 from dockyard.train.judge import Judge, template_fields
 from dockyard.train.prompts import Messages, PromptRenderer
@@ -263,15 +260,7 @@ def build_pairs(
 
 
 # --------------------------------------------------------------------------- the loop
-@dataclass
-class RLAIFResult:
-    """``history``: each step's metrics; ``val``: step -> held-out metrics; ``responses``: step
-    -> the greedy held-out responses (step 0: π_0's); ``output_dir``: the exported model."""
-
-    history: list[dict[str, float]] = field(default_factory=list)
-    val: dict[int, dict[str, float]] = field(default_factory=dict)
-    responses: dict[int, list[str]] = field(default_factory=dict)
-    output_dir: str | None = None
+RLAIFResult = FeedbackResult  # what rlaif() returns (feedback.py)
 
 
 def rlaif(
@@ -284,59 +273,32 @@ def rlaif(
     loss: PreferenceLoss,
     params: SamplingParams,
     *,
-    steps: int,
-    prompts_per_step: int,
     reviser: Literal["policy", "judge"] = "policy",
     check_revisions: bool = True,
     critique_max_tokens: int = 256,
-    seed: int = 0,
-    val_period: int = 0,
-    val_at_end: bool = True,
-    output_dir: str | None = None,
-    log: Any = None,
+    **loop: Any,
 ) -> RLAIFResult:
-    """Train ``policy`` for ``steps`` steps of ``prompts_per_step`` prompts, ``params.n``
-    answers each, critiqued and revised (module docstring); sampling seeded from ``seed`` and
-    the step. ``renderer``: a :class:`PromptRenderer` or a bare tokenizer; ``judge``: a
-    pairwise :class:`Judge` (the held-out win rate, and the check); ``log``: a
-    :class:`~dockyard.train.logging.MetricsLogger`."""
+    """Train ``policy`` with ``params.n`` answers per prompt, critiqued and revised (module
+    docstring): :func:`.feedback.online_preference` with this driver's pairs; ``loop`` its
+    options (``steps``, ``prompts_per_step``, ``seed``, ``val_period``, ``val_at_end``,
+    ``output_dir``, ``log``). ``renderer``: a :class:`PromptRenderer` or a bare tokenizer;
+    ``judge``: a pairwise :class:`Judge` (the held-out win rate, and the check)."""
     if judge.mode != "pairwise":
         raise ValueError("RLAIF's win rate and revision check need judge.mode: pairwise")
     r = PromptRenderer.wrap(renderer)
-    train_ids = [r.prompt_ids(r.messages(p)) for p in train_prompts]
-    val_ids = [r.prompt_ids(r.messages(p)) for p in val_prompts]
-    held_out = HeldOut(policy, judge, val_ids, [prompt_text(p) for p in val_prompts], params)
-    result = RLAIFResult(val=held_out.val, responses=held_out.responses)
-    held_out.evaluate(0)
-    order = PromptOrder(len(train_ids), prompts_per_step, seed)
-    for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        idx = order.take()
-        pairs, m = build_pairs(policy, judge, r, constitution, [train_prompts[i] for i in idx],
-                               [train_ids[i] for i in idx], step_params(params, seed, step),
-                               reviser=reviser, check=check_revisions,
-                               critique_max_tokens=critique_max_tokens)  # fmt: skip
-        m.update(judge.metrics())
-        m.update(dpo_step(policy, pairs, loss, step))
-        if (val_period and step % val_period == 0) or (val_at_end and step == steps):
-            m.update(held_out.evaluate(step))
-            m.update({f"val/{k}": v for k, v in judge.metrics().items()})
-        m["time/step_s"] = time.perf_counter() - t0
-        result.history.append(m)
-        _log(log, step, m)
-    if output_dir is not None:
-        result.output_dir = policy.export_hf(output_dir)
-    return result
+
+    def make_pairs(prompts: list[Messages], ids: list[list[int]], p: SamplingParams) -> Any:
+        return build_pairs(policy, judge, r, constitution, prompts, ids, p, reviser=reviser,
+                           check=check_revisions, critique_max_tokens=critique_max_tokens)  # fmt: skip
+
+    return online_preference(policy, judge, r, train_prompts, val_prompts, loss, params,
+                             make_pairs, _headline, **loop)  # fmt: skip
 
 
-def _log(log: Any, step: int, metrics: dict[str, float]) -> None:
-    if log is None:
-        return
-    log.log(step, metrics)
-    if "val/win_rate" in metrics:
-        log.write(f"step {step}: judge win rate over the starting policy "
-                  f"{metrics['val/win_rate']:.3f} ({int(metrics['rlaif/pairs'])} pairs this "
-                  f"step, {int(metrics['rlaif/dropped_not_preferred'])} revisions not preferred)")  # fmt: skip
+def _headline(step: int, m: dict[str, float]) -> str:
+    return (f"step {step}: judge win rate over the starting policy {m['val/win_rate']:.3f} "
+            f"({int(m['rlaif/pairs'])} pairs this step, {int(m['rlaif/dropped_not_preferred'])} "
+            "revisions not preferred)")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the pre-flight

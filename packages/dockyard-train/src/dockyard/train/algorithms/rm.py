@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,13 +38,8 @@ import numpy as np
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces import TrainMetrics
 from dockyard.core.rl.preference import BradleyTerryLoss, BradleyTerryPairsLoss
-from dockyard.train.algorithms.dpo import (
-    EncodedPair,
-    collate_pairs,
-    encode_pair,
-    pair_steps,
-    parse_pair,
-)
+from dockyard.train.algorithms.dpo import EncodedPair, collate_pairs, encode_pair, parse_pair
+from dockyard.train.algorithms.pair_loop import PairResult, train_on_pairs
 
 
 class Trainer(Protocol):
@@ -133,27 +127,41 @@ def rm_metrics(loss: BradleyTerryLoss, scores: np.ndarray, margins: np.ndarray) 
 
 
 # --------------------------------------------------------------------------- the loop
+RMResult = PairResult  # what reward_modelling() returns (pair_loop.py)
+
+
 @dataclass
-class RMResult:
-    """``history``: each step's train metrics; ``val``: step -> held-out metrics (step 0:
-    before training); ``output_dir``: the exported model (None: not exported); ``plot``: the
-    accuracy curve's PNG (None: none drawn)."""
+class RMStrategy:
+    """The reward model's part of the pair loop (:mod:`.pair_loop`): rows with each pair's
+    margin, no reference pass, the held-out metrics from the pairs' scores."""
 
-    history: list[dict[str, float]] = field(default_factory=list)
-    val: dict[int, dict[str, float]] = field(default_factory=dict)
-    output_dir: str | None = None
-    plot: str | None = None
+    renderer: Any
+    loss: BradleyTerryLoss
+    max_tokens: int | None
+    chunk: int = 64
+    name: str = "reward-model"
+    margins: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
+    @property
+    def loss_fn(self) -> BradleyTerryPairsLoss:
+        return BradleyTerryPairsLoss(self.loss)
 
-def _log(log: Any, step: int, metrics: dict[str, float]) -> None:
-    if log is None:
-        return
-    log.log(step, metrics)
-    if "val/rm_accuracy" in metrics:
-        log.write(
-            f"step {step}: held-out pair accuracy {metrics['val/rm_accuracy']:.3f}, margin "
-            f"{metrics['val/rm_margin']:.4g}, loss {metrics['val/loss']:.4g}"
-        )
+    def encode(self, pairs: list[dict[str, Any]], what: str) -> list[RMPair]:
+        return encode_rm_pairs(self.renderer, pairs, self.max_tokens, what)
+
+    def prepare(self, worker: Any, train: list[RMPair], val: list[RMPair]) -> None:
+        self.margins = np.array([p.margin for p in val], dtype=np.float64)
+
+    def batch(self, train: list[RMPair], idx: list[int]) -> Batch:
+        return collate_rm([train[i] for i in idx])
+
+    def evaluate(self, worker: Any, val: list[RMPair], step: int) -> dict[str, float]:
+        return rm_metrics(self.loss, pair_scores(worker, val, self.chunk), self.margins)
+
+    def headline(self, step: int, metrics: dict[str, float]) -> str:
+        m = metrics
+        return (f"step {step}: held-out pair accuracy {m['val/rm_accuracy']:.3f}, margin "
+                f"{m['val/rm_margin']:.4g}, loss {m['val/loss']:.4g}")  # fmt: skip
 
 
 def reward_modelling(
@@ -163,47 +171,16 @@ def reward_modelling(
     val_pairs: list[dict[str, Any]],
     loss: BradleyTerryLoss,
     *,
-    steps: int,
-    batch_size: int,
-    seed: int = 0,
-    val_period: int = 0,
-    val_at_start: bool = True,
-    val_at_end: bool = True,
     max_tokens: int | None = None,
-    output_dir: str | Path | None = None,
-    log: Any = None,
     chunk: int = 64,
+    **loop: Any,
 ) -> RMResult:
-    """Train ``worker`` for ``steps`` steps of ``batch_size`` pairs (module docstring).
+    """Train ``worker`` on the pairs (module docstring): :func:`.pair_loop.train_on_pairs` with
+    :class:`RMStrategy`; ``loop`` its options (``steps``, ``batch_size``, ``seed``,
+    ``val_period``, ``val_at_start``, ``val_at_end``, ``output_dir``, ``log``).
 
     ``renderer``: a :class:`~dockyard.train.prompts.PromptRenderer` or a bare tokenizer.
     ``train_pairs`` / ``val_pairs``: :func:`parse_rm_pair`'s (or :func:`parse_pair`'s: no
-    margin). ``loss``: ``BradleyTerryLoss.from_config(cfg.loss_fn)``. ``log``: a
-    :class:`~dockyard.train.logging.MetricsLogger`. Held-out pairs are evaluated before the
-    first step (``val_at_start``), every ``val_period`` steps and after the last
-    (``val_at_end``); the model is exported to ``output_dir``."""
-    train = encode_rm_pairs(renderer, train_pairs, max_tokens, "training")
-    val = encode_rm_pairs(renderer, val_pairs, max_tokens, "held-out") if val_pairs else []
-    if not train:
-        raise ValueError("no reward-model training pairs")
-    val_margins = np.array([p.margin for p in val], dtype=np.float64)
-    result = RMResult()
-
-    def evaluate(step: int) -> dict[str, float]:
-        if not val:
-            return {}
-        m = rm_metrics(loss, pair_scores(worker, val, chunk), val_margins)
-        result.val[step] = m
-        return {f"val/{k}": v for k, v in m.items()}
-
-    if val_at_start and val:
-        _log(log, 0, evaluate(0))
-    result.history = pair_steps(
-        worker, len(train), lambda idx: collate_rm([train[i] for i in idx]),
-        BradleyTerryPairsLoss(loss), evaluate, lambda step, m: _log(log, step, m),
-        steps=steps, batch_size=batch_size, seed=seed, val_period=val_period,
-        val_at_end=val_at_end,
-    )  # fmt: skip
-    if output_dir is not None:
-        result.output_dir = worker.export_hf(str(output_dir))
-    return result
+    margin). ``loss``: ``BradleyTerryLoss.from_config(cfg.loss_fn)``."""
+    return train_on_pairs(RMStrategy(renderer, loss, max_tokens, chunk), worker, train_pairs,
+                          val_pairs, **loop)  # fmt: skip

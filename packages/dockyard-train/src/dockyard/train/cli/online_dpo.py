@@ -12,44 +12,10 @@ prompt's best-vs-worst pair and pushes the weights to the engines. Held out
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config", required=True, help="YAML config (examples/configs/online_dpo.yaml)"
-    )
-    parser.add_argument("--output", default=None, help="folder for the trained HF model")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides: judge.num_engines=2")
-
-
-def run(args: argparse.Namespace) -> int:
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.algorithms.online_dpo import config_problems
-    from dockyard.train.preflight import deep_check, load_or_exit, report
-
-    cfg = load_or_exit(args.config, args.overrides, "online-dpo", driver="dpo")
-    # the loss must be a preference loss (the DPO driver's); no environment or sandbox
-    if problems := deep_check(cfg, load=False, skip=("sandbox",), driver="dpo") + config_problems(
-        cfg
-    ):
-        report("online-dpo", ConfigError(problems, args.config))
-    out = args.output or cfg.checkpointing.export_hf or str(Path(cfg.logger.log_dir) / "model")
-    result, log_dir = train(cfg, out, progress=not args.no_progress)
-    val = result.val
-    rate = (
-        " -> ".join(
-            f"{val[s]['val/win_rate']:.3f} (step {s})" for s in sorted({min(val), max(val)})
-        )
-        if val
-        else "not measured"
-    )
-    print(f"online DPO ({cfg.loss_fn.type}): {len(result.history)} steps; judge win rate over the "
-          f"starting policy {rate}; model in {out}; logs in {log_dir}", flush=True)  # fmt: skip
-    return 0
+from dockyard.train.algorithms.online_dpo import config_problems
+from dockyard.train.cli.feedback_command import FeedbackCommand
 
 
 def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
@@ -71,3 +37,11 @@ def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
                           output_dir=out, log=log)  # fmt: skip
 
     return run_with_judge(cfg, "online-dpo", progress, body)
+
+
+COMMAND = FeedbackCommand(
+    name="online-dpo", example="online_dpo.yaml", override="judge.num_engines=2",
+    problems=config_problems, train=train,
+    summary=lambda cfg, r: f"online DPO ({cfg.loss_fn.type}): {len(r.history)} steps",
+)  # fmt: skip
+add_arguments, run = COMMAND.add_arguments, COMMAND.run

@@ -13,42 +13,10 @@ prompts of ``data.train_path`` from the policy's engines; the ``judge`` (its own
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config (examples/configs/rlaif.yaml)")
-    parser.add_argument("--output", default=None, help="folder for the trained HF model")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides: rlaif.reviser=judge")
-
-
-def run(args: argparse.Namespace) -> int:
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.algorithms.rlaif import config_problems
-    from dockyard.train.preflight import deep_check, load_or_exit, report
-
-    cfg = load_or_exit(args.config, args.overrides, "rlaif", driver="dpo")
-    # the loss must be a preference loss (the DPO driver's); no environment or sandbox
-    problems = deep_check(cfg, load=False, skip=("sandbox",), driver="dpo") + config_problems(cfg)
-    if problems:
-        report("rlaif", ConfigError(problems, args.config))
-    out = args.output or cfg.checkpointing.export_hf or str(Path(cfg.logger.log_dir) / "model")
-    result, log_dir = train(cfg, out, progress=not args.no_progress)
-    val, pairs = result.val, sum(h["rlaif/pairs"] for h in result.history)
-    rate = (
-        " -> ".join(
-            f"{val[s]['val/win_rate']:.3f} (step {s})" for s in sorted({min(val), max(val)})
-        )
-        if val
-        else "not measured"
-    )
-    print(f"RLAIF ({cfg.loss_fn.type}, reviser {cfg.rlaif.reviser}): {len(result.history)} steps, "
-          f"{int(pairs)} pairs; judge win rate over the starting policy {rate}; model in {out}; "
-          f"logs in {log_dir}", flush=True)  # fmt: skip
-    return 0
+from dockyard.train.algorithms.rlaif import config_problems
+from dockyard.train.cli.feedback_command import FeedbackCommand
 
 
 def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
@@ -72,3 +40,14 @@ def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
                      val_period=g.val_period, val_at_end=g.val_at_end, output_dir=out, log=log)  # fmt: skip
 
     return run_with_judge(cfg, "rlaif", progress, body)
+
+
+COMMAND = FeedbackCommand(
+    name="rlaif", example="rlaif.yaml", override="rlaif.reviser=judge",
+    problems=config_problems, train=train,
+    summary=lambda cfg, r: (
+        f"RLAIF ({cfg.loss_fn.type}, reviser {cfg.rlaif.reviser}): {len(r.history)} steps, "
+        f"{int(sum(h['rlaif/pairs'] for h in r.history))} pairs"
+    ),
+)  # fmt: skip
+add_arguments, run = COMMAND.add_arguments, COMMAND.run

@@ -13,18 +13,14 @@ Face sequence-classification folder to ``--output`` (default ``checkpointing.exp
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
+from dockyard.core.rl import BradleyTerryLoss
+from dockyard.train.algorithms.rm import RMStrategy, parse_rm_pair
+from dockyard.train.cli.pair_command import PairCommand
+from dockyard.train.runtime.stack import torch_worker_config
+
 ACCURACY_CURVES = (("val/rm_accuracy", "o-"), ("train/rm_accuracy", "-"))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="YAML config (examples/configs/rm.yaml)")
-    parser.add_argument("--output", default=None, help="folder for the trained HF reward model")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides: loss_fn.use_margin=true")
 
 
 def _problems(cfg: Any) -> list[str]:
@@ -44,62 +40,23 @@ def _problems(cfg: Any) -> list[str]:
     return problems
 
 
-def run(args: argparse.Namespace) -> int:
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.preflight import deep_check, load_or_exit, report
+def _worker(cfg: Any) -> Any:
+    """Two rows per pair in a micro-batch."""
+    from dockyard.torch.reward import TorchRewardWorker  # torch: dockyard-train's extra
 
-    cfg = load_or_exit(args.config, args.overrides, "rm")  # the schema and the names
-    # the loss (bradley_terry), the model, the data files, the output folders; no engine,
-    # sandbox or transport
-    skip = ("extras", "sandbox", "transport")
-    if problems := deep_check(cfg, load=False, skip=skip, driver="rm") + _problems(cfg):
-        report("rm", ConfigError(problems, args.config))
-
-    from transformers import AutoTokenizer
-
-    from dockyard.core.rl import BradleyTerryLoss
-    from dockyard.torch.reward import TorchRewardWorker
-    from dockyard.train.algorithms.dpo import load_data, loop_options
-    from dockyard.train.algorithms.rm import parse_rm_pair, reward_modelling
-    from dockyard.train.logging import MetricsLogger, plot_curves
-    from dockyard.train.prompts import PromptRenderer
-    from dockyard.train.runtime.stack import torch_worker_config
-
-    p, g = cfg.policy, cfg.grpo
-    out = args.output or cfg.checkpointing.export_hf or str(Path(cfg.logger.log_dir) / "model")
-    train, val = load_data(cfg, parse_rm_pair)
-    rows = {"train_micro_batch_size": 2 * p.train_micro_batch_size}  # two rows per pair
-    worker = TorchRewardWorker({**torch_worker_config(cfg), **rows})
-    tok = AutoTokenizer.from_pretrained(p.tokenizer.name or p.model_name)
-    log = MetricsLogger(
-        cfg.logger, g.max_num_steps, config_dict=cfg.model_dump(mode="json"),
-        progress=not args.no_progress, desc="rm",
-    )  # fmt: skip
-    try:
-        result = reward_modelling(
-            worker,
-            PromptRenderer.from_config(cfg, tok),  # chat template, prompt and system files
-            train,
-            val,
-            BradleyTerryLoss.from_config(cfg.loss_fn),
-            **loop_options(cfg),
-            output_dir=out,
-            log=log,
-        )
-    finally:
-        log.close()
-    plot = plot_curves(log, cfg.logger, "rm_accuracy", "reward model", ACCURACY_CURVES)
-    print(
-        f"reward model: {len(result.history)} steps on {len(train)} pairs, final loss "
-        f"{result.history[-1]['loss']:.4f}; held-out pair accuracy {_accuracy(result.val)} on "
-        f"{len(val)} pairs; model in {out}; logs in {log.dir}; plot: {plot}",
-        flush=True,
-    )
-    return 0
+    rows = {"train_micro_batch_size": 2 * cfg.policy.train_micro_batch_size}
+    return TorchRewardWorker({**torch_worker_config(cfg), **rows})
 
 
-def _accuracy(val: dict[int, dict[str, float]]) -> str:
-    if not val:
-        return "not measured (grpo.val_at_start, val_period and val_at_end are off)"
-    steps = sorted({min(val), max(val)})
-    return " -> ".join(f"{val[s]['rm_accuracy']:.3f} (step {s})" for s in steps)
+COMMAND = PairCommand(
+    name="rm", example="rm.yaml", override="loss_fn.use_margin=true",
+    output="HF reward model", title=lambda cfg: "reward model",
+    accuracy="rm_accuracy", accuracy_words="pair accuracy",
+    problems=_problems, worker=_worker,
+    strategy=lambda cfg, renderer: RMStrategy(
+        renderer, BradleyTerryLoss.from_config(cfg.loss_fn), cfg.policy.max_total_sequence_length
+    ),
+    parse=parse_rm_pair,
+    plot=("rm_accuracy", ACCURACY_CURVES),
+)  # fmt: skip
+add_arguments, run = COMMAND.add_arguments, COMMAND.run

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from dockyard.train.runtime.collector import CollectorHost, group_seed
+from dockyard.train.runtime.collector_config import CollectorConfig
 from dockyard.train.runtime.stack import Stack
 
 
@@ -99,7 +100,8 @@ def run_model(cfg: Any, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             ray.remote(Evaluator)
             .options(num_cpus=0, max_concurrency=1000)
             .remote(
-                cfg.model_dump(mode="json", exclude_unset=True),
+                # the collector's own config; an evaluation keeps no pipeline (A = 0)
+                CollectorConfig.from_master(cfg, cfg.grpo.num_prompts_per_step, 0),
                 stack.engines.actors,
                 stack.buffer,
                 stack.sandbox_urls,

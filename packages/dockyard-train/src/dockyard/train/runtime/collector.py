@@ -26,8 +26,11 @@ from typing import Any
 
 from dockyard.core.interfaces.generation import SamplingParams
 from dockyard.train.data import TaskLoader
+from dockyard.train.environments import build_environment
+from dockyard.train.judge import env_judge
 from dockyard.train.prompts import PromptRenderer
 from dockyard.train.rollout import rollout_group
+from dockyard.train.runtime.collector_config import CollectorConfig
 
 
 @dataclass
@@ -367,36 +370,29 @@ class Collector:
 
 
 class CollectorHost(Collector):
-    """The collector as a Ray actor: builds its environment, tokenizer and loader from the
-    config (``MasterConfig.model_dump()``) inside the actor process."""
+    """The collector as a Ray actor: builds its environment, tokenizer, sampling and task loader
+    from its own config (:class:`~dockyard.train.runtime.collector_config.CollectorConfig`,
+    built once by the driver) inside the actor process."""
 
     def __init__(
         self,
-        cfg_dict: dict[str, Any],
+        config: CollectorConfig,
         engines: list[Any],
         buffer: Any,
         sandbox_urls: list[str],
         tasks: list[dict[str, Any]],
         judge_engines: list[Any] | None = None,
     ) -> None:
-        from dockyard.core.config import MasterConfig
-        from dockyard.train.environments import build_environment, needs_judge
-
-        cfg = MasterConfig.model_validate(cfg_dict)
-        name = cfg.env_for_data()
-        assert name is not None
-        self.judge = None  # the JudgeFn of an environment graded by the judge (judge_engines:
-        # a judge fleet's actors, started by the Stack for backend 'engine')
-        if needs_judge(name, cfg.env[name]) and cfg.env[name].options.get("use_judge", True):
-            from dockyard.train.judge import env_judge
-
-            self.judge = env_judge(cfg.judge, judge_engines)
-        env = build_environment(name, cfg.env[name], sandbox_urls, judge=self.judge)
-        tokenizer = PromptRenderer.from_config(cfg, load_tokenizer(cfg))
+        c = config
+        # the JudgeFn of an environment graded by the judge (judge_engines: a judge fleet's
+        # actors, started by the Stack for backend 'engine')
+        self.judge = None if c.judge is None else env_judge(c.judge, judge_engines)
+        env = build_environment(c.env_name, c.env, sandbox_urls, judge=self.judge)
+        tokenizer = PromptRenderer.build(c.prompts, load_tokenizer(c.prompts.tokenizer))
         tasks = tokenizer.filter_tasks(env, tasks)  # data.max_input_seq_length
-        g = cfg.policy.generation
+        g = c.generation
         params = SamplingParams(
-            n=cfg.grpo.num_generations_per_prompt,
+            n=c.samples_per_prompt,
             max_tokens=g.max_new_tokens,
             temperature=g.temperature,
             top_p=g.top_p,
@@ -404,20 +400,18 @@ class CollectorHost(Collector):
             stop=list(g.stop_strings),
             stop_token_ids=list(g.stop_token_ids),
         )
-        loader = TaskLoader(tasks, cfg.grpo.seed, cfg.data.shuffle, cfg.grpo.max_num_epochs)
-        P = cfg.grpo.num_prompts_per_step
         super().__init__(
             [RemoteEngine(e) for e in engines],
             env,
             tokenizer,
-            loader,
+            TaskLoader(tasks, c.seed, c.shuffle, c.max_num_epochs),
             buffer,
             params,
-            seed=cfg.grpo.seed,
-            max_turns=cfg.grpo.max_rollout_turns,
-            max_groups_in_flight=max(P * (cfg.grpo.async_grpo.age_bound() + 1), 4),
-            reward_weights=cfg.env[name].reward_weights,
-            scaffold=_scaffold(cfg.env[name].scaffold, env),
+            seed=c.seed,
+            max_turns=c.max_rollout_turns,
+            max_groups_in_flight=c.max_groups_in_flight,
+            reward_weights=c.env.reward_weights,
+            scaffold=_scaffold(c.env.scaffold, env),
         )
 
     async def validate(
@@ -489,11 +483,12 @@ def _scaffold(spec: dict[str, Any] | None, env: Any) -> Any:
     return build_scaffold(spec, env)
 
 
-def load_tokenizer(cfg: Any) -> Any:
-    try:
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer ``name`` (a folder or Hub id)."""
+    try:  # transformers comes with dockyard-train's torch extra
         from transformers import AutoTokenizer
     except ImportError as e:  # pragma: no cover
         raise ImportError(
             'the collector needs transformers: pip install "dockyard-rl[torch]"'
         ) from e
-    return AutoTokenizer.from_pretrained(cfg.policy.tokenizer.name or cfg.policy.model_name)
+    return AutoTokenizer.from_pretrained(name)
