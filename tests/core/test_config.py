@@ -246,7 +246,11 @@ def test_wrong_types_name_expected_type():
     assert "policy.dtensor_cfg.enabled: expected bool, got 'maybe'" in joined
     assert "loss_fn.reference_policy_kl_type: expected one of 'k1', 'k2', 'k3', got 'k4'" in joined
     ps = problems({"grpo": {"adv_estimator": {"name": "grpoo"}}})
-    assert "grpo.adv_estimator: unknown name 'grpoo'" in ps[0]
+    assert (
+        "grpo.adv_estimator.name: unknown advantage estimator 'grpoo' (did you mean 'grpo'?)"
+        in (ps[0])
+    )
+    assert "entry-point group 'dockyard.advantages'" in ps[0]
 
 
 def test_mutually_exclusive_and_ignored_options():

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,8 +31,8 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["vllm", "transformers", "sglang"] = Field(
-        description="policy.generation.backend"
+    backend: str = Field(
+        description="policy.generation.backend: a name in the engine registry (engines.ENGINES)"
     )
     model: str = Field(description="the weights an engine starts from (HF folder or name)")
     initial_version: int = Field(0, ge=0, description="policy version of those weights")
@@ -93,6 +93,9 @@ class EngineConfig(BaseModel):
                 "context_length": master.policy.max_total_sequence_length,
                 **same,
             }
+        else:  # a registered third-party engine: the context, dtype and seed, then its options
+            options = {"max_model_len": master.policy.max_total_sequence_length, **same,
+                       **g.engine_options}  # fmt: skip
         return cls(
             backend=g.backend,
             model=model_path or master.policy.model_name,

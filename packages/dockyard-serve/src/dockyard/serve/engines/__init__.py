@@ -6,7 +6,8 @@
   interface, for machines without vLLM.
 * :class:`~dockyard.serve.engines.sglang.SGLangEngine`: an SGLang server over HTTP.
 
-:func:`build_engine` builds one by backend name; ``dockyard.serve.config.EngineConfig`` maps a
+:func:`build_engine` builds one by backend name (:data:`ENGINES`: an entry-point group, open to
+other packages); ``dockyard.serve.config.EngineConfig`` maps a
 run config to its arguments. Hosting an engine in its own process (a Ray actor) is the
 application's part: dockyard-serve provides the engine objects.
 
@@ -17,23 +18,21 @@ from __future__ import annotations
 
 from typing import Any
 
-_ENGINES = {
-    "vllm": "dockyard.serve.engines.vllm_engine:VLLMEngine",
-    "transformers": "dockyard.serve.engines.hf_engine:TransformersEngine",
-    "sglang": "dockyard.serve.engines.sglang:SGLangEngine",
-}
+from dockyard.core.registry import Registry
+
+ENGINES: Registry[Any] = Registry("generation engine", "dockyard.engines")
+"""Engine classes by backend name: the entry points of ``dockyard.engines`` — dockyard-serve's
+own three (its ``pyproject.toml``) and any other package's (:mod:`dockyard.core.registry`).
+An engine class implements :class:`dockyard.core.interfaces.GenerationEngine` and takes the
+model folder, the initial policy version and its options as keyword arguments."""
 
 
 def engine_class(backend: str) -> Any:
-    """The engine class for ``backend`` (``"vllm"``, ``"transformers"``, ``"sglang"``)."""
-    import importlib
-
-    if backend not in _ENGINES:
-        raise ValueError(
-            f"unknown generation backend {backend!r}; choose one of {sorted(_ENGINES)}"
-        )
-    mod, _, cls = _ENGINES[backend].partition(":")
-    return getattr(importlib.import_module(mod), cls)
+    """The engine class registered as ``backend`` (``"vllm"``, ``"transformers"``, ...)."""
+    try:
+        return ENGINES.get(backend)
+    except KeyError as e:
+        raise ValueError(e.args[0]) from None
 
 
 def build_engine(backend: str, **kwargs: Any) -> Any:
@@ -42,4 +41,4 @@ def build_engine(backend: str, **kwargs: Any) -> Any:
     return engine_class(backend)(**kwargs)
 
 
-__all__ = ["build_engine", "engine_class"]
+__all__ = ["ENGINES", "build_engine", "engine_class"]

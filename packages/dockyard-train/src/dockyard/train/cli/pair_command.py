@@ -52,7 +52,7 @@ class PairCommand:
         cfg = load_or_exit(args.config, args.overrides, self.name)  # the schema and the names
         # the loss, the model, the data files, the output folders; no engine, sandbox or
         # transport: these commands start none
-        skip = ("extras", "sandbox", "transport")
+        skip = ("extras", "engine", "sandbox", "transport")
         problems = deep_check(cfg, load=False, skip=skip, driver=self.name) + self.problems(cfg)
         if problems:
             report(self.name, ConfigError(problems, args.config))

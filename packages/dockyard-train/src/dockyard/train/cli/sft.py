@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from dockyard.train.preflight import load_or_exit, report
 
     # the model, the data files, the names; SFT starts no engine, sandbox or run folders
-    skip = ("loss", "extras", "sandbox", "transport", "outputs")
+    skip = ("loss", "extras", "engine", "sandbox", "transport", "outputs")
     cfg = load_or_exit(args.config, args.overrides, "sft", deep=True, load=False, skip=skip)
     if not cfg.data.train_path:
         problem = "data.train_path: dockyard sft needs a JSONL file of chat examples"

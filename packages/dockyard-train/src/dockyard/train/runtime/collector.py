@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from dockyard.core.config.sections import EnvConfig
 from dockyard.core.interfaces.generation import SamplingParams
 from dockyard.train.data import TaskLoader
 from dockyard.train.environments import build_environment
@@ -410,8 +411,8 @@ class CollectorHost(Collector):
             seed=c.seed,
             max_turns=c.max_rollout_turns,
             max_groups_in_flight=c.max_groups_in_flight,
-            reward_weights=c.env.reward_weights,
-            scaffold=_scaffold(c.env.scaffold, env),
+            reward_weights=_weights(c.env),
+            scaffold=_scaffold(c.env, env),
         )
 
     async def validate(
@@ -474,8 +475,14 @@ def validation_metrics(groups: list[Any], n: int) -> dict[str, float]:
     }
 
 
-def _scaffold(spec: dict[str, Any] | None, env: Any) -> Any:
+def _weights(env_cfg: EnvConfig) -> dict[str, float]:
+    """``env.<name>.reward_weights``: the weight per named reward component."""
+    return dict(env_cfg.reward_weights)
+
+
+def _scaffold(env_cfg: EnvConfig, env: Any) -> Any:
     """``env.<name>.scaffold`` built for ``env`` (dockyard.train.endpoint), or None."""
+    spec = env_cfg.scaffold
     if spec is None:
         return None
     from dockyard.train.endpoint.config import build_scaffold

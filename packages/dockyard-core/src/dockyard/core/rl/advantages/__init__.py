@@ -28,14 +28,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dockyard.core.registry import Registry
 from dockyard.core.rl._xp import Array, namespace
 from dockyard.core.rl.advantages.gdpo import gdpo_advantages
 from dockyard.core.rl.advantages.grpo import dr_grpo_advantages, grpo_advantages, rloo_advantages
 from dockyard.core.rl.advantages.opd import opd_advantages, opd_token_advantages
 from dockyard.core.rl.advantages.reinforce_pp import reinforce_pp_advantages
-from dockyard.core.rl.registry import Registry
 
-ADVANTAGE_ESTIMATORS: Registry[Callable[..., Any]] = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS: Registry[Callable[..., Any]] = Registry(
+    "advantage estimator", "dockyard.advantages"
+)
 ADVANTAGE_ESTIMATORS.register("grpo")(grpo_advantages)
 ADVANTAGE_ESTIMATORS.register("dr_grpo")(dr_grpo_advantages)
 ADVANTAGE_ESTIMATORS.register("rloo")(rloo_advantages)

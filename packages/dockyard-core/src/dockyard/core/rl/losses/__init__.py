@@ -33,13 +33,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dockyard.core.registry import Registry
 from dockyard.core.rl.losses.cispo import cispo_loss
 from dockyard.core.rl.losses.clipped_pg import clipped_pg_loss
 from dockyard.core.rl.preference import PREFERENCE_LOSSES, BradleyTerryLoss, PreferenceLoss
-from dockyard.core.rl.registry import Registry
 from dockyard.core.rl.supervised import DistillationLoss, MaskedNLLLoss
 
-POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy loss")
+POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy loss", "dockyard.losses")
 POLICY_LOSSES.register("clipped_pg")(clipped_pg_loss)
 POLICY_LOSSES.register("cispo")(cispo_loss)
 
