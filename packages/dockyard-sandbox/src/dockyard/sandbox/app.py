@@ -7,7 +7,10 @@ metrics), each an :class:`~fastapi.APIRouter` built by a small function, and the
 
 Auth: with a token configured, every route except ``/healthz``, the OpenAPI schema and its
 pages (``/docs``, ``/redoc``, their assets under ``/docs/static``) needs
-``Authorization: Bearer <token>`` (compared in constant time).
+``Authorization: Bearer <token>`` (compared in constant time). ``/healthz`` alone says only
+``status`` and ``version`` (nothing about the host: load balancers and probes call it
+unauthenticated); ``/healthz?detail=1`` adds the load and the isolation in force (cgroup
+paths, warnings), and needs the token.
 """
 
 import asyncio
@@ -445,15 +448,30 @@ def _session_routes(svc: _Service) -> APIRouter:
 
 
 def _service_routes(svc: _Service) -> APIRouter:
-    """``/healthz`` (no auth: probes) and ``/metrics`` (Prometheus)."""
+    """``/healthz`` (no auth: probes; the detail needs the token) and ``/metrics``."""
     router = APIRouter()
     Auth = Annotated[None, Depends(svc.auth)]
 
-    @router.get("/healthz", response_model=Health)
-    async def healthz() -> Health:
+    @router.get("/healthz", response_model=Health, response_model_exclude_none=True)
+    async def healthz(
+        request: Request,
+        detail: Annotated[
+            bool,
+            Query(
+                description="Add the load, the isolation in force (host cgroup paths, "
+                "warnings); needs the token when one is configured."
+            ),
+        ] = False,
+    ) -> Health:
+        """``status`` and ``version`` only (no auth; nothing about the host); more with
+        ``detail=1`` (auth)."""
         t, ctx = svc.tm(), svc.ctx
+        status = "draining" if t.draining else "ok"
+        if not detail:
+            return Health(status=status, version=__version__)
+        svc.auth(request)
         return Health(
-            status="draining" if t.draining else "ok",
+            status=status,
             version=__version__,
             workers=t.workers,
             running=t.running,

@@ -336,8 +336,9 @@ class SandboxClient(_Base):
             raise SandboxRequestError(resp.status_code, _detail(resp))
 
     # -- service --------------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
-        resp = self._http.get("/healthz")
+    def health(self, detail: bool = True) -> dict[str, Any]:
+        """``/healthz``; with ``detail`` (needs the token) the load and the isolation too."""
+        resp = self._http.get("/healthz", params={"detail": 1} if detail else None)
         resp.raise_for_status()
         return dict(resp.json())
 
@@ -557,8 +558,9 @@ class AsyncSandboxClient(_Base):
         if resp.status_code not in (200, 204, 404):
             raise SandboxRequestError(resp.status_code, _detail(resp))
 
-    async def health(self) -> dict[str, Any]:
-        resp = await self._http.get("/healthz")
+    async def health(self, detail: bool = True) -> dict[str, Any]:
+        """``/healthz``; with ``detail`` (needs the token) the load and the isolation too."""
+        resp = await self._http.get("/healthz", params={"detail": 1} if detail else None)
         resp.raise_for_status()
         return dict(resp.json())
 
