@@ -63,6 +63,7 @@ def test_health_and_metrics_show_no_host_path_without_the_token(
     svc: ServiceHandle, client: SandboxClient, repo_root: Path
 ) -> None:
     detail = client.health()  # with the token: the operator's view names the cgroup folders
+    assert detail["session_calls"]["long"]["threads"] >= 1
     needles = _host_paths(svc, repo_root, detail)
     assert _leaks(str(detail), needles), "the detailed view should show the cgroup paths"
 
@@ -81,7 +82,7 @@ def test_health_and_metrics_show_no_host_path_without_the_token(
     assert r.status_code == 401
     assert _leaks(r.text, needles) == []
     text = client.metrics()  # even the operator's scrape carries no host path
-    assert "dockyard_sandbox_verdicts_total" in text
+    assert 'dockyard_sandbox_session_call_threads{lane="long"}' in text
     assert _leaks(text, needles) == []
 
 

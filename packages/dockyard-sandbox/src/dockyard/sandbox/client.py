@@ -110,7 +110,7 @@ def _task_result(resp: httpx.Response, what: str) -> TaskResult:
     """Turn a response carrying a TaskResult into one; non-2xx becomes infra_error or raises."""
     if resp.status_code == 200:
         return TaskResult.model_validate(resp.json())
-    if resp.status_code >= 500 or resp.status_code == 404:
+    if resp.status_code >= 500 or resp.status_code in (404, 429):  # 429: past max_wait_s
         return TaskResult.infra(f"{what}: HTTP {resp.status_code}: {_detail(resp)}")
     raise SandboxRequestError(resp.status_code, _detail(resp))
 
@@ -283,7 +283,7 @@ class SandboxClient(_Base):
                 stderr=f"sandbox service unreachable: {e!r}",
                 verdict=Verdict.infra_error,
             )
-        if resp.status_code >= 500:
+        if resp.status_code >= 500 or resp.status_code == 429:  # 429: busy past max_wait_s
             return ExecResult(
                 exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
             )
@@ -337,7 +337,7 @@ class SandboxClient(_Base):
 
     # -- service --------------------------------------------------------------------------------
     def health(self, detail: bool = True) -> dict[str, Any]:
-        """``/healthz``; with ``detail`` (needs the token) the load and the isolation too."""
+        """``/healthz``; with ``detail`` (needs the token) the load, isolation and lanes too."""
         resp = self._http.get("/healthz", params={"detail": 1} if detail else None)
         resp.raise_for_status()
         return dict(resp.json())
@@ -505,7 +505,7 @@ class AsyncSandboxClient(_Base):
                 stderr=f"sandbox service unreachable: {e!r}",
                 verdict=Verdict.infra_error,
             )
-        if resp.status_code >= 500:
+        if resp.status_code >= 500 or resp.status_code == 429:  # 429: busy past max_wait_s
             return ExecResult(
                 exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
             )
@@ -559,7 +559,7 @@ class AsyncSandboxClient(_Base):
             raise SandboxRequestError(resp.status_code, _detail(resp))
 
     async def health(self, detail: bool = True) -> dict[str, Any]:
-        """``/healthz``; with ``detail`` (needs the token) the load and the isolation too."""
+        """``/healthz``; with ``detail`` (needs the token) the load, isolation and lanes too."""
         resp = await self._http.get("/healthz", params={"detail": 1} if detail else None)
         resp.raise_for_status()
         return dict(resp.json())

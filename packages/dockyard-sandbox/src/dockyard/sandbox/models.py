@@ -421,6 +421,10 @@ class Health(_Model):
     running: int | None = None
     queued: int | None = None
     isolation: dict[str, Any] | None = None
+    session_calls: dict[str, dict[str, int]] | None = Field(
+        None,
+        description="Per lane (long, short, tty; lanes.py): threads, running, waiting, queue.",
+    )
 
 
 JsonDict = Annotated[dict[str, Any], Field(default_factory=dict)]
