@@ -147,3 +147,17 @@ def test_a_task_reads_no_host_path_of_the_service_from_proc(
         )
     )
     assert r.verdict == Verdict.passed, (r.verdict, r.stdout[-3000:], r.stderr[-2000:])
+
+
+def test_unshare_mode_keeps_its_plan_off_the_jails_cmdline() -> None:
+    """The ``unshare`` backend's pid 1 is its set-up script, whose plan names the workspace's
+    host path: the plan comes in a memfd, never on that command line."""
+    with (
+        start_service(workers=1, extra_args=["--isolation", "unshare"]) as s,
+        s.client() as c,
+    ):
+        needles = [str(s.work_dir), os.path.realpath(s.work_dir), str(s.work_dir.parent)]
+        r = c.run_task(Task(test_command=READ_PROC, timeout_s=60))
+        assert r.verdict == Verdict.passed, r
+        assert "unshare_setup.py --plan-fd " in r.stdout.split("== /proc/2/")[0], r.stdout[:2000]
+        assert _leaks(r.stdout, needles) == [], r.stdout[:4000]

@@ -140,15 +140,7 @@ def bwrap_hidden_options(spec: JailSpec, gate: tuple[int, int] | None) -> tuple[
     path mounted — the workspace's, inside the service's work dir. Left on the command line:
     ``bwrap --args N -- setpriv … -- <command>``."""
     data = b"".join(os.fsencode(a) + b"\0" for a in bwrap_options(spec, gate))
-    fd = os.memfd_create("bwrap-options", os.MFD_CLOEXEC)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = isolation.memfd_holding("bwrap-options", data)
     argv = [BWRAP, "--args", str(fd), "--", *drop_privileges(spec.uid), *spec.argv]
     return argv, fd
 
@@ -205,13 +197,14 @@ def bwrap_options(spec: JailSpec, gate: tuple[int, int] | None) -> list[str]:
     return args
 
 
-def isolated_argv(spec: JailSpec) -> list[str]:
-    """The innermost part of the launch chain for ``spec.isolation``."""
+def isolated_argv(spec: JailSpec, plan_fd: int = -1) -> list[str]:
+    """The innermost part of the launch chain for ``spec.isolation`` (``plan_fd``: an empty
+    memfd the ``unshare`` backend writes its set-up plan to, off the jail's pid-1 cmdline)."""
     if spec.isolation == "bwrap":
         return bwrap_argv(spec)
     inner = [*drop_privileges(spec.uid), *spec.argv]
     if spec.isolation == "unshare":
-        return isolation.unshare_argv(spec, task_env(spec), inner)
+        return isolation.unshare_argv(spec, task_env(spec), inner, plan_fd)
     if spec.isolation == "none":
         return isolation.none_argv(spec, task_env(spec), inner)
     raise ValueError(f"JailSpec.isolation={spec.isolation!r}: expected bwrap, unshare or none")
@@ -245,7 +238,7 @@ _PRLIMIT_FLAG = {
 }
 
 
-def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
+def launcher_argv(spec: JailSpec, cg: TaskCgroups | None, plan_fd: int = -1) -> list[str]:
     """The ungated chain (``unshare`` / ``none``): sh joins the cgroups, prlimit sets rlimits."""
     join = "".join(
         f"echo $$ > {shlex.quote(str(p))} || exit 125; " for p in (cg.procs_files if cg else [])
@@ -259,7 +252,7 @@ def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
         "prlimit",
         *limits,
         "--",
-        *isolated_argv(spec),
+        *isolated_argv(spec, plan_fd),
     ]
 
 
@@ -433,7 +426,8 @@ class _Launch:
     our copies close once it holds its own. ``bw_*`` carries bwrap's own stderr when the zygote
     runs the task (the task's streams then close with the task). ``info_*``/``block_*`` are
     bwrap's gate; ``block_w`` stays open until the jail is dead: EOF on it releases the jail.
-    ``args_fd`` holds bwrap's options (``--args``: off its command line, which the task sees).
+    ``args_fd`` holds bwrap's options (``--args``) or the ``unshare`` backend's plan: off the
+    command line of the jail's pid 1, which the task can read.
     """
 
     spec: JailSpec  # ``{REPORT_FD}`` in its argv replaced by the report pipe's number
@@ -483,7 +477,10 @@ class _Launch:
             launch.argv, launch.args_fd = bwrap_hidden_options(bw_spec, launch.gate)
             launch.pass_fds += (*launch.gate, launch.args_fd)
         else:
-            launch.argv = launcher_argv(launch.spec, cg)
+            if spec.isolation == "unshare":  # its plan names host paths: off pid 1's cmdline
+                launch.args_fd = os.memfd_create("unshare-plan", os.MFD_CLOEXEC)
+                launch.pass_fds += (launch.args_fd,)
+            launch.argv = launcher_argv(launch.spec, cg, launch.args_fd)
         return launch
 
     @property
