@@ -74,7 +74,9 @@ def test_long_calls_of_many_sessions_never_stall_a_short_call_of_another(
         http.put(f"/v1/sessions/{quiet}/files", params={"path": "a.txt"}, content=b"x").status_code
         == 204
     )
-    warm = http.post(f"/v1/sessions/{quiet}/tty", json={"keys": ["true", "<Enter>"], "wait_s": 0})
+    # An agent process keeps running in the session between calls: its terminal churns files.
+    churn = "(while :; do echo x > churn; rm -f churn; done) >/dev/null 2>&1 &"
+    warm = http.post(f"/v1/sessions/{quiet}/tty", json={"keys": [churn, "<Enter>"], "wait_s": 0})
     assert warm.status_code == 200, warm.text  # the terminal's jail is up before the load
     busy = [create() for _ in range(N_LONG)]
     create(ttl_s=1.0)  # to be reaped while the long lane is full
@@ -110,14 +112,19 @@ def test_long_calls_of_many_sessions_never_stall_a_short_call_of_another(
         if reaped_at is None and _sessions_gauge(http) == before - 1:
             reaped_at = time.monotonic() - t0
         time.sleep(0.2)
+    jobs = http.post(
+        f"/v1/sessions/{quiet}/tty", json={"keys": ["clear; jobs", "<Enter>"], "wait_s": 0.5}
+    )
+    assert "Running" in jobs.json()["screen"], jobs.text  # the agent's churn ran all along
     long = [f.result() for f in futs]
     pool.shutdown()
-    busy_total = float(
-        next(
-            ln.split()[1]
+    busy_total = next(
+        (
+            float(ln.split()[1])
             for ln in http.get("/metrics").text.splitlines()
             if ln.startswith('dockyard_sandbox_rejected_total{reason="calls_busy"}')
-        )
+        ),
+        None,
     )
     http.close()
 
