@@ -143,6 +143,7 @@ class _Service:
     @classmethod
     def start(cls, cfg: ServiceConfig) -> "_Service":
         """Claim the work dir, probe the cgroups, set up workspaces, cache and zygote."""
+        lanes = SessionLanes(LaneSizes.for_workers(cfg.workers, cfg.session_long_calls))
         # The work dir is locked for this process and what a killed service left there reclaimed
         # (WorkDirInUse if a live one holds it); WorkDir.close removes it all again (lifecycle.py).
         owner = WorkDir.claim(cfg.work_dir, cfg.cache_dir)
@@ -175,7 +176,6 @@ class _Service:
             isolation=str(cfg.isolation.mode),
             zygote=_zygote(cfg),
         )
-        lanes = SessionLanes(LaneSizes.for_workers(cfg.workers, cfg.session_long_calls))
         svc = cls(cfg, owner, ctx, warnings, Metrics(), lanes)
         svc.metrics.live = svc.live
         return svc
