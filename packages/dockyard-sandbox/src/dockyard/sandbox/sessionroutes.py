@@ -26,6 +26,8 @@ from dockyard.sandbox.provision import ProvisionFailed
 from dockyard.sandbox.repos import RepoError
 from dockyard.sandbox.sessions import SessionManager, SessionNotFound, WorkspaceFull
 
+Errors = tuple[type[Exception], ...]
+
 
 def session_errors(e: BaseException, metrics: Metrics) -> HTTPException:
     """The HTTP error for a session call's failure (anything else is raised again)."""
@@ -52,10 +54,14 @@ def session_routes(
     router = APIRouter()
     Auth = Annotated[None, Depends(auth)]
 
-    async def call(kind: Kind, sid: str | None, fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(
+        kind: Kind, sid: str | None, fn: Callable[..., Any], *args: Any, errors: Errors = ()
+    ) -> Any:
+        """``fn(*args)`` on lane ``kind`` in ``sid``'s turn; ``errors`` (and Busy) become
+        their HTTP answers (``session_errors``), anything else propagates."""
         try:
             return await lanes.call(kind, sid, fn, *args)
-        except Busy as e:
+        except (Busy, *errors) as e:
             raise session_errors(e, metrics) from e
 
     @router.post("/v1/sessions", status_code=201, response_model=SessionInfo)
@@ -70,20 +76,17 @@ def session_routes(
 
     @router.post("/v1/sessions/{sid}/exec", response_model=ExecResult)
     async def exec_(sid: str, req: ExecRequest, _: Auth) -> ExecResult:
-        try:
-            r: ExecResult = await call("long", sid, sm().exec, sid, req)
-        except (SessionNotFound, UnsafePath) as e:
-            raise session_errors(e, metrics) from e
+        r: ExecResult = await call(
+            "long", sid, sm().exec, sid, req, errors=(SessionNotFound, UnsafePath)
+        )
         metrics.exec_seconds.observe(r.duration_s)
         return r
 
     @router.put("/v1/sessions/{sid}/files", status_code=204)
     async def put_file(sid: str, request: Request, _: Auth, path: str) -> Response:
         body = await request.body()
-        try:
-            await call("short", sid, sm().put_file, sid, path, body)
-        except (SessionNotFound, UnsafePath, WorkspaceFull) as e:
-            raise session_errors(e, metrics) from e
+        bad = (SessionNotFound, UnsafePath, WorkspaceFull)
+        await call("short", sid, sm().put_file, sid, path, body, errors=bad)
         return Response(status_code=204)
 
     @router.get("/v1/sessions/{sid}/files", response_class=Response)
@@ -99,20 +102,16 @@ def session_routes(
     @router.post("/v1/sessions/{sid}/finish", response_model=TaskResult)
     async def finish(sid: str, req: FinishRequest, _: Auth) -> TaskResult:
         """Evaluate the workspace's diff in a fresh sandbox with the held-out tests."""
-        try:
-            r: TaskResult = await call("long", sid, sm().finish, sid, req)
-        except SessionNotFound as e:
-            raise session_errors(e, metrics) from e
+        r: TaskResult = await call("long", sid, sm().finish, sid, req, errors=(SessionNotFound,))
         metrics.record(r.verdict.value, r.timings.total_s, 0.0)
         return r
 
     @router.post("/v1/sessions/{sid}/tty", response_model=TtyResult)
     async def tty(sid: str, req: TtyRequest, _: Auth) -> TtyResult:
         """Keystrokes into the session's persistent terminal (a tmux pane in its jail)."""
-        try:
-            r: TtyResult = await call("tty", sid, sm().tty, sid, req)
-        except (SessionNotFound, ValueError) as e:
-            raise session_errors(e, metrics) from e
+        r: TtyResult = await call(
+            "tty", sid, sm().tty, sid, req, errors=(SessionNotFound, ValueError)
+        )
         return r
 
     @router.delete("/v1/sessions/{sid}", status_code=204)
