@@ -23,8 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from dockyard.sandbox.client import SandboxClient
 from dockyard.sandbox.lanes import Busy, LaneSizes, SessionLanes, Slots
 from dockyard.sandbox.launch import ServiceHandle, start_service
+from dockyard.sandbox.models import Verdict
 
 N_LONG = 9  # sessions running `sleep 12`: 4 run, 4 wait, 1 is refused at once
 SLEEP_S = 12  # longer than the 10 s a queued call waits: the waiting ones are refused
@@ -216,3 +218,17 @@ def test_lane_sizes_follow_the_worker_count() -> None:
     assert LaneSizes.for_workers(8, long=3).long == 3
     with pytest.raises(ValueError, match="session-long-calls"):
         LaneSizes.for_workers(2, long=0)
+
+
+def test_a_429_past_max_wait_s_is_infra_error_for_exec_and_finish() -> None:
+    """The clients retry 429 until ``max_wait_s``; a session call still refused then is the
+    service being busy, so exec and finish give ``infra_error`` (masked), not a caller error."""
+    refuse = httpx.MockTransport(
+        lambda _: httpx.Response(429, json={"detail": "busy"}, headers={"retry-after": "0"})
+    )
+    with SandboxClient("http://sandbox", max_wait_s=0.2) as c:
+        c._http = httpx.Client(base_url="http://sandbox", transport=refuse)
+        r = c.exec("s1", "true")
+        assert r.verdict == Verdict.infra_error
+        assert "busy" in r.stderr
+        assert c.finish("s1", {"test_command": "true"}).verdict == Verdict.infra_error
