@@ -222,6 +222,6 @@ def test_none_with_the_flag_runs_and_is_flagged(tmp_path: Path) -> None:
         assert "NO ISOLATION" in svc.log()
         assert c.run_task(calc_task()).verdict == Verdict.passed
         assert c.run_task(calc_task(patch="")).verdict == Verdict.failed
-        r = httpx.get(f"{svc.url}/healthz", timeout=10).json()
+        r = httpx.get(f"{svc.url}/healthz", params={"detail": 1}, timeout=10).json()
         assert r["isolation"]["mode"] == "none"
     shutil.rmtree(work, ignore_errors=True)

@@ -71,6 +71,9 @@ def test_metrics_is_prometheus_text_with_help_and_types(sandbox_service: Service
         f"{P}_task_seconds": "histogram",
         f"{P}_queue_seconds": "histogram",
         f"{P}_session_exec_seconds": "histogram",
+        f"{P}_session_call_threads": "gauge",  # per lane (lanes.py)
+        f"{P}_session_calls_running": "gauge",
+        f"{P}_session_calls_waiting": "gauge",
     }
     assert {n: families[n].type for n in expected if n in families} == expected
     assert set(families) == set(expected)  # nothing else (no *_created gauges)

@@ -1,13 +1,17 @@
 """The HTTP service (FastAPI). Routes are thin: the work is in tasks.py, sessions.py, executor.py.
 
 :func:`create_app` builds the service's shared state (:class:`_Service`: the work dir, cgroups
-probe, repo cache, workspaces and runner zygote), its lifespan (the task and session managers,
-the reaper, the ordered shutdown) and its route groups: tasks, sessions, service (health and
-metrics), each an :class:`~fastapi.APIRouter` built by a small function, and the local docs.
+probe, repo cache, workspaces, runner zygote and the session routes' lanes), its lifespan (the
+task and session managers, the reaper, the ordered shutdown) and its route groups: tasks,
+sessions (sessionroutes.py, on the bounded lanes of lanes.py), service (health and metrics),
+each an :class:`~fastapi.APIRouter` built by a small function, and the local docs.
 
 Auth: with a token configured, every route except ``/healthz``, the OpenAPI schema and its
 pages (``/docs``, ``/redoc``, their assets under ``/docs/static``) needs
-``Authorization: Bearer <token>`` (compared in constant time).
+``Authorization: Bearer <token>`` (compared in constant time). ``/healthz`` alone says only
+``status`` and ``version`` (nothing about the host: load balancers and probes call it
+unauthenticated); ``/healthz?detail=1`` adds the load, the isolation in force (cgroup paths,
+warnings) and the lanes, and needs the token.
 """
 
 import asyncio
@@ -30,27 +34,16 @@ from fastapi.staticfiles import StaticFiles
 from dockyard.sandbox import __version__
 from dockyard.sandbox.bodylimit import MaxBodySize
 from dockyard.sandbox.cgroups import probe
-from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import Context
 from dockyard.sandbox.isolation import Isolation, Mode, check_reachable
+from dockyard.sandbox.lanes import LaneSizes, SessionLanes
 from dockyard.sandbox.lifecycle import WorkDir
 from dockyard.sandbox.metrics import Live, Metrics
-from dockyard.sandbox.models import (
-    ExecRequest,
-    ExecResult,
-    FinishRequest,
-    Health,
-    SessionCreate,
-    SessionInfo,
-    Submitted,
-    Task,
-    TaskResult,
-    TaskStatus,
-)
-from dockyard.sandbox.paths import UnsafePath
-from dockyard.sandbox.provision import Provisioner, ProvisionFailed
-from dockyard.sandbox.repos import RepoCache, RepoError, SourcePolicy, SourceRefused
-from dockyard.sandbox.sessions import SessionManager, SessionNotFound, WorkspaceFull
+from dockyard.sandbox.models import Health, Submitted, Task, TaskResult, TaskStatus
+from dockyard.sandbox.provision import Provisioner
+from dockyard.sandbox.repos import RepoCache, SourcePolicy, SourceRefused
+from dockyard.sandbox.sessionroutes import session_routes
+from dockyard.sandbox.sessions import SessionManager
 from dockyard.sandbox.tasks import TaskManager
 from dockyard.sandbox.workspace import UidPool, Workspaces
 from dockyard.sandbox.zygote import Zygote
@@ -88,6 +81,8 @@ class ServiceConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     # provisioned environments (provision.py); None: <work dir>/envs, gone at shutdown
     env_cache_dir: Path | None = None
+    # threads for long session calls (create, exec, finish); None: max(4, 2 * workers) (lanes.py)
+    session_long_calls: int | None = None
 
 
 def create_app(cfg: ServiceConfig) -> FastAPI:
@@ -107,7 +102,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
         on_reject=lambda: svc.metrics.rejected("too_large"),
     )
     app.include_router(_task_routes(svc))
-    app.include_router(_session_routes(svc))
+    app.include_router(session_routes(svc.sm, svc.lanes, svc.auth, svc.metrics))
     app.include_router(_service_routes(svc))
     _add_docs(app)
     return app
@@ -141,12 +136,14 @@ class _Service:
     ctx: Context
     warnings: list[str]
     metrics: Metrics
+    lanes: SessionLanes
     tasks: TaskManager | None = None
     sessions: SessionManager | None = None
 
     @classmethod
     def start(cls, cfg: ServiceConfig) -> "_Service":
         """Claim the work dir, probe the cgroups, set up workspaces, cache and zygote."""
+        lanes = SessionLanes(LaneSizes.for_workers(cfg.workers, cfg.session_long_calls))
         # The work dir is locked for this process and what a killed service left there reclaimed
         # (WorkDirInUse if a live one holds it); WorkDir.close removes it all again (lifecycle.py).
         owner = WorkDir.claim(cfg.work_dir, cfg.cache_dir)
@@ -179,7 +176,7 @@ class _Service:
             isolation=str(cfg.isolation.mode),
             zygote=_zygote(cfg),
         )
-        svc = cls(cfg, owner, ctx, warnings, Metrics())
+        svc = cls(cfg, owner, ctx, warnings, Metrics(), lanes)
         svc.metrics.live = svc.live
         return svc
 
@@ -217,6 +214,7 @@ class _Service:
             sessions=len(ss.sessions),
             cache_hits=self.ctx.cache.hits,
             cache_misses=self.ctx.cache.misses,
+            lanes=self.lanes.stats(),
         )
 
     @contextlib.asynccontextmanager
@@ -236,11 +234,14 @@ class _Service:
         sessions.provisioner = Provisioner(cfg.env_cache_dir or self.owner.env_cache, ctx)
         ctx.provisioner = sessions.provisioner  # one cache for tasks and sessions
 
-        async def reaper() -> None:
+        async def reaper() -> None:  # on a thread of its own, never behind a client (lanes.py)
             while True:
                 await asyncio.sleep(1.0)
                 tasks.evict()  # results past their time
-                await asyncio.to_thread(sessions.reap)
+                try:
+                    await self.lanes.reap(sessions)
+                except Exception:
+                    log.exception("reaping idle sessions failed; retrying in 1 s")
 
         reap = asyncio.create_task(reaper())
         try:
@@ -249,6 +250,7 @@ class _Service:
             reap.cancel()
             try:  # each step logs its failure and the next still runs
                 await _quietly("draining the tasks", tasks.drain, cfg.drain_timeout_s)
+                self.lanes.close()
                 await _quietly("closing the sessions", asyncio.to_thread, sessions.close)
                 if ctx.zygote is not None:
                     await _quietly(
@@ -361,100 +363,33 @@ def _task_routes(svc: _Service) -> APIRouter:
     return router
 
 
-def _session_errors(e: Exception, metrics: Metrics) -> HTTPException:
-    """The HTTP error for a session call's failure (anything else is raised again)."""
-    if isinstance(e, SessionNotFound):
-        return HTTPException(404, f"no session {e.args[0]} (unknown, deleted or reaped)")
-    if isinstance(e, UnsafePath | RepoError | ValueError):
-        return HTTPException(422, str(e))
-    if isinstance(e, OverflowError):
-        metrics.rejected("sessions_full")
-        return HTTPException(429, str(e), headers={"Retry-After": "10"})
-    raise e
-
-
-def _session_routes(svc: _Service) -> APIRouter:
-    """``/v1/sessions``: create, exec, put/get a file, finish (evaluate), delete."""
-    metrics = svc.metrics
-    router = APIRouter()
-    Auth = Annotated[None, Depends(svc.auth)]
-
-    @router.post("/v1/sessions", status_code=201, response_model=SessionInfo)
-    async def create_session(spec: SessionCreate, _: Auth) -> SessionInfo:
-        try:
-            s = await asyncio.to_thread(svc.sm().create, spec)
-        except ProvisionFailed as e:  # the task's environment, not the service: a 422 + log
-            raise HTTPException(422, {"provision_failed": str(e), "log": e.log}) from e
-        except (UnsafePath, RepoError, ValueError, OverflowError) as e:
-            raise _session_errors(e, metrics) from e
-        return SessionInfo(session_id=s.id, ttl_s=spec.ttl_s)
-
-    @router.post("/v1/sessions/{sid}/exec", response_model=ExecResult)
-    async def exec_(sid: str, req: ExecRequest, _: Auth) -> ExecResult:
-        try:
-            r = await asyncio.to_thread(svc.sm().exec, sid, req)
-        except (SessionNotFound, UnsafePath) as e:
-            raise _session_errors(e, metrics) from e
-        metrics.exec_seconds.observe(r.duration_s)
-        return r
-
-    @router.put("/v1/sessions/{sid}/files", status_code=204)
-    async def put_file(sid: str, request: Request, _: Auth, path: str) -> Response:
-        body = await request.body()
-        try:
-            await asyncio.to_thread(svc.sm().put_file, sid, path, body)
-        except (SessionNotFound, UnsafePath, WorkspaceFull) as e:
-            raise _session_errors(e, metrics) from e
-        return Response(status_code=204)
-
-    @router.get("/v1/sessions/{sid}/files", response_class=Response)
-    async def get_file(sid: str, _: Auth, path: str) -> Response:
-        try:
-            data = await asyncio.to_thread(svc.sm().get_file, sid, path)
-        except (SessionNotFound, UnsafePath, FileNotFoundError) as e:
-            if isinstance(e, FileNotFoundError):
-                raise HTTPException(404, f"no file {path!r} in the workspace") from e
-            raise _session_errors(e, metrics) from e
-        return Response(content=data, media_type="application/octet-stream")
-
-    @router.post("/v1/sessions/{sid}/finish", response_model=TaskResult)
-    async def finish(sid: str, req: FinishRequest, _: Auth) -> TaskResult:
-        """Evaluate the workspace's diff in a fresh sandbox with the held-out tests."""
-        try:
-            r = await asyncio.to_thread(svc.sm().finish, sid, req)
-        except SessionNotFound as e:
-            raise _session_errors(e, metrics) from e
-        metrics.record(r.verdict.value, r.timings.total_s, 0.0)
-        return r
-
-    @router.post("/v1/sessions/{sid}/tty", response_model=TtyResult)
-    async def tty(sid: str, req: TtyRequest, _: Auth) -> TtyResult:
-        """Keystrokes into the session's persistent terminal (a tmux pane in its jail)."""
-        try:
-            return await asyncio.to_thread(svc.sm().tty, sid, req)
-        except (SessionNotFound, ValueError) as e:
-            raise _session_errors(e, metrics) from e
-
-    @router.delete("/v1/sessions/{sid}", status_code=204)
-    async def delete_session(sid: str, _: Auth) -> Response:
-        if not await asyncio.to_thread(svc.sm().delete, sid):
-            raise HTTPException(404, f"no session {sid}")
-        return Response(status_code=204)
-
-    return router
-
-
 def _service_routes(svc: _Service) -> APIRouter:
-    """``/healthz`` (no auth: probes) and ``/metrics`` (Prometheus)."""
+    """``/healthz`` (no auth: probes; the detail needs the token) and ``/metrics``."""
     router = APIRouter()
     Auth = Annotated[None, Depends(svc.auth)]
 
-    @router.get("/healthz", response_model=Health)
-    async def healthz() -> Health:
+    @router.get("/healthz", response_model=Health, response_model_exclude_none=True)
+    async def healthz(
+        request: Request,
+        detail: Annotated[
+            bool,
+            Query(
+                description="Add the load, the isolation in force (host cgroup paths, "
+                "warnings) and the session lanes; needs the token when one is configured."
+            ),
+        ] = False,
+    ) -> Health:
+        """``status`` and ``version`` only (no auth; nothing about the host); more with
+        ``detail=1`` (auth)."""
         t, ctx = svc.tm(), svc.ctx
+        status = "draining" if t.draining else "ok"
+        if not detail:
+            return Health(status=status, version=__version__)
+        svc.auth(request)
         return Health(
-            status="draining" if t.draining else "ok",
+            status=status,
             version=__version__,
+            session_calls=svc.lanes.stats(),
             workers=t.workers,
             running=t.running,
             queued=t.queued,

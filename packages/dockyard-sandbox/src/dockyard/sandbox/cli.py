@@ -46,6 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--queue-size", type=int, default=256, help="Tasks waiting beyond the workers before 429."
     )
+    s.add_argument(
+        "--session-long-calls",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Threads for long session calls (create, exec, finish; default max(4, 2 x "
+        "--workers)); as many more wait up to 10 s, then 429. File calls and delete have "
+        "max(4, --workers) threads of their own, tty keys max(2, --workers): a long call of one "
+        "session never delays a short one of another.",
+    )
     _add_storage_and_trust(s)
     s.add_argument(
         "--max-request-mb",
@@ -207,6 +217,7 @@ def serve(args: argparse.Namespace) -> int:
     cfg = ServiceConfig(
         workers=args.workers,
         queue_size=args.queue_size,
+        session_long_calls=args.session_long_calls,
         token=token,
         cache_dir=args.cache_dir,
         env_cache_dir=args.env_cache_dir,

@@ -110,7 +110,7 @@ def _task_result(resp: httpx.Response, what: str) -> TaskResult:
     """Turn a response carrying a TaskResult into one; non-2xx becomes infra_error or raises."""
     if resp.status_code == 200:
         return TaskResult.model_validate(resp.json())
-    if resp.status_code >= 500 or resp.status_code == 404:
+    if resp.status_code >= 500 or resp.status_code in (404, 429):  # 429: past max_wait_s
         return TaskResult.infra(f"{what}: HTTP {resp.status_code}: {_detail(resp)}")
     raise SandboxRequestError(resp.status_code, _detail(resp))
 
@@ -283,7 +283,7 @@ class SandboxClient(_Base):
                 stderr=f"sandbox service unreachable: {e!r}",
                 verdict=Verdict.infra_error,
             )
-        if resp.status_code >= 500:
+        if resp.status_code >= 500 or resp.status_code == 429:  # 429: busy past max_wait_s
             return ExecResult(
                 exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
             )
@@ -336,8 +336,9 @@ class SandboxClient(_Base):
             raise SandboxRequestError(resp.status_code, _detail(resp))
 
     # -- service --------------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
-        resp = self._http.get("/healthz")
+    def health(self, detail: bool = True) -> dict[str, Any]:
+        """``/healthz``; with ``detail`` (needs the token) the load, isolation and lanes too."""
+        resp = self._http.get("/healthz", params={"detail": 1} if detail else None)
         resp.raise_for_status()
         return dict(resp.json())
 
@@ -504,7 +505,7 @@ class AsyncSandboxClient(_Base):
                 stderr=f"sandbox service unreachable: {e!r}",
                 verdict=Verdict.infra_error,
             )
-        if resp.status_code >= 500:
+        if resp.status_code >= 500 or resp.status_code == 429:  # 429: busy past max_wait_s
             return ExecResult(
                 exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
             )
@@ -557,8 +558,9 @@ class AsyncSandboxClient(_Base):
         if resp.status_code not in (200, 204, 404):
             raise SandboxRequestError(resp.status_code, _detail(resp))
 
-    async def health(self) -> dict[str, Any]:
-        resp = await self._http.get("/healthz")
+    async def health(self, detail: bool = True) -> dict[str, Any]:
+        """``/healthz``; with ``detail`` (needs the token) the load, isolation and lanes too."""
+        resp = await self._http.get("/healthz", params={"detail": 1} if detail else None)
         resp.raise_for_status()
         return dict(resp.json())
 

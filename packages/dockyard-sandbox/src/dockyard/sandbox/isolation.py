@@ -138,8 +138,33 @@ def unshare_root() -> str:
     return d
 
 
-def unshare_argv(spec: JailSpec, env: dict[str, str], inner: list[str]) -> list[str]:
-    """``unshare ... python -I -S unshare_setup.py <plan>``; ``inner`` is setpriv + the command."""
+def fill_memfd(fd: int, data: bytes) -> None:
+    """Write ``data`` into the (empty) memfd ``fd`` and rewind it for its reader."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+
+
+def memfd_holding(name: str, data: bytes) -> int:
+    """A new memfd (close-on-exec: pass it with ``pass_fds``) holding ``data``, read from 0."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        fill_memfd(fd, data)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def unshare_argv(
+    spec: JailSpec, env: dict[str, str], inner: list[str], plan_fd: int = -1
+) -> list[str]:
+    """``unshare ... python -I -S unshare_setup.py --plan-fd N``; ``inner`` is setpriv + the
+    command. The plan is written to ``plan_fd`` (an empty memfd the caller passes to the
+    chain), not the command line: its first process, pid 1 of the jail, keeps that command line,
+    which the task can read (the workspace's host path is in the plan). ``plan_fd`` < 0: the
+    plan inline (``unshare_setup.py '<json>'``)."""
     ro: list[list[str]] = []
     symlinks: list[list[str]] = []
     for d in system_dirs():
@@ -163,6 +188,9 @@ def unshare_argv(spec: JailSpec, env: dict[str, str], inner: list[str]) -> list[
         "env": env,
         "argv": inner,
     }
+    text = json.dumps(plan, separators=(",", ":"))
+    if plan_fd >= 0:
+        fill_memfd(plan_fd, text.encode())
     ns = ["--pid", "--fork", "--kill-child", "--mount", "--ipc", "--uts", "--cgroup"]
     if not spec.network:
         ns.append("--net")
@@ -179,7 +207,7 @@ def unshare_argv(spec: JailSpec, env: dict[str, str], inner: list[str]) -> list[
         "-I",
         "-S",
         str(SETUP_SCRIPT),
-        json.dumps(plan, separators=(",", ":")),
+        *(["--plan-fd", str(plan_fd)] if plan_fd >= 0 else [text]),
     ]
 
 

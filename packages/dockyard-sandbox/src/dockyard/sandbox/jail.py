@@ -9,6 +9,9 @@ from worker threads)::
       setpriv --reuid U --regid U --clear-groups --bounding-set=-all --no-new-privs
         <command>                                    # real uid U, no capabilities at all
 
+(bwrap's options reach it in a memfd, ``--args FD``: its command line is the jail's
+``/proc/1/cmdline``, and the task would read there every host path mounted.)
+
 While the jail's first process waits on ``B`` (its namespaces and mounts are built, nothing of
 the task has run and it has not forked yet), the service moves it into the task's pids/memory
 cgroups and sets its rlimits (``prlimit(2)``: nproc, as, fsize, nofile, core 0, cpu); only then
@@ -127,10 +130,26 @@ def drop_privileges(uid: int) -> list[str]:
 def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]:
     """``gate``: (info fd, block fd) — bwrap reports the jail's pid on the first and waits
     for a byte on the second before it runs anything of the task (see the module doc)."""
+    return [BWRAP, *bwrap_options(spec, gate), "--", *drop_privileges(spec.uid), *spec.argv]
+
+
+def bwrap_hidden_options(spec: JailSpec, gate: tuple[int, int] | None) -> tuple[list[str], int]:
+    """:func:`bwrap_argv` with the options in a memfd bwrap reads (``--args FD``), and that fd
+    (the caller passes it to bwrap, then closes it). The jail's pid 1 is a fork of bwrap, and
+    the task can read its ``/proc/1/cmdline``: with the options there it would show every host
+    path mounted — the workspace's, inside the service's work dir. Left on the command line:
+    ``bwrap --args N -- setpriv … -- <command>``."""
+    data = b"".join(os.fsencode(a) + b"\0" for a in bwrap_options(spec, gate))
+    fd = isolation.memfd_holding("bwrap-options", data)
+    argv = [BWRAP, "--args", str(fd), "--", *drop_privileges(spec.uid), *spec.argv]
+    return argv, fd
+
+
+def bwrap_options(spec: JailSpec, gate: tuple[int, int] | None) -> list[str]:
+    """bwrap's options (namespaces, mounts, environment) for ``spec``, before ``--``."""
     lim = spec.limits
     as_root = os.geteuid() == 0
     args = [
-        BWRAP,
         *(["--info-fd", str(gate[0]), "--block-fd", str(gate[1])] if gate else []),
         "--unshare-pid",
         "--unshare-ipc",
@@ -175,16 +194,17 @@ def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]
     args += ["--chdir", spec.cwd]
     if as_root:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-    return [*args, "--", *drop_privileges(spec.uid), *spec.argv]
+    return args
 
 
-def isolated_argv(spec: JailSpec) -> list[str]:
-    """The innermost part of the launch chain for ``spec.isolation``."""
+def isolated_argv(spec: JailSpec, plan_fd: int = -1) -> list[str]:
+    """The innermost part of the launch chain for ``spec.isolation`` (``plan_fd``: an empty
+    memfd the ``unshare`` backend writes its set-up plan to, off the jail's pid-1 cmdline)."""
     if spec.isolation == "bwrap":
         return bwrap_argv(spec)
     inner = [*drop_privileges(spec.uid), *spec.argv]
     if spec.isolation == "unshare":
-        return isolation.unshare_argv(spec, task_env(spec), inner)
+        return isolation.unshare_argv(spec, task_env(spec), inner, plan_fd)
     if spec.isolation == "none":
         return isolation.none_argv(spec, task_env(spec), inner)
     raise ValueError(f"JailSpec.isolation={spec.isolation!r}: expected bwrap, unshare or none")
@@ -218,7 +238,7 @@ _PRLIMIT_FLAG = {
 }
 
 
-def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
+def launcher_argv(spec: JailSpec, cg: TaskCgroups | None, plan_fd: int = -1) -> list[str]:
     """The ungated chain (``unshare`` / ``none``): sh joins the cgroups, prlimit sets rlimits."""
     join = "".join(
         f"echo $$ > {shlex.quote(str(p))} || exit 125; " for p in (cg.procs_files if cg else [])
@@ -232,7 +252,7 @@ def launcher_argv(spec: JailSpec, cg: TaskCgroups | None) -> list[str]:
         "prlimit",
         *limits,
         "--",
-        *isolated_argv(spec),
+        *isolated_argv(spec, plan_fd),
     ]
 
 
@@ -394,7 +414,7 @@ def run(spec: JailSpec, probe: Probe, cancel: Cancel | None = None) -> JailOutco
 
 _PIPE_ENDS = (
     *("rep_r", "rep_w", "out_r", "out_w", "err_r", "err_w", "bw_r", "bw_w"),
-    *("info_r", "info_w", "block_r", "block_w"),
+    *("info_r", "info_w", "block_r", "block_w", "args_fd"),
 )
 
 
@@ -406,6 +426,8 @@ class _Launch:
     our copies close once it holds its own. ``bw_*`` carries bwrap's own stderr when the zygote
     runs the task (the task's streams then close with the task). ``info_*``/``block_*`` are
     bwrap's gate; ``block_w`` stays open until the jail is dead: EOF on it releases the jail.
+    ``args_fd`` holds bwrap's options (``--args``) or the ``unshare`` backend's plan: off the
+    command line of the jail's pid 1, which the task can read.
     """
 
     spec: JailSpec  # ``{REPORT_FD}`` in its argv replaced by the report pipe's number
@@ -423,6 +445,7 @@ class _Launch:
     bw_w: int = -1
     info_r: int = -1
     info_w: int = -1
+    args_fd: int = -1
     block_r: int = -1
     block_w: int = -1
 
@@ -451,10 +474,13 @@ class _Launch:
             bw_spec = (
                 dataclasses.replace(launch.spec, argv=["/bin/true"]) if zygote else launch.spec
             )
-            launch.argv = bwrap_argv(bw_spec, gate=launch.gate)
-            launch.pass_fds += launch.gate
+            launch.argv, launch.args_fd = bwrap_hidden_options(bw_spec, launch.gate)
+            launch.pass_fds += (*launch.gate, launch.args_fd)
         else:
-            launch.argv = launcher_argv(launch.spec, cg)
+            if spec.isolation == "unshare":  # its plan names host paths: off pid 1's cmdline
+                launch.args_fd = os.memfd_create("unshare-plan", os.MFD_CLOEXEC)
+                launch.pass_fds += (launch.args_fd,)
+            launch.argv = launcher_argv(launch.spec, cg, launch.args_fd)
         return launch
 
     @property
@@ -479,7 +505,7 @@ class _Launch:
             if cg:
                 cg.remove()
             raise
-        self.close("bw_w", "info_w", "block_r")
+        self.close("bw_w", "info_w", "block_r", "args_fd")
         if not zygote:  # the launcher holds the task's ends (with the zygote: after the gate)
             self.close("rep_w", "out_w", "err_w")
         return proc

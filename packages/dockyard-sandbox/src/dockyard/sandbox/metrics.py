@@ -6,22 +6,25 @@ one: several apps may live in one process, in tests). Served with
 
 * counters: ``dockyard_sandbox_verdicts_total{verdict}``,
   ``dockyard_sandbox_rejected_total{reason}`` (``queue_full``, ``too_large``, ``sessions_full``,
-  ``draining``), ``dockyard_sandbox_cache_hits_total`` / ``dockyard_sandbox_cache_misses_total``
+  ``draining``, ``calls_busy``: a session call refused by a saturated lane or session), ``dockyard_sandbox_cache_hits_total`` / ``dockyard_sandbox_cache_misses_total``
   (the repository cache, read at scrape time);
 * gauges, read at scrape time: ``dockyard_sandbox_queue_depth``, ``dockyard_sandbox_running``,
-  ``dockyard_sandbox_workers``, ``dockyard_sandbox_sessions``;
+  ``dockyard_sandbox_workers``, ``dockyard_sandbox_sessions``, and per session lane (lanes.py:
+  ``long``, ``short``, ``tty``) ``dockyard_sandbox_session_call_threads{lane}``,
+  ``dockyard_sandbox_session_calls_running{lane}``, ``dockyard_sandbox_session_calls_waiting{lane}``;
 * histograms (seconds): ``dockyard_sandbox_task_seconds`` (submit to result),
   ``dockyard_sandbox_queue_seconds`` (submit to start), ``dockyard_sandbox_session_exec_seconds``
   (one session exec).
 
-Without prometheus_client's ``*_created`` series (text format 0.0.4 shows them as extra gauges;
+No label carries a host path (verdicts, reasons and lane names are fixed sets). Without
+prometheus_client's ``*_created`` series (text format 0.0.4 shows them as extra gauges;
 turning them off there is process-wide, so they are left out here instead).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -32,7 +35,13 @@ from dockyard.sandbox.models import Verdict
 PREFIX = "dockyard_sandbox"
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, float("inf"))
 # Reasons a request is turned away; exported at 0 from the start so that rate() sees them.
-REJECT_REASONS = ("queue_full", "too_large", "sessions_full", "draining")
+REJECT_REASONS = ("queue_full", "too_large", "sessions_full", "draining", "calls_busy")
+# Per lane (lanes.py): (metric suffix, help, key of the lane's stats)
+LANE_GAUGES = (
+    ("session_call_threads", "Threads of the session-call lane.", "threads"),
+    ("session_calls_running", "Session calls running on the lane's threads.", "running"),
+    ("session_calls_waiting", "Session calls waiting for a thread of the lane.", "waiting"),
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class Live:
     sessions: int
     cache_hits: int
     cache_misses: int
+    lanes: dict[str, dict[str, int]] = field(default_factory=dict)  # lanes.py stats, by lane
 
 
 class _Collector(Collector):
@@ -79,6 +89,11 @@ class _Collector(Collector):
             ),
         ):
             yield CounterMetricFamily(f"{PREFIX}_{name}", doc, value=value)
+        for name, doc, key in LANE_GAUGES:
+            g = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=["lane"])
+            for lane, stats in live.lanes.items():
+                g.add_metric([lane], stats[key])
+            yield g
 
 
 class Metrics:

@@ -412,12 +412,19 @@ class FinishRequest(_Model):
 
 
 class Health(_Model):
+    """``GET /healthz``: ``status`` and ``version`` for anyone; the rest only with
+    ``detail=1`` and the token (the isolation names host cgroup paths)."""
+
     status: Literal["ok", "draining"]
     version: str
-    workers: int
-    running: int
-    queued: int
-    isolation: dict[str, Any]
+    workers: int | None = None
+    running: int | None = None
+    queued: int | None = None
+    isolation: dict[str, Any] | None = None
+    session_calls: dict[str, dict[str, int]] | None = Field(
+        None,
+        description="Per lane (long, short, tty; lanes.py): threads, running, waiting, queue.",
+    )
 
 
 JsonDict = Annotated[dict[str, Any], Field(default_factory=dict)]

@@ -12,7 +12,7 @@ the terminal's processes frozen (freezer.py) and thaws them after.
 only; new symlinks are refused) and evaluates it like a one-shot patch in a *fresh* sandbox with
 the held-out tests. What the workspace's content can make fail — a name too long, a tree too deep
 or too large, a name that is not UTF-8 — is a verdict (``patch_rejected`` / ``resource_limit``),
-never ``infra_error``. Sessions idle for longer than their ``ttl_s`` are reaped.
+never ``infra_error``. Sessions idle for longer than their ``ttl_s`` are reaped (lanes.py: never behind a client).
 
 A session may start from a provisioned environment (``SessionCreate.environment``,
 provision.py: its tree is the start — or, given a ``repo`` too, the repo is and the environment
@@ -333,17 +333,6 @@ class SessionManager:
             self.ctx.workspaces.destroy(s.ws)
             self.ctx.uids.release(s.uid)
         return True
-
-    def reap(self) -> list[str]:
-        now = time.monotonic()
-        expired = [
-            sid
-            for sid, s in list(self.sessions.items())
-            if now - s.last_used > s.spec.ttl_s and not s.lock.locked()
-        ]
-        for sid in expired:
-            self.delete(sid)
-        return expired
 
     def close(self) -> None:
         for sid in list(self.sessions):

@@ -3,7 +3,11 @@
 Runs as the first process of fresh pid, mount, ipc, uts (and network) namespaces created by
 util-linux ``unshare --fork``, *before* any task code, and then ``exec``s the task::
 
-    python -I -S unshare_setup.py '<json plan>'
+    python -I -S unshare_setup.py --plan-fd N     # or '<json plan>' as the argument
+
+The plan comes in fd ``N`` (a memfd; closed before anything of the task runs), not on the
+command line: this process is the jail's pid 1, and its ``/proc/1/cmdline`` is readable by the
+task (the plan names host paths).
 
 The plan (built by :func:`dockyard.sandbox.isolation.unshare_argv`)::
 
@@ -163,8 +167,20 @@ def init(child: int) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
+def _read_plan(argv: list[str]) -> dict:
+    if argv[1] != "--plan-fd":
+        return json.loads(argv[1])
+    fd, chunks = int(argv[2]), []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return json.loads(b"".join(chunks))
+
+
 def main() -> None:
-    plan = json.loads(sys.argv[1])
+    plan = _read_plan(sys.argv)
     try:
         setup(plan)
     except BaseException as e:  # trusted set-up failed: no task code has run
