@@ -16,6 +16,7 @@ from dockyard.sandbox.client import SandboxClient, SandboxRequestError
 from dockyard.sandbox.egress import (
     MOUNT,
     SOCKET,
+    SPECIAL_NETS,
     Allowlist,
     Proxy,
     apt_source_hosts,
@@ -63,13 +64,31 @@ def test_apt_sources_both_formats(tmp_path: Path):
     ("addr", "bad"),
     [
         ("127.0.0.1", True), ("10.1.2.3", True), ("172.20.0.1", True), ("192.168.1.1", True),
-        ("169.254.169.254", True), ("100.64.0.1", True), ("0.0.0.0", True), ("::1", True),
-        ("::ffff:127.0.0.1", True), ("fd00::1", True), ("fe80::1%eth0", True),
-        ("151.101.0.223", False), ("2a04:4e42::223", False),
+        ("169.254.169.254", True), ("0.0.0.0", True), ("::1", True), ("::ffff:127.0.0.1", True),
+        ("fd00::1", True), ("fe80::1%eth0", True), ("224.0.0.251", True), ("240.0.0.1", True),
+        # issue 34 item 4: documentation (RFC 5737), benchmarking (RFC 2544), shared (RFC 6598)
+        ("192.0.2.10", True), ("198.51.100.7", True), ("203.0.113.80", True),
+        ("198.18.0.1", True), ("198.19.255.254", True), ("100.64.0.1", True),
+        ("100.127.255.254", True), ("192.0.0.8", True),
+        # NAT64, 6to4, Teredo, IPv4-compatible, IPv6 documentation, ORCHIDv2, discard
+        ("64:ff9b::8.8.8.8", True), ("64:ff9b:1::1", True), ("2002:0808:0808::1", True),
+        ("2001:0:4136:e378::1", True), ("::8.8.8.8", True), ("2001:db8::1", True),
+        ("3fff::1", True), ("2001:20::1", True), ("100::1", True),
+        # IPv4-mapped: judged by the address it carries
+        ("::ffff:192.0.2.1", True), ("::ffff:10.0.0.1", True), ("::ffff:151.101.0.223", False),
+        ("151.101.0.223", False), ("2a04:4e42::223", False), ("8.8.8.8", False),
+        ("198.17.255.1", False), ("100.128.0.1", False), ("2001:4860:4860::8888", False),
     ],
 )  # fmt: skip
 def test_forbidden_addresses(addr: str, bad: bool):
     assert forbidden_address(addr) is bad
+
+
+def test_every_special_range_is_refused_at_both_ends():
+    """Each net of the explicit list, its first and last address (not only ``is_global``)."""
+    for net in SPECIAL_NETS:
+        for ip in (net.network_address, net.broadcast_address):
+            assert forbidden_address(str(ip)), (net, ip)
 
 
 # -- unit: the proxy refuses, logs, cleans up ----------------------------------------------------
@@ -101,8 +120,8 @@ def test_proxy_refuses_other_hosts_ports_and_private_addresses(tmp_path: Path):
         cases = {
             b"CONNECT example.com:443 HTTP/1.1\r\n\r\n": b"not a package registry",
             b"CONNECT pypi.org:22 HTTP/1.1\r\n\r\n": b"only ports 80 and 443",
-            b"CONNECT localhost:443 HTTP/1.1\r\n\r\n": b"local/private address",
-            b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: x\r\n\r\n": b"not a package registry",
+            b"CONNECT localhost:443 HTTP/1.1\r\n\r\n": b"non-public address",
+            b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n": b"not a package registry",
             b"POST http://pypi.org/ HTTP/1.1\r\n\r\n": b"only CONNECT, GET, HEAD",
             b"GET /relative HTTP/1.1\r\n\r\n": b"only absolute http:// URLs",
             b"CONNECT --proxy=x HTTP/1.1\r\n\r\n": b"expected host:port",
@@ -124,7 +143,7 @@ def test_proxy_refuses_other_hosts_ports_and_private_addresses(tmp_path: Path):
     with Proxy(d, os.getuid(), explicit) as p:
         out = _ask(d / SOCKET, b"CONNECT localhost:443 HTTP/1.1\r\n\r\n", True)
         assert out.startswith((b"HTTP/1.1 200", b"HTTP/1.1 502")), out
-        assert "local/private" not in p.drain()
+        assert "non-public" not in p.drain()
 
 
 # -- the real service: a registry is reachable, nothing else ------------------------------------
