@@ -138,6 +138,18 @@ class Proxy:
         with self._lock:
             return sorted(self._refused_hosts)
 
+    def needs_network(self) -> str | None:
+        """None, or the ``needs_network`` detail of a run that asked for hosts outside the
+        registries and the installer table (names them: what the run would need opened)."""
+        hosts = self.refused_hosts()
+        if not hosts:
+            return None
+        return (
+            f"needs network access to {', '.join(hosts)}: not a package registry or an "
+            "installer-table URL of this sandbox (the operator may add a registry with "
+            "--registry HOST)"
+        )
+
     def connections(self) -> int:
         """Client connections open now."""
         return self._active
@@ -188,8 +200,14 @@ class Proxy:
             task.add_done_callback(self._tasks.discard)
 
     async def _connection(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        made: asyncio.Future[asyncio.StreamWriter] = loop.create_future()
+        reader = asyncio.StreamReader(limit=http1.HEADER_CAP)
+        # a server-side stream (start_tls then speaks as the server, for the installer table)
+        protocol = asyncio.StreamReaderProtocol(reader, lambda _r, w: made.set_result(w))
         try:
-            reader, writer = await asyncio.open_unix_connection(sock=conn, limit=http1.HEADER_CAP)
+            await loop.connect_accepted_socket(lambda: protocol, sock=conn)
+            writer = await made
         except OSError:
             conn.close()
             self._active -= 1
