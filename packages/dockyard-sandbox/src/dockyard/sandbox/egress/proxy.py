@@ -218,6 +218,9 @@ class Proxy:
             await self._refuse(writer, e)
         except (OSError, TimeoutError, ValueError) as e:
             await self._refuse(writer, Refused(502, f"proxy error: {type(e).__name__}: {e}"))
+        except Exception as e:  # one connection's bug never stops the proxy; logged in full
+            log.exception("egress: a connection failed")
+            await self._refuse(writer, Refused(502, f"proxy error: {type(e).__name__}"))
         finally:
             await _close(writer)
             self._active -= 1
