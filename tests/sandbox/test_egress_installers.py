@@ -30,6 +30,7 @@ from dockyard.sandbox.egress import (
     install_script,
 )
 from dockyard.sandbox.egress.tls import authority, system_roots
+from dockyard.sandbox.egress.wheels import platform_ok
 from dockyard.sandbox.envspec import EnvSpec
 
 ALLOW = Allowlist(frozenset({"pypi.org"}))
@@ -96,6 +97,29 @@ def test_operator_entries_parse_or_are_refused_naming_the_form():
     for bad in ("http://x.org/i.sh=x", "https://x.org/i.sh", "https://x.org/i.sh=a b"):
         with pytest.raises(ValueError, match="installer"):
             InstallerTable.parse([bad])
+
+
+def test_a_registry_is_never_an_installer_host(tmp_path: Path):
+    table = InstallerTable.parse(["https://pypi.org/get-uv.sh=uv"])
+    with pytest.raises(ValueError, match=r"pypi\.org: a registry cannot also be"):
+        Proxy(tmp_path / "egress", os.getuid(), ALLOW, installers=table)
+    assert not (tmp_path / "egress").exists()
+
+
+@pytest.mark.parametrize(
+    ("filename", "arch", "libc", "ok"),
+    [
+        ("uv-0.9.5-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "x86_64", "gnu", True),
+        ("uv-0.9.5-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "x86_64", "musl", False),
+        ("uv-0.9.5-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "aarch64", "gnu", False),
+        ("uv-0.9.5-py3-none-musllinux_1_1_x86_64.whl", "x86_64", "musl", True),
+        ("uv-0.9.5-py3-none-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", "aarch64", "gnu", True),
+        ("uv-0.9.5-py3-none-macosx_10_12_x86_64.whl", "x86_64", "gnu", False),
+        ("uv-0.9.5-py3-none-win_amd64.whl", "x86_64", "gnu", False),
+    ],
+)  # fmt: skip
+def test_the_wheel_of_the_jails_platform_is_picked(filename: str, arch: str, libc: str, ok: bool):
+    assert platform_ok(filename, arch, libc) is ok
 
 
 # -- the real service: the vendor's one-liner in a jail, then uvx through the proxy -----------

@@ -85,6 +85,11 @@ class Proxy:
         self.uid = uid
         self.allow = allow
         self.installers = InstallerTable.default() if installers is None else installers
+        if both := self.installers.hosts & allow.hosts:
+            raise ValueError(
+                f"{', '.join(sorted(both))}: a registry cannot also be an installer-table host "
+                "(the proxy would intercept its TLS)"
+            )
         self.max_connections = max_connections
         self.head_deadline_s = head_deadline_s
         self.idle_s = idle_s

@@ -101,7 +101,8 @@ def _body(r: http.client.HTTPResponse, dest: Path | None, cap: int, url: str) ->
     return bytes(out)
 
 
-def _platform_ok(filename: str, arch: str, libc: str) -> bool:
+def platform_ok(filename: str, arch: str, libc: str) -> bool:
+    """Whether wheel ``filename`` runs on ``arch`` with ``libc`` (``gnu``/``musl``)."""
     tags = filename[: -len(".whl")].split("-")[-1].split(".")
     prefix = "manylinux" if libc == "gnu" else "musllinux"
     return any(t.startswith(prefix) and t.endswith(f"_{arch}") for t in tags)
@@ -163,7 +164,7 @@ class Binaries:
         files = [
             f for f in self.index(via, project).get("files", [])
             if f.get("filename", "").endswith(".whl") and not f.get("yanked")
-            and f["filename"].split("-")[1:2] == [version] and _platform_ok(f["filename"], arch, libc)
+            and f["filename"].split("-")[1:2] == [version] and platform_ok(f["filename"], arch, libc)
         ]  # fmt: skip
         if not files:
             raise Refused(404, f"PyPI has no {project} {version} wheel for {plat}", "pypi.org")
