@@ -6,7 +6,8 @@ CA only, for the table host only: the CA's name constraint), answers 404 for oth
 table host and 403 for a host outside the table and the registries, and reports both in
 ``Proxy.refused_hosts()``. Real: a build step in a real jail of the real service runs the
 vendor's documented one-liner, then ``uvx -w pytest pytest --version`` through the proxy to
-PyPI (skipped, with the reason, when PyPI cannot be reached from this host).
+PyPI, and a managed-Python download (github.com) that is refused and named (skipped, with the
+reason, when PyPI cannot be reached from this host).
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ curl -LsSf https://astral.sh/uv/install.sh | sh
 . "$HOME/.local/bin/env"
 echo "UV=$(command -v uv) $(uv --version)"
 echo "PYTEST=$(uvx -w pytest pytest --version 2>&1 | tail -1)"
+UV_HTTP_RETRIES=0 uv python install 3.12.0 >/dev/null 2>&1 || echo "PYTHON_DOWNLOAD=failed"
 exit 7
 """
 
@@ -144,4 +146,9 @@ def test_uv_installs_from_the_table_and_uvx_reaches_pypi_in_a_jail(
     assert "exited 7" in e.value.detail["provision_failed"], log
     assert "UV=/tmp/.local/bin/uv uv " in log, log  # HOME=/tmp in a jail
     assert "PYTEST=pytest " in log, log
-    assert "## egress: refused" not in log, log
+    # uv's own Python downloads (github.com, its mirror): refused and named, nothing else was
+    assert "PYTHON_DOWNLOAD=failed" in log, log
+    refused = {ln.split(": ", 2)[2].split(" ", 1)[0] for ln in log.splitlines()
+               if ln.startswith("## egress: refused")}  # fmt: skip
+    assert "github.com:443" in refused, log
+    assert refused <= {"github.com:443", "releases.astral.sh:443"}, log
