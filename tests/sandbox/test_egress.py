@@ -186,3 +186,36 @@ def test_steps_reach_nothing_but_the_registries(net_sandbox: SandboxClient):
         "python -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=10)\"",
     )
     assert "Network is unreachable" in log, log
+
+
+SMUGGLE = """
+import socket
+def ask(data):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+    s.sendall(data)
+    out = b""
+    while chunk := s.recv(65536):
+        out += chunk
+    s.close()
+    return out
+first = b"HEAD http://deb.debian.org/debian/ HTTP/1.1\\r\\nHost: deb.debian.org\\r\\n\\r\\n"
+second = b"GET http://deb.debian.org/smuggled HTTP/1.1\\r\\nHost: deb.debian.org\\r\\n\\r\\n"
+out = ask(first + second)
+print("PIPELINED", out.count(b"HTTP/1.1 "), out.split(b"\\r\\n", 1)[0].decode())
+out = ask(b"GET http://deb.debian.org/debian/ HTTP/1.1\\r\\nHost: internal.example\\r\\n\\r\\n")
+print("MISMATCH", out.split(b"\\r\\n", 1)[0].decode())
+raise SystemExit(3)
+"""
+
+
+def test_plain_http_from_a_jail_is_one_request_with_its_own_host(
+    net_sandbox: SandboxClient, reachable
+):
+    """Threat row 14 through a real jail: a pipelined second request is never answered, a Host
+    header naming another site is a 400 (``test_egress_http.py`` checks what upstream gets)."""
+    if not reachable("deb.debian.org", 80):
+        pytest.skip("deb.debian.org cannot be reached from this host")
+    log = _build_fails(net_sandbox, f"python - <<'EOF'\n{SMUGGLE}\nEOF")
+    assert "PIPELINED 1 HTTP/1.1 " in log, log  # one response (any status), then closed
+    assert "MISMATCH HTTP/1.1 400 Bad Request" in log, log
+    assert "Host header 'internal.example' is not the request's deb.debian.org" in log, log
