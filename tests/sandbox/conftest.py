@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from dockyard.sandbox.client import SandboxClient
-from dockyard.sandbox.egress import PYPI, apt_source_hosts, forbidden_address
+from dockyard.sandbox.egress import non_public_registries
 from dockyard.sandbox.launch import ServiceHandle, start_service
 
 
@@ -65,23 +65,12 @@ def reachable() -> Callable[[str, int], bool]:
     return _reachable
 
 
-def _mirrored_registries() -> list[str]:
-    """``--registry H`` for each default registry this host resolves to a non-public address."""
-    out = []
-    for host in (*PYPI, *sorted(apt_source_hosts())):
-        try:
-            addrs = {i[4][0] for i in socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)}
-        except OSError:
-            continue
-        if any(forbidden_address(str(a)) for a in addrs):
-            out += ["--registry", host]
-    return out
-
-
 @pytest.fixture(scope="session")
 def net_service() -> Iterator[ServiceHandle]:
     _need_bwrap()
-    args = ["--allow-network", *_mirrored_registries()]
+    args = ["--allow-network"]
+    for host in non_public_registries():  # this host's mirrors: named, as an operator would
+        args += ["--registry", host]
     with start_service(workers=1, extra_args=args) as svc:
         yield svc
 

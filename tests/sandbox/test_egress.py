@@ -21,6 +21,7 @@ from dockyard.sandbox.egress import (
     Proxy,
     apt_source_hosts,
     forbidden_address,
+    non_public_registries,
     normalize_host,
 )
 from dockyard.sandbox.envspec import EnvSpec
@@ -82,6 +83,17 @@ def test_apt_sources_both_formats(tmp_path: Path):
 )  # fmt: skip
 def test_forbidden_addresses(addr: str, bad: bool):
     assert forbidden_address(addr) is bad
+
+
+def test_registries_resolving_to_non_public_addresses_are_listed(tmp_path: Path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text(
+        "deb http://localhost/debian bookworm main\n"
+        "deb http://no-such-host.invalid/debian bookworm main\n"
+    )
+    found = non_public_registries(tmp_path)
+    assert "localhost" in found  # loopback: to be named with --registry
+    assert "no-such-host.invalid" not in found  # does not resolve: left out
 
 
 def test_every_special_range_is_refused_at_both_ends():

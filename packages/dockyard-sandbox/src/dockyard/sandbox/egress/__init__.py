@@ -30,6 +30,7 @@ from dockyard.sandbox.egress.allow import (
     Allowlist,
     apt_source_hosts,
     forbidden_address,
+    non_public_registries,
     normalize_host,
 )
 from dockyard.sandbox.egress.http1 import HEADER_CAP, Refused
@@ -60,5 +61,5 @@ __all__ = [
     "HEADER_CAP", "HEAD_DEADLINE_S", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MOUNT", "PORT",
     "PORTS", "PYPI", "SOCKET", "SPECIAL_NETS", "Allowlist", "Installer", "InstallerTable",
     "Proxy", "Refused", "apt_source_hosts", "forbidden_address", "install_script", "jail_env",
-    "normalize_host", "proxy_url", "wrap_argv",
+    "non_public_registries", "normalize_host", "proxy_url", "wrap_argv",
 ]  # fmt: skip

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,3 +133,18 @@ class Allowlist:
 
     def describe(self) -> str:
         return ", ".join(sorted(self.hosts))
+
+
+def non_public_registries(apt_root: Path = APT_SOURCES) -> list[str]:
+    """The default registries (apt sources, PyPI) this host resolves to a non-public address
+    (a mirror): the proxy refuses them unless the operator names each with ``--registry``.
+    Names that do not resolve are left out. Blocking (DNS)."""
+    out = []
+    for host in sorted(apt_source_hosts(apt_root) | set(PYPI)):
+        try:
+            infos = socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+        except OSError:
+            continue
+        if any(forbidden_address(str(i[4][0])) for i in infos):
+            out.append(host)
+    return out
