@@ -23,6 +23,7 @@ from dockyard.sandbox.egress import (
     forbidden_address,
     non_public_registries,
     normalize_host,
+    unnamed_mirrors_warning,
 )
 from dockyard.sandbox.envspec import EnvSpec
 
@@ -94,6 +95,10 @@ def test_registries_resolving_to_non_public_addresses_are_listed(tmp_path: Path)
     found = non_public_registries(tmp_path)
     assert "localhost" in found  # loopback: to be named with --registry
     assert "no-such-host.invalid" not in found  # does not resolve: left out
+    warning = unnamed_mirrors_warning([], tmp_path)  # what `serve --allow-network` prints
+    assert warning is not None
+    assert "--registry localhost" in warning
+    assert unnamed_mirrors_warning(found, tmp_path) is None
 
 
 def test_every_special_range_is_refused_at_both_ends():

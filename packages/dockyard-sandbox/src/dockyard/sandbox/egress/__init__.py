@@ -32,6 +32,7 @@ from dockyard.sandbox.egress.allow import (
     forbidden_address,
     non_public_registries,
     normalize_host,
+    unnamed_mirrors_warning,
 )
 from dockyard.sandbox.egress.http1 import HEADER_CAP, Refused
 from dockyard.sandbox.egress.installers import Installer, InstallerTable, install_script
@@ -61,5 +62,5 @@ __all__ = [
     "HEADER_CAP", "HEAD_DEADLINE_S", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MOUNT", "PORT",
     "PORTS", "PYPI", "SOCKET", "SPECIAL_NETS", "Allowlist", "Installer", "InstallerTable",
     "Proxy", "Refused", "apt_source_hosts", "forbidden_address", "install_script", "jail_env",
-    "non_public_registries", "normalize_host", "proxy_url", "wrap_argv",
+    "non_public_registries", "normalize_host", "proxy_url", "unnamed_mirrors_warning", "wrap_argv",
 ]  # fmt: skip

@@ -148,3 +148,17 @@ def non_public_registries(apt_root: Path = APT_SOURCES) -> list[str]:
         if any(forbidden_address(str(i[4][0])) for i in infos):
             out.append(host)
     return out
+
+
+def unnamed_mirrors_warning(registries: Iterable[str], apt_root: Path = APT_SOURCES) -> str | None:
+    """What to tell the operator when default registries resolve to non-public addresses and
+    ``registries`` (``--registry``) does not name them: the proxy will refuse them."""
+    named = {normalize_host(r) for r in registries}
+    unnamed = [h for h in non_public_registries(apt_root) if h not in named]
+    if not unnamed:
+        return None
+    flags = " ".join(f"--registry {h}" for h in unnamed)
+    return (
+        f"{', '.join(unnamed)} resolve to a non-public address here (a mirror?): provisioning "
+        f"jails will be refused them unless you name them: {flags}"
+    )
