@@ -101,7 +101,9 @@ def test_plain_http_forwards_one_request_and_nothing_behind_it(tmp_path: Path, u
         out = _talk(p.dir / SOCKET, first + smuggled)
         assert out.startswith(b"HTTP/1.1 200 OK"), out
         assert out.endswith(b"ok"), out
-        time.sleep(0.5)
+        t0 = time.monotonic()
+        while not upstream.received and time.monotonic() - t0 < 5:  # it listens 0.3 s more
+            time.sleep(0.05)
         assert upstream.accepted == 1
         (got,) = upstream.received
         assert got.startswith(b"GET /dists/InRelease HTTP/1.1\r\n"), got
@@ -146,18 +148,22 @@ def test_the_head_deadline_is_total_not_per_byte(tmp_path: Path, upstream: Upstr
         with s:
             s.settimeout(0.1)
             while time.monotonic() - t0 < 5:
-                try:
+                with contextlib.suppress(OSError):  # once closed: EPIPE, the answer is queued
                     s.send(b"G")  # a byte every 100 ms: a per-byte timeout would never fire
-                    out += s.recv(4096)
-                    if out:
-                        break
+                try:
+                    chunk = s.recv(4096)
                 except TimeoutError:
                     continue
                 except OSError:
                     break
+                out += chunk
+                if not chunk or b"\r\n\r\n" in out:
+                    break
         took = time.monotonic() - t0
         assert out.startswith(b"HTTP/1.1 408"), out
-        assert 0.9 < took < 2.0, took
+        assert 0.9 < took < 3.0, took  # 1 s, with slack for a loaded machine
+        while p.connections() and time.monotonic() - t0 < 5:  # the proxy's side closes too
+            time.sleep(0.01)
         assert p.connections() == 0
 
 
@@ -175,6 +181,7 @@ def test_connections_are_capped_per_proxy(tmp_path: Path, upstream: Upstream):
         out = _talk(p.dir / SOCKET, b"", timeout=5)
         assert out.startswith(b"HTTP/1.1 503"), out  # at once, not after a deadline
         held.pop().close()
+        deadline = time.monotonic() + 5
         while p.connections() > 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         req = f"GET http://localhost:{upstream.port}/ HTTP/1.1\r\n\r\n".encode()
@@ -185,7 +192,7 @@ def test_connections_are_capped_per_proxy(tmp_path: Path, upstream: Upstream):
 
 
 def test_an_idle_tunnel_is_closed_a_busy_one_is_not(tmp_path: Path, upstream: Upstream):
-    with _proxy(tmp_path, upstream, idle_s=1.0) as p:
+    with _proxy(tmp_path, upstream, idle_s=1.5) as p:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(str(p.dir / SOCKET))
         s.settimeout(5)
@@ -194,17 +201,17 @@ def test_an_idle_tunnel_is_closed_a_busy_one_is_not(tmp_path: Path, upstream: Up
             assert s.recv(4096).startswith(b"HTTP/1.1 200")
             t0 = time.monotonic()
             s.sendall(b"ECHO\r\n\r\n")
-            for i in range(6):  # 1.8 s of traffic, a byte every 0.3 s: past idle_s
+            for i in range(8):  # 2.4 s of traffic, a byte every 0.3 s: past idle_s
                 assert s.recv(4096)
                 time.sleep(0.3)
                 s.sendall(str(i).encode())
-            assert s.recv(4096) == b"5"
+            assert s.recv(4096) == b"7"
             busy = time.monotonic() - t0
-            assert busy > 1.5
+            assert busy > 2.0
             t1 = time.monotonic()
             assert s.recv(4096) == b""  # then silence: closed by the idle deadline
-            assert 0.8 < time.monotonic() - t1 < 3.0
-        assert "idle for 1 s" in p.drain()
+            assert 1.3 < time.monotonic() - t1 < 4.0
+        assert "idle for 1.5 s" in p.drain()
 
 
 def test_only_the_jails_uid_may_connect_and_refused_hosts_are_kept(tmp_path: Path):
