@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from dockyard.sandbox.egress import SOCKET, Allowlist, Proxy
+from dockyard.sandbox.egress.proxy import REFUSED_HOSTS
 
 LOCAL = Allowlist(frozenset({"localhost"}), frozenset({"localhost"}))  # named: may be loopback
 
@@ -226,3 +227,8 @@ def test_only_the_jails_uid_may_connect_and_refused_hosts_are_kept(tmp_path: Pat
         assert p.refused_hosts() == ["example.com", "github.com"]
         p.drain()
         assert p.refused_hosts() == ["example.com", "github.com"]  # not cleared by drain
+        for i in range(REFUSED_HOSTS + 5):  # bounded: distinct names beyond the cap are counted
+            _talk(p.dir / SOCKET, f"CONNECT h{i}.example:443 HTTP/1.1\r\n\r\n".encode())
+        assert len(p.refused_hosts()) == REFUSED_HOSTS
+        assert "and 7 more" in (p.needs_network() or "")
+        assert "more refusals not shown" not in p.drain()  # 69 lines: under the log's cap

@@ -28,7 +28,8 @@ gains nothing, because every bound is enforced here, per :class:`Proxy`, i.e. pe
 * a tunnel or a relayed response with no byte in either direction for ``idle_s`` is closed;
   a closing connection gets :data:`FLUSH_S` to take its last bytes, then is aborted;
 * the socket accepts only the jail's uid (``SO_PEERCRED``), beside its 0600 mode;
-* the refusal log keeps :data:`LOG_LINES` lines, then counts.
+* the refusal log keeps :data:`LOG_LINES` lines, refused hosts :data:`REFUSED_HOSTS`, then
+  both count.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ BACKLOG = 64
 FLUSH_S = 10.0  # a closing connection's last bytes; it still counts against the cap meanwhile
 POOL = 3
 LOG_LINES = 200
+REFUSED_HOSTS = 64  # distinct hosts kept for refused_hosts(); more are only counted
 
 
 class Proxy:
@@ -97,6 +99,7 @@ class Proxy:
         self._log: list[str] = []
         self._dropped = 0
         self._refused_hosts: set[str] = set()
+        self._more_hosts = 0
         self._lock = threading.Lock()
         self._active = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -139,7 +142,8 @@ class Proxy:
 
     def refused_hosts(self) -> list[str]:
         """Host names asked for during the proxy's life that are neither a registry nor in the
-        installer table, or that resolved to a forbidden address (sorted; never cleared)."""
+        installer table, or that resolved to a forbidden address (sorted; never cleared; the
+        first :data:`REFUSED_HOSTS` distinct ones)."""
         with self._lock:
             return sorted(self._refused_hosts)
 
@@ -149,8 +153,9 @@ class Proxy:
         hosts = self.refused_hosts()
         if not hosts:
             return None
+        more = f" and {self._more_hosts} more" if self._more_hosts else ""
         return (
-            f"needs network access to {', '.join(hosts)}: not a package registry or an "
+            f"needs network access to {', '.join(hosts)}{more}: not a package registry or an "
             "installer-table URL of this sandbox (the operator may add a registry with "
             "--registry HOST)"
         )
@@ -164,7 +169,8 @@ class Proxy:
             self._call(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
-        self._loop.close()
+        if not self._loop.is_running():
+            self._loop.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -336,8 +342,11 @@ class Proxy:
     # -- the log ------------------------------------------------------------------------------
     def _note(self, status: int, why: str, host: str | None = None) -> None:
         with self._lock:
-            if host is not None:
-                self._refused_hosts.add(host)
+            if host is not None and host not in self._refused_hosts:
+                if len(self._refused_hosts) < REFUSED_HOSTS:
+                    self._refused_hosts.add(host)
+                else:
+                    self._more_hosts += 1
             if len(self._log) < LOG_LINES:
                 self._log.append(f"refused ({status}): {why}")
             else:
