@@ -22,6 +22,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -35,6 +36,7 @@ INDEX = "https://pypi.org/simple/"
 TIMEOUT_S = 60.0
 MAX_INDEX = 64 << 20
 MAX_WHEEL = 512 << 20
+INDEX_TTL_S = 300.0  # an install script and its binaries ask for the same page within seconds
 _SCRIPT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
@@ -117,6 +119,7 @@ class Binaries:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._index: dict[str, tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -129,10 +132,18 @@ class Binaries:
             return cls._shared
 
     def index(self, via: Resolver, project: str) -> dict[str, Any]:
+        """The project's simple-index page (JSON), reused for :data:`INDEX_TTL_S`."""
+        with self._lock:
+            hit = self._index.get(project)
+        if hit and time.monotonic() - hit[0] < INDEX_TTL_S:
+            return hit[1]
         body = https_get(
             via, f"{INDEX}{project}/", None, MAX_INDEX, "application/vnd.pypi.simple.v1+json"
         )
-        return json.loads(body)
+        page = json.loads(body)
+        with self._lock:
+            self._index[project] = (time.monotonic(), page)
+        return page
 
     def latest(self, via: Resolver, project: str) -> str:
         """The newest final release of ``project`` on the index."""
@@ -167,7 +178,7 @@ class Binaries:
             and f["filename"].split("-")[1:2] == [version] and platform_ok(f["filename"], arch, libc)
         ]  # fmt: skip
         if not files:
-            raise Refused(404, f"PyPI has no {project} {version} wheel for {plat}", "pypi.org")
+            raise Refused(404, f"PyPI has no {project} {version} wheel for {plat}")
         wheel = files[0]
         tmp = Path(tempfile.mkdtemp(dir=self.root))
         try:
