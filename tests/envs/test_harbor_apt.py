@@ -14,6 +14,7 @@ import pytest
 
 from dockyard.envs.harbor import HarborEnvironment, HarborFormatError, load_tasks, parse_dockerfile
 from dockyard.envs.harbor.validate import validate_async
+from dockyard.sandbox.egress import non_public_registries
 from dockyard.sandbox.launch import start_service
 from dockyard.sandbox.provision import installed_host_packages
 
@@ -75,7 +76,9 @@ def net_sandbox_url() -> Iterator[str]:
         pytest.skip("the Debian mirror deb.debian.org cannot be reached from this host")
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is not installed: apt-get install -y bubblewrap")
-    with start_service(workers=1, extra_args=["--allow-network"]) as svc:
+    # this host's mirrors resolve to non-public addresses: named, as their operator would
+    mirrors = [a for h in non_public_registries() for a in ("--registry", h)]
+    with start_service(workers=1, extra_args=["--allow-network", *mirrors]) as svc:
         yield svc.url
 
 

@@ -4,9 +4,12 @@
 :func:`dockyard.sandbox.launch.start_service`; ``sandbox`` is a sync client to it. Other
 packages' tests can copy these two fixtures. ``repo_root`` is the one directory that service
 takes server repositories from (``--repo-root``): tests that name a ``repo.path`` make it there.
-``net_sandbox`` is a client of a second service, started with ``--allow-network`` (provisioning
-that reaches the package registries), shared by the session; ``reachable(host, port)`` says
-whether this host can open a TCP connection there (a test that needs a registry skips if not).
+``net_sandbox`` is a client of a second service (``net_service``), started with
+``--allow-network`` (provisioning that reaches the package registries), shared by the session;
+it names with ``--registry`` the registries this host resolves to a non-public address (a
+mirror: the proxy refuses those unless the operator names them, ``egress.forbidden_address``).
+``reachable(host, port)`` says whether this host can open a TCP connection there (a test that
+needs a registry skips if not).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from dockyard.sandbox.client import SandboxClient
+from dockyard.sandbox.egress import non_public_registries
 from dockyard.sandbox.launch import ServiceHandle, start_service
 
 
@@ -62,8 +66,16 @@ def reachable() -> Callable[[str, int], bool]:
 
 
 @pytest.fixture(scope="session")
-def net_sandbox() -> Iterator[SandboxClient]:
+def net_service() -> Iterator[ServiceHandle]:
     _need_bwrap()
-    svc: ServiceHandle
-    with start_service(workers=1, extra_args=["--allow-network"]) as svc, svc.client() as c:
+    args = ["--allow-network"]
+    for host in non_public_registries():  # this host's mirrors: named, as an operator would
+        args += ["--registry", host]
+    with start_service(workers=1, extra_args=args) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="session")
+def net_sandbox(net_service: ServiceHandle) -> Iterator[SandboxClient]:
+    with net_service.client() as c:
         yield c

@@ -239,6 +239,8 @@ def serve(args: argparse.Namespace) -> int:
         if egress.normalize_host(host) is None:
             print(f"dockyard-sandbox: --registry {host!r}: expected a host name", file=sys.stderr)
             return 2
+    if args.allow_network and (warning := egress.unnamed_mirrors_warning(args.registries)):
+        print(f"dockyard-sandbox: warning: {warning}", file=sys.stderr)
     for root in args.repo_roots:
         if not root.is_dir():
             print(f"dockyard-sandbox: --repo-root {root}: no such directory", file=sys.stderr)
