@@ -31,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-network", action="store_true",
         help="let provisioning steps (pip install) reach the network (the started service only)",
     )  # fmt: skip
+    v.add_argument(
+        "--registry", action="append", default=[], metavar="HOST",
+        help="a package registry the started service's provisioning may reach, passed on as its "
+        "--registry (repeatable): needed where a registry's name resolves to a private or "
+        "special-purpose address (an internal mirror)",
+    )  # fmt: skip
     e = sub.add_parser("export", help="write the tasks as JSONL (for data.train_path)")
     e.add_argument("dir", metavar="DIR")
     e.add_argument("out", metavar="OUT")
@@ -67,6 +73,7 @@ def _validate(args: argparse.Namespace, tasks: list[dict]) -> int:
             from dockyard.sandbox.launch import start_service
 
             extra = ["--allow-network"] if args.allow_network else []
+            extra += [f"--registry={host}" for host in args.registry]
             svc = stack.enter_context(
                 start_service(workers=max(2, args.concurrency), extra_args=extra)
             )

@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="let provisioning steps (pip install) reach the package index (the started service "
         "runs with --allow-network; a --sandbox-url service must have it)",
     )  # fmt: skip
+    p.add_argument(
+        "--registry", action="append", default=[], metavar="HOST",
+        help="a package registry the started service's provisioning may reach, passed on as its "
+        "--registry (repeatable): needed where a registry's name resolves to a private or "
+        "special-purpose address (an internal mirror)",
+    )  # fmt: skip
 
 
 def _tasks(dataset: str) -> list[dict]:
@@ -75,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
             print("dockyard swe validate: starting a local sandbox service", flush=True)
             extra = ["--allow-network"] if args.allow_network else []
+            extra += [f"--registry={host}" for host in args.registry]
             svc = stack.enter_context(
                 start_service(workers=max(1, args.concurrency), extra_args=extra)
             )
