@@ -8,6 +8,7 @@ import pytest
 
 from dockyard.envs.tools import ParsedCall, ParseError, Tool, ToolRegistry, parse_tool_calls
 from dockyard.envs.tools.registry import InfraError
+from dockyard.sandbox.client import SandboxUnavailable
 
 
 def test_single_call_and_prose():
@@ -125,8 +126,12 @@ def _registry() -> ToolRegistry:
     async def down(ctx) -> str:
         raise InfraError("sandbox unreachable")
 
+    async def saturated(ctx) -> str:  # what the sandbox client raises for a 5xx or a late 429
+        raise SandboxUnavailable("sandbox service could not serve GET /files (HTTP 503)")
+
     reg.register(Tool("boom", "always fails", {"type": "object", "properties": {}}, boom))
     reg.register(Tool("down", "infra fails", {"type": "object", "properties": {}}, down))
+    reg.register(Tool("busy", "service fails", {"type": "object", "properties": {}}, saturated))
     return reg
 
 
@@ -153,6 +158,9 @@ def test_registry_validates_and_executes():
     infra = run('<tool_call>{"name": "down", "arguments": {}}</tool_call>')[0]
     assert infra.infra_error
     assert not infra.invalid
+    busy = run('<tool_call>{"name": "busy", "arguments": {}}</tool_call>')[0]
+    assert busy.infra_error  # masked, never shown to the model as its own error
+    assert not busy.invalid
     parse_err = run("<tool_call>{oops</tool_call>")[0]
     assert parse_err.error_kind == "json"
     assert parse_err.invalid

@@ -102,3 +102,28 @@ def test_a_session_command_is_never_sent_twice(dropper: _Dropper) -> None:
         r = c.exec("s", "echo hi >> log")
     assert r.verdict == Verdict.infra_error
     assert dropper.requests == 1
+
+
+def test_a_service_failure_on_a_file_call_is_unavailable_not_the_callers_error() -> None:
+    """A 5xx, or a 429 past max_wait_s, on a session file call raises SandboxUnavailable (an
+    environment's tool masks the sample), a 4xx SandboxRequestError (the agent's request)."""
+    import httpx
+
+    from dockyard.sandbox.client import SandboxClient, SandboxRequestError, SandboxUnavailable
+
+    answers = iter([500, 429, 422])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        code = next(answers)
+        return httpx.Response(code, json={"detail": f"status {code}"}, headers={"Retry-After": "0"})
+
+    c = SandboxClient("http://sandbox.invalid", max_wait_s=0)
+    c._http.close()
+    c._http = httpx.Client(base_url=c.url, transport=httpx.MockTransport(handler))
+    with pytest.raises(SandboxUnavailable, match="HTTP 500"):
+        c.get_file("s", "a.txt")
+    with pytest.raises(SandboxUnavailable, match="HTTP 429"):
+        c.put_file("s", "a.txt", "x")
+    with pytest.raises(SandboxRequestError, match="HTTP 422"):
+        c.get_file("s", "a.txt")
+    c.close()

@@ -9,7 +9,12 @@ Failure policy — the part a trainer relies on:
 * 429 (queue full) is retried after the server's ``Retry-After`` until ``max_wait_s``; then
   ``infra_error``.
 * A request the service rejects as invalid (4xx other than 404/429) raises
-  :class:`SandboxRequestError`: that is a bug in the caller, and it names the field.
+  :class:`SandboxRequestError`: that is a bug in the caller (or, for a session's file and
+  terminal calls, the agent's request: a path that is not there), and it names the field.
+* A session call the service could not serve — 5xx, or still 429 after ``max_wait_s`` —
+  raises :class:`SandboxUnavailable` (exec and finish return ``infra_error`` results): never
+  the caller's fault, so an environment's tool masks the sample instead of showing the model
+  an error it did not cause.
 
 Example::
 
@@ -74,6 +79,19 @@ def _detail(resp: httpx.Response) -> Any:
         return resp.text
 
 
+def _refused(resp: httpx.Response) -> Exception:
+    """The exception of a request the service did not serve: :class:`SandboxUnavailable` for
+    its own failure or saturation (5xx; a 429 still refused after ``max_wait_s``) — never the
+    caller's fault, so an environment masks it — else :class:`SandboxRequestError` (the request
+    itself is refused: 4xx, its message names the field)."""
+    if resp.status_code == 429 or resp.status_code >= 500:
+        return SandboxUnavailable(
+            f"sandbox service could not serve {resp.request.method} {resp.request.url.path} "
+            f"(HTTP {resp.status_code}): {_detail(resp)}"
+        )
+    return SandboxRequestError(resp.status_code, _detail(resp))
+
+
 def _retry_after(resp: httpx.Response) -> float:
     try:
         return max(0.05, float(resp.headers.get("retry-after", "1")))
@@ -98,7 +116,7 @@ def _create_timeout(s: SessionCreate) -> httpx.Timeout | None:
 
 def _tty_result(resp: httpx.Response) -> TtyResult:
     if resp.status_code != 200:
-        raise SandboxRequestError(resp.status_code, _detail(resp))
+        raise _refused(resp)
     return TtyResult.model_validate(resp.json())
 
 
@@ -112,7 +130,7 @@ def _task_result(resp: httpx.Response, what: str) -> TaskResult:
         return TaskResult.model_validate(resp.json())
     if resp.status_code >= 500 or resp.status_code in (404, 429):  # 429: past max_wait_s
         return TaskResult.infra(f"{what}: HTTP {resp.status_code}: {_detail(resp)}")
-    raise SandboxRequestError(resp.status_code, _detail(resp))
+    raise _refused(resp)
 
 
 class _Base:
@@ -212,12 +230,12 @@ class SandboxClient(_Base):
             return str(resp.json()["task_id"])
         if resp.status_code >= 500 or resp.status_code == 429:
             raise SandboxUnavailable(f"submit: HTTP {resp.status_code}: {_detail(resp)}")
-        raise SandboxRequestError(resp.status_code, _detail(resp))
+        raise _refused(resp)
 
     def get(self, task_id: str) -> TaskStatus:
         resp = self._request("GET", f"/v1/tasks/{task_id}")
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return TaskStatus.model_validate(resp.json())
 
     def result(self, task_id: str, timeout_s: float | None = None) -> TaskResult:
@@ -248,7 +266,7 @@ class SandboxClient(_Base):
         if resp.status_code == 404:
             return False
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return bool(resp.json().get("cancelled", False))
 
     # -- sessions -------------------------------------------------------------------------------
@@ -263,7 +281,7 @@ class SandboxClient(_Base):
         if resp.status_code >= 500 or resp.status_code == 429:
             raise SandboxUnavailable(f"create_session: HTTP {resp.status_code}: {_detail(resp)}")
         if resp.status_code != 201:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return SessionInfo.model_validate(resp.json()).session_id
 
     def exec(
@@ -288,7 +306,7 @@ class SandboxClient(_Base):
                 exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
             )
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return ExecResult.model_validate(resp.json())
 
     def put_file(self, session_id: str, path: str, data: bytes | str) -> None:
@@ -297,12 +315,12 @@ class SandboxClient(_Base):
             "PUT", f"/v1/sessions/{session_id}/files", params={"path": path}, content=body
         )
         if resp.status_code != 204:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
 
     def get_file(self, session_id: str, path: str) -> bytes:
         resp = self._request("GET", f"/v1/sessions/{session_id}/files", params={"path": path})
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return resp.content
 
     def finish(self, session_id: str, request: FinishRequest | Mapping[str, Any]) -> TaskResult:
@@ -333,7 +351,7 @@ class SandboxClient(_Base):
     def delete_session(self, session_id: str) -> None:
         resp = self._request("DELETE", f"/v1/sessions/{session_id}")
         if resp.status_code not in (200, 204, 404):
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
 
     # -- service --------------------------------------------------------------------------------
     def health(self, detail: bool = True) -> dict[str, Any]:
@@ -437,12 +455,12 @@ class AsyncSandboxClient(_Base):
             return str(resp.json()["task_id"])
         if resp.status_code >= 500 or resp.status_code == 429:
             raise SandboxUnavailable(f"submit: HTTP {resp.status_code}: {_detail(resp)}")
-        raise SandboxRequestError(resp.status_code, _detail(resp))
+        raise _refused(resp)
 
     async def get(self, task_id: str) -> TaskStatus:
         resp = await self._request("GET", f"/v1/tasks/{task_id}")
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return TaskStatus.model_validate(resp.json())
 
     async def result(self, task_id: str, timeout_s: float | None = None) -> TaskResult:
@@ -471,7 +489,7 @@ class AsyncSandboxClient(_Base):
         if resp.status_code == 404:
             return False
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return bool(resp.json().get("cancelled", False))
 
     async def create_session(self, spec: SessionCreate | Mapping[str, Any] | None = None) -> str:
@@ -485,7 +503,7 @@ class AsyncSandboxClient(_Base):
         if resp.status_code >= 500 or resp.status_code == 429:
             raise SandboxUnavailable(f"create_session: HTTP {resp.status_code}: {_detail(resp)}")
         if resp.status_code != 201:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return SessionInfo.model_validate(resp.json()).session_id
 
     async def exec(
@@ -510,7 +528,7 @@ class AsyncSandboxClient(_Base):
                 exit_code=None, stderr=str(_detail(resp)), verdict=Verdict.infra_error
             )
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return ExecResult.model_validate(resp.json())
 
     async def put_file(self, session_id: str, path: str, data: bytes | str) -> None:
@@ -519,12 +537,12 @@ class AsyncSandboxClient(_Base):
             "PUT", f"/v1/sessions/{session_id}/files", params={"path": path}, content=body
         )
         if resp.status_code != 204:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
 
     async def get_file(self, session_id: str, path: str) -> bytes:
         resp = await self._request("GET", f"/v1/sessions/{session_id}/files", params={"path": path})
         if resp.status_code != 200:
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
         return resp.content
 
     async def finish(
@@ -556,7 +574,7 @@ class AsyncSandboxClient(_Base):
     async def delete_session(self, session_id: str) -> None:
         resp = await self._request("DELETE", f"/v1/sessions/{session_id}")
         if resp.status_code not in (200, 204, 404):
-            raise SandboxRequestError(resp.status_code, _detail(resp))
+            raise _refused(resp)
 
     async def health(self, detail: bool = True) -> dict[str, Any]:
         """``/healthz``; with ``detail`` (needs the token) the load, isolation and lanes too."""

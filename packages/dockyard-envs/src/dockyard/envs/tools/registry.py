@@ -5,7 +5,9 @@ A tool is a name, a description, a JSON schema for its arguments and a handler
 raises: an unknown tool, a schema violation or a handler exception comes back as a
 ``ToolOutcome`` with ``ok=False`` and an ``error_kind`` the environment counts and penalises.
 Infrastructure failures are the one thing a handler may signal differently: raise
-:class:`InfraError` and the outcome carries ``infra_error=True`` (the sample is masked).
+:class:`InfraError` — or let the sandbox client's :class:`SandboxUnavailable` (the service
+failed or stayed saturated) or an httpx transport error through — and the outcome carries
+``infra_error=True`` (the sample is masked).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import jsonschema
 
 from dockyard.envs.tools.hermes import ParsedCall, ParseError
+from dockyard.sandbox.client import SandboxUnavailable
 
 Handler = Callable[..., "str | Awaitable[str]"]
 
@@ -159,7 +163,7 @@ class ToolRegistry:
             result = tool.handler(context, **item.arguments)
             if inspect.isawaitable(result):
                 result = await result
-        except InfraError as e:
+        except (InfraError, SandboxUnavailable, httpx.TransportError) as e:  # not the model's
             return ToolOutcome(
                 item.name, f"error: infrastructure failure: {e}", ok=False, infra_error=True
             )
