@@ -176,4 +176,4 @@ def test_registry_rejects_bad_schemas_and_duplicates():
     assert "<tools>" in prompt
     assert '"name": "add"' in prompt
     assert prompt.startswith("You are an agent.")
-    assert [s["function"]["name"] for s in reg.specs()] == ["add", "boom", "down"]
+    assert [s["function"]["name"] for s in reg.specs()] == ["add", "boom", "down", "busy"]
