@@ -131,6 +131,20 @@ class ScriptTests(_Model):
 
     files: dict[str, str] = Field(default_factory=dict, description="path under /tests -> text")
     command: str = Field("bash /tests/test.sh", max_length=10_000)
+    egress: bool = Field(
+        False,
+        description="The verifier reaches the package registries and the installer table (uv's "
+        "install script) through the service's egress proxy, in its own network namespace: "
+        "Terminal-Bench 2's shared preamble (apt-get install curl, uv, uvx) runs offline. "
+        "Needs the service's --allow-network.",
+    )
+    allow_internet: bool = Field(
+        False,
+        description="The task declares it needs the internet (Harbor's allow_internet): a host "
+        "the proxy refused makes the verdict needs_network, naming it, instead of the script's "
+        "reward. Without it a refusal is reported beside the verdict (code under test asking "
+        "for the network is the task's content, scored as such).",
+    )
 
 
 class TtyRequest(_Model):

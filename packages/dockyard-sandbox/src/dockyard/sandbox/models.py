@@ -68,6 +68,7 @@ class Verdict(StrEnum):
     oom = "oom"
     resource_limit = "resource_limit"
     infra_error = "infra_error"
+    needs_network = "needs_network"  # a verifier declaring allow_internet was refused a host
 
 
 class TestOutcome(StrEnum):

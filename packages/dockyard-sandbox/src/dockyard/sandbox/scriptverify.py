@@ -12,6 +12,15 @@ nothing of the agent running there — and a fresh jail runs ``script.command`` 
   file cannot be planted there in advance, because nothing of the session's workspace is in it;
 * the environment's prefix at /opt/env and the workspace at its workdir (as in the session).
 
+Network: none, or (``script.egress``) the package registries and the installer table only,
+through an egress proxy of this verification (egress/: its own network namespace, the proxy's
+socket mounted read-only, the forwarder wrapped around the command) — how Terminal-Bench 2's
+shared preamble (``apt-get install curl``, uv's install script, ``uvx ... pytest``) runs on a
+node without the internet. A host the proxy refused makes the verdict ``needs_network`` (naming
+it: what the task needs opened, masked by the trainer) when the task declares
+``allow_internet``; otherwise it is only reported in ``detail``: code under test asking for the
+network is the task's content, and its reward stands.
+
 Reward: the number in ``/logs/verifier/reward.txt``, else ``reward`` (or the only value) in
 ``/logs/verifier/reward.json``. A missing or malformed file gives reward 0 with
 ``reward_error`` saying why: the task's own content caused it, so it is a verdict (``failed``),
@@ -29,11 +38,13 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import LOGS_MOUNT, TESTS_MOUNT, ScriptTests
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
@@ -119,6 +130,11 @@ def run_script(
 ) -> TaskResult:
     """See the module docstring. ``source`` (the session's workspace) is copied inside
     ``still()``: the session's lock, its terminal frozen."""
+    if script.egress and not getattr(ctx, "allow_network", False):
+        raise ValueError(
+            "script.egress: the verifier reaches the package registries through the service's "
+            "egress proxy, which needs the service's --allow-network"
+        )
     t0 = time.monotonic()
     c = ctx
     tag = uuid.uuid4().hex[:12]
@@ -126,6 +142,7 @@ def run_script(
     wss = c.workspaces  # type: ignore[attr-defined]
     made: list[Path] = []
     tests = c.trusted_root / f"tests-{tag}"  # type: ignore[attr-defined]
+    proxy: egress.Proxy | None = None
 
     def result(verdict: Verdict, **kw: object) -> TaskResult:
         kw.setdefault("timings", Timings(total_s=time.monotonic() - t0))
@@ -151,10 +168,16 @@ def run_script(
         if env is not None:
             ero, erw = env.binds(ws)
             ro, rw, jenv, cwd = ro + ero, rw + erw, env.jail_env(), env.spec.workdir
+        argv = ["/bin/sh", "-c", script.command]
+        if script.egress:  # the registries and the installer table only (module docstring)
+            proxy = egress.Proxy(c.trusted_root / f"egress-{tag}", uid,  # type: ignore[attr-defined]
+                                 egress.Allowlist.build(getattr(c, "registries", ())))  # fmt: skip
+            ro, jenv = [*ro, proxy.bind()], jenv | egress.jail_env()
+            argv = egress.wrap_argv(sys.executable, argv)
         t1 = time.monotonic()
         o = jail_run(
             JailSpec(
-                argv=["/bin/sh", "-c", script.command],
+                argv=argv,
                 workspace=ws,
                 uid=uid,
                 limits=limits,
@@ -185,14 +208,21 @@ def run_script(
         )  # fmt: skip
         if limit is not None:
             return result(limit, reward=0.0, reward_error=str(limit), detail=str(limit), **common)
+        refused = proxy.needs_network() if proxy is not None else None
+        if refused is not None and script.allow_internet:
+            return result(Verdict.needs_network, detail=refused, **common)
         reward, err = parse_reward(logs)
         verdict = Verdict.passed if reward >= 1.0 and not err else Verdict.failed
         detail = err or f"reward {reward:g} (test script exit {o.exit_code})"
+        if refused is not None:  # reported; the reward stands (module docstring)
+            detail += f"; {refused}"
         return result(
             verdict, resolved=verdict == Verdict.passed, reward=reward, reward_error=err,
             detail=detail, **common,
         )  # fmt: skip
     finally:
+        if proxy is not None:
+            proxy.close()
         shutil.rmtree(tests, ignore_errors=True)
         for p in made:
             wss.destroy(p)

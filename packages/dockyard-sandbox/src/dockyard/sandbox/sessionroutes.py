@@ -102,7 +102,9 @@ def session_routes(
     @router.post("/v1/sessions/{sid}/finish", response_model=TaskResult)
     async def finish(sid: str, req: FinishRequest, _: Auth) -> TaskResult:
         """Evaluate the workspace's diff in a fresh sandbox with the held-out tests."""
-        r: TaskResult = await call("long", sid, sm().finish, sid, req, errors=(SessionNotFound,))
+        r: TaskResult = await call(
+            "long", sid, sm().finish, sid, req, errors=(SessionNotFound, ValueError)
+        )
         metrics.record(r.verdict.value, r.timings.total_s, 0.0)
         return r
 
