@@ -30,6 +30,7 @@ from fastapi.staticfiles import StaticFiles
 from dockyard.sandbox import __version__
 from dockyard.sandbox.bodylimit import MaxBodySize
 from dockyard.sandbox.cgroups import probe
+from dockyard.sandbox.desktop.routes import desktop_router
 from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import Context
 from dockyard.sandbox.isolation import Isolation, Mode, check_reachable
@@ -108,6 +109,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
     )
     app.include_router(_task_routes(svc))
     app.include_router(_session_routes(svc))
+    app.include_router(desktop_router(svc.sm, svc.auth))
     app.include_router(_service_routes(svc))
     _add_docs(app)
     return app
