@@ -41,30 +41,59 @@ class DesktopError(RuntimeError):
         self.status, self.detail = status, detail
 
 
+def _observation(resp: Any) -> DesktopObservation:
+    if resp.status_code != 200:
+        try:
+            detail = resp.json().get("detail")
+        except ValueError:
+            detail = resp.text
+        raise DesktopError(resp.status_code, detail)
+    return DesktopObservation.model_validate(resp.json())
+
+
 class SandboxDesktop:
     """The desktop of session ``session_id`` of a sandbox service (``client``: SandboxClient)."""
 
     def __init__(self, client: Any, session_id: str, timeout_s: float = 120.0) -> None:
         self.client, self.session_id, self.timeout_s = client, session_id, timeout_s
-
-    def _post(self, path: str, body: dict[str, Any]) -> DesktopObservation:
-        resp = self.client._request(
-            "POST", f"/v1/sessions/{self.session_id}/desktop{path}", json=body,
-            timeout=self.timeout_s,
-        )  # fmt: skip
-        if resp.status_code != 200:
-            try:
-                detail = resp.json().get("detail")
-            except ValueError:
-                detail = resp.text
-            raise DesktopError(resp.status_code, detail)
-        return DesktopObservation.model_validate(resp.json())
+        self.path = f"/v1/sessions/{session_id}/desktop"
 
     def start(self, spec: DesktopSpec) -> DesktopObservation:
-        return self._post("", spec.model_dump(mode="json"))
+        body = spec.model_dump(mode="json")
+        return _observation(
+            self.client._request("POST", self.path, json=body, timeout=self.timeout_s)
+        )
 
     def step(self, step: DesktopStep) -> DesktopObservation:
-        return self._post("/step", step.model_dump(mode="json"))
+        body = step.model_dump(mode="json")
+        return _observation(
+            self.client._request("POST", f"{self.path}/step", json=body, timeout=self.timeout_s)
+        )
 
     def close(self) -> None:
-        self.client._request("DELETE", f"/v1/sessions/{self.session_id}/desktop")
+        self.client._request("DELETE", self.path)
+
+
+class AsyncSandboxDesktop:
+    """:class:`SandboxDesktop` over an ``AsyncSandboxClient`` (coroutines; what environments
+    running in an event loop use)."""
+
+    def __init__(self, client: Any, session_id: str, timeout_s: float = 120.0) -> None:
+        self.client, self.session_id, self.timeout_s = client, session_id, timeout_s
+        self.path = f"/v1/sessions/{session_id}/desktop"
+
+    async def start(self, spec: DesktopSpec) -> DesktopObservation:
+        body = spec.model_dump(mode="json")
+        return _observation(
+            await self.client._request("POST", self.path, json=body, timeout=self.timeout_s)
+        )
+
+    async def step(self, step: DesktopStep) -> DesktopObservation:
+        body = step.model_dump(mode="json")
+        r = await self.client._request(
+            "POST", f"{self.path}/step", json=body, timeout=self.timeout_s
+        )
+        return _observation(r)
+
+    async def close(self) -> None:
+        await self.client._request("DELETE", self.path)
