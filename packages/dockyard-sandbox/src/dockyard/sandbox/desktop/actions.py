@@ -39,7 +39,7 @@ _NAMED_KEYS = {
     "printscreen": "Print", "menu": "Menu",
     **{f"f{i}": f"F{i}" for i in range(1, 13)},
 }  # fmt: skip
-_PUNCT = {
+PUNCT = {
     "!": "exclam", '"': "quotedbl", "#": "numbersign", "$": "dollar", "%": "percent",
     "&": "ampersand", "'": "apostrophe", "(": "parenleft", ")": "parenright", "*": "asterisk",
     "+": "plus", ",": "comma", "-": "minus", ".": "period", "/": "slash", ":": "colon",
@@ -48,7 +48,7 @@ _PUNCT = {
     "_": "underscore", "`": "grave", "{": "braceleft", "|": "bar", "}": "braceright",
     "~": "asciitilde",
 }  # fmt: skip
-_KEYSYMS = frozenset(_NAMED_KEYS.values()) | frozenset(_PUNCT.values())
+_KEYSYMS = frozenset(_NAMED_KEYS.values()) | frozenset(PUNCT.values())
 _PRINTABLE = set(string.printable) - set("\x0b\x0c\r")
 
 
@@ -98,8 +98,8 @@ def keysym(name: Any) -> str:
     low = name.lower()
     if low in _NAMED_KEYS:
         return _NAMED_KEYS[low]
-    if name in _PUNCT:
-        return _PUNCT[name]
+    if name in PUNCT:
+        return PUNCT[name]
     if len(name) == 1 and name.isascii() and name.isalnum():
         return name
     if name in _KEYSYMS:  # already a keysym (what an episode's record holds)

@@ -3,7 +3,7 @@
 Built like the session's terminal (tty.py), with a display instead of a tmux pane:
 
 * **The display jail** (one per session, started by ``start``): the session's usual bwrap jail
-  (its uid, workspace, no network, its memory / pids cgroup limits and rlimits) running Xvfb
+  (its uid, workspace, no network unless the session has it, its memory / pids cgroup limits and rlimits) running Xvfb
   (``-nolisten tcp``: its only socket is a file), openbox, the applications the task opens, and
   a loop that starts what later calls hand it through a spool directory. Nothing of the host's
   X is reachable: there is none in the jail, and the display is the jail's own.
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dockyard.sandbox.desktop.actions import END_TYPES, Action, InvalidAction, parse_action
+from dockyard.sandbox.desktop.actions import END_TYPES, InvalidAction
 from dockyard.sandbox.desktop.actions import xdotool_argv as render
-from dockyard.sandbox.desktop.pyautogui import parse_code
+from dockyard.sandbox.desktop.pyautogui import validate
 from dockyard.sandbox.desktop.wire import DesktopObservation, DesktopSpec, DesktopStep, Window
 from dockyard.sandbox.jail import Cancel, JailSpec
 from dockyard.sandbox.jail import run as jail_run
@@ -63,6 +63,7 @@ class Desktop:
     sock_dir: Path
     host: DesktopHost
     jail: str = ""
+    network: bool = False  # the session's: only a session made with network=True has one
     cancel: Cancel = field(default_factory=Cancel)
     thread: threading.Thread | None = None
     ended: threading.Event = field(default_factory=threading.Event)
@@ -84,20 +85,6 @@ class Desktop:
         self.host.ctx.workspaces.destroy(self.sock_dir)
 
 
-def validate(step: DesktopStep, screen: tuple[int, int]) -> list[Action]:
-    """The step's actions, validated (InvalidAction names the first problem)."""
-    if step.code is not None and step.actions:
-        raise InvalidAction("send actions or code, not both")
-    acts = (
-        parse_code(step.code, screen)
-        if step.code is not None
-        else [parse_action(a, screen) for a in step.actions]
-    )
-    if any(a.type in END_TYPES for a in acts[:-1]):
-        raise InvalidAction("DONE / FAIL must be the step's last action")
-    return acts
-
-
 class DesktopHost:
     """Starts, drives and stops the desktops of a session manager's sessions."""
 
@@ -106,7 +93,7 @@ class DesktopHost:
 
     def _spec(
         self, ws: Path, uid: int, limits: Limits, sock: Path, argv: list[str], timeout_s: float,
-        env: Any = None,
+        env: Any = None, network: bool = False,
     ) -> JailSpec:  # fmt: skip
         ro: list[tuple[str, str]] = []
         rw = [(str(sock), X_MOUNT)]
@@ -115,21 +102,22 @@ class DesktopHost:
             ero, erw = env.binds(ws)
             ro, rw, jenv = ero, rw + erw, env.jail_env() | jenv
         return JailSpec(
-            argv=argv, workspace=ws, uid=uid, limits=limits, timeout_s=timeout_s, network=False,
+            argv=argv, workspace=ws, uid=uid, limits=limits, timeout_s=timeout_s, network=network,
             cwd=WORKSPACE, ro_binds=ro, binds=rw, env=jenv,
             name=f"dsk-{uuid.uuid4().hex[:12]}", isolation=self.ctx.isolation,
         )  # fmt: skip
 
     def start(
-        self, sid: str, ws: Path, uid: int, limits: Limits, spec: DesktopSpec, env: Any = None
-    ) -> Desktop:
+        self, sid: str, ws: Path, uid: int, limits: Limits, spec: DesktopSpec, env: Any = None,
+        network: bool = False,
+    ) -> Desktop:  # fmt: skip
         if self.ctx.isolation != "bwrap":
             raise ValueError("the desktop needs the bwrap isolation backend")
         sock = self.ctx.workspaces.create(f"d-{sid[:16]}-{uuid.uuid4().hex[:6]}", uid, 64, 256)
         argv = ["/bin/sh", "-c", _SERVER, "sh", str(spec.width), str(spec.height)]
         argv += ["1" if spec.window_manager else "0", *spec.launch]
-        jspec = self._spec(ws, uid, limits, sock, argv, MAX_LIFE_S, env)
-        d = Desktop(spec=spec, sock_dir=sock, host=self, jail=jspec.name)
+        jspec = self._spec(ws, uid, limits, sock, argv, MAX_LIFE_S, env, network)
+        d = Desktop(spec=spec, sock_dir=sock, host=self, jail=jspec.name, network=network)
 
         def serve() -> None:
             try:
@@ -163,7 +151,9 @@ class DesktopHost:
         argv = [python_executable(), "-I", "-S", "-B", f"{RUNNER_MOUNT}/desktop_step.py"]
         small = limits.model_copy(update={"output_bytes": STEP_OUTPUT_BYTES})
         timeout = 30.0 + step.wait_s + sum(a.seconds for a in acts) + 0.05 * len(cmds)
-        jspec = self._spec(ws, uid, small, d.sock_dir, [*argv, json.dumps(req)], timeout, env)
+        jspec = self._spec(
+            ws, uid, small, d.sock_dir, [*argv, json.dumps(req)], timeout, env, d.network
+        )
         o = jail_run(jspec, self.ctx.probe)
         if o.exit_code != 0 or o.stdout_truncated:
             raise DesktopDown(d.last_words or (o.stderr or o.stdout).strip()[-500:])

@@ -15,7 +15,8 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from dockyard.sandbox.desktop.actions import Action, InvalidAction, parse_action
+from dockyard.sandbox.desktop.actions import END_TYPES, Action, InvalidAction, parse_action
+from dockyard.sandbox.desktop.wire import DesktopStep
 
 MAX_CODE = 10_000
 MAX_CALLS = 32
@@ -170,3 +171,17 @@ def parse_code(code: str, screen: tuple[int, int]) -> list[Action]:
         if len(raw) > MAX_CALLS:
             raise InvalidAction(f"at most {MAX_CALLS} actions per step")
     return [parse_action(r, screen) for r in raw]
+
+
+def validate(step: DesktopStep, screen: tuple[int, int]) -> list[Action]:
+    """The step's actions, validated (InvalidAction names the first problem)."""
+    if step.code is not None and step.actions:
+        raise InvalidAction("send actions or code, not both")
+    acts = (
+        parse_code(step.code, screen)
+        if step.code is not None
+        else [parse_action(a, screen) for a in step.actions]
+    )
+    if any(a.type in END_TYPES for a in acts[:-1]):
+        raise InvalidAction("DONE / FAIL must be the step's last action")
+    return acts

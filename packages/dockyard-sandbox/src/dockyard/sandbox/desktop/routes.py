@@ -23,7 +23,7 @@ def start(sm: SessionManager, host: DesktopHost, sid: str, spec: DesktopSpec) ->
     with s.lock:
         if s.desktop is not None:
             s.desktop.stop()
-        s.desktop = host.start(sid, s.ws, s.uid, s.spec.limits, spec, s.env)
+        s.desktop = host.start(sid, s.ws, s.uid, s.spec.limits, spec, s.env, s.spec.network)
         return host.step(s.desktop, s.ws, s.uid, s.spec.limits, DesktopStep(), True, s.env)
 
 
