@@ -156,3 +156,29 @@ def test_desktop_is_jailed_and_dies_with_the_session(sandbox: SandboxClient) -> 
     with pytest.raises(DesktopError) as e:
         SandboxDesktop(sandbox, sid).step(DesktopStep())
     assert e.value.status == 404
+
+
+def test_a_display_the_agent_kills_is_a_409_and_restarts(sandbox: SandboxClient) -> None:
+    _need_tools()
+    sid = sandbox.create_session({})
+    try:
+        d = SandboxDesktop(sandbox, sid)
+        d.start(DesktopSpec(width=160, height=120, window_manager=False))
+        d.step(DesktopStep(launch=["pkill -x Xvfb"], screenshot=False))
+        deadline = time.monotonic() + 20
+        err = None
+        while err is None:  # the display jail notices its X server is gone and ends
+            assert time.monotonic() < deadline, "the desktop never noticed its display died"
+            try:
+                d.step(DesktopStep(screenshot=False, windows=False))
+                time.sleep(0.3)
+            except DesktopError as e:
+                err = e
+        assert err.status == 409
+        assert "start it again" in str(err.detail)
+        again = d.start(DesktopSpec(width=160, height=120, window_manager=False))
+        assert again.started
+        assert again.screen == (160, 120)
+        assert sandbox.exec(sid, "echo still here").stdout == "still here\n"
+    finally:
+        sandbox.delete_session(sid)
