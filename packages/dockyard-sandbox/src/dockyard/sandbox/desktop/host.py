@@ -156,7 +156,9 @@ class DesktopHost:
         )
         o = jail_run(jspec, self.ctx.probe)
         if o.exit_code != 0 or o.stdout_truncated:
-            raise DesktopDown(d.last_words or (o.stderr or o.stdout).strip()[-500:])
+            said = d.last_words or (o.stderr or o.stdout).strip()[-500:]
+            raise DesktopDown(f"the desktop did not answer ({said}); if its display exited, "
+                              "start it again (POST .../desktop)")  # fmt: skip
         try:
             r = json.loads(o.stdout)
             obs.png_b64, obs.active_title = str(r["png_b64"]), str(r["active_title"])
@@ -164,7 +166,9 @@ class DesktopHost:
             obs.size = tuple(r["size"]) if r["size"] else None
             obs.windows = [Window.model_validate(w) for w in r["windows"]]
         except (ValueError, KeyError, TypeError) as e:
-            raise DesktopDown(f"the step's output did not parse: {e!r}") from e
+            raise DesktopDown(
+                f"the step's output did not parse ({e!r}); if the display exited, start it again"
+            ) from e
         obs.actions = [a.to_dict() for a in acts]
         obs.ended = acts[-1].type if acts and acts[-1].type in END_TYPES else None
         obs.alive = d.alive
