@@ -24,17 +24,16 @@ from dockyard.envs.osworld.replay import write_gif
 from dockyard.envs.osworld.tasks import load_tasks
 from dockyard.envs.osworld.toy import DATA, toy_tasks
 from dockyard.envs.rewards import INVALID_ACTION
-from dockyard.sandbox.launch import start_service
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def service():
-    if not (shutil.which("bwrap") and shutil.which("Xvfb") and shutil.which("wish")):
-        pytest.fail("needs bubblewrap, xvfb, openbox, xdotool, tk, xterm (see .ci/run)")
-    with start_service(workers=2) as svc:
-        yield svc
+def service(sandbox_service):
+    """The suite's sandbox service (conftest), once the desktop's programs are known present."""
+    if not (shutil.which("Xvfb") and shutil.which("openbox") and shutil.which("wish")):
+        pytest.fail("needs xvfb, openbox, xdotool, tk, xterm (see .ci/run)")
+    return sandbox_service
 
 
 async def _episode(env: OSWorldEnvironment, task: dict) -> tuple[float, dict]:
