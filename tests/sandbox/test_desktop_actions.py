@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dockyard.sandbox.desktop.actions import Action, InvalidAction, parse_action, xdotool_argv
-from dockyard.sandbox.desktop.pyautogui import parse_code
+from dockyard.sandbox.desktop.pyautogui import parse_code, validate
+from dockyard.sandbox.desktop.wire import DesktopStep
 
 SCREEN = (640, 480)
 
@@ -130,11 +131,13 @@ def test_pyautogui_forms() -> None:
         ("pyautogui.click(", "does not parse"),
         ("pyautogui.press('a', presses=1000)", "presses"),
         ("pyautogui.click(1, 1)\n" * 40, "at most 32"),
+        ("time.sleep(6); time.sleep(6)", "of waiting per step"),
+        (f"pyautogui.write('{'x' * 1500}'); pyautogui.write('{'y' * 1500}')", "typed characters"),
     ],
 )
 def test_pyautogui_refusals(code, why) -> None:
     with pytest.raises(InvalidAction, match=why):
-        parse_code(code, SCREEN)
+        validate(DesktopStep(code=code), SCREEN)
 
 
 def test_action_is_plain_data() -> None:

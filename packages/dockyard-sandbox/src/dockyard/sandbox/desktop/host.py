@@ -150,7 +150,8 @@ class DesktopHost:
         }  # fmt: skip
         argv = [python_executable(), "-I", "-S", "-B", f"{RUNNER_MOUNT}/desktop_step.py"]
         small = limits.model_copy(update={"output_bytes": STEP_OUTPUT_BYTES})
-        timeout = 30.0 + step.wait_s + sum(a.seconds for a in acts) + 0.05 * len(cmds)
+        typing_s = 0.02 * sum(len(a.text) for a in acts)  # xdotool types at 12 ms a key
+        timeout = 30.0 + step.wait_s + sum(a.seconds for a in acts) + 0.05 * len(cmds) + typing_s
         jspec = self._spec(
             ws, uid, small, d.sock_dir, [*argv, json.dumps(req)], timeout, env, d.network
         )

@@ -15,7 +15,14 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from dockyard.sandbox.desktop.actions import END_TYPES, Action, InvalidAction, parse_action
+from dockyard.sandbox.desktop.actions import (
+    END_TYPES,
+    MAX_TEXT,
+    MAX_WAIT_S,
+    Action,
+    InvalidAction,
+    parse_action,
+)
 from dockyard.sandbox.desktop.wire import DesktopStep
 
 MAX_CODE = 10_000
@@ -184,4 +191,8 @@ def validate(step: DesktopStep, screen: tuple[int, int]) -> list[Action]:
     )
     if any(a.type in END_TYPES for a in acts[:-1]):
         raise InvalidAction("DONE / FAIL must be the step's last action")
+    if sum(a.seconds for a in acts) > MAX_WAIT_S:  # a step holds a service thread: bounded
+        raise InvalidAction(f"at most {MAX_WAIT_S:g} s of waiting per step")
+    if sum(len(a.text) for a in acts) > MAX_TEXT:  # typed at 12 ms a key: ~24 s at most
+        raise InvalidAction(f"at most {MAX_TEXT} typed characters per step")
     return acts
