@@ -29,6 +29,7 @@ SANDBOXED = {
     "swe",
     "swe_agent",
     "terminal",
+    "osworld",
     "expression",
     "expression_agent",
     "gdpval",

@@ -123,6 +123,11 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
         needs_sandbox=True,
         description="the expression task through check/submit tool calls (quickstart --agent)",
     ),
+    "osworld": EnvSpec(
+        "dockyard.envs.osworld.env:OSWorldEnvironment",
+        needs_sandbox=True,
+        description="computer use: a sandbox desktop driven by pyautogui actions (OSWorld)",
+    ),
     "reward_model": EnvSpec(
         "dockyard.envs.reward_model:RewardModelEnvironment",
         description="a response scored by a reward model folder (what `dockyard rm` exports)",
@@ -175,6 +180,12 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "expression": DatasetSpec(
         "dockyard.envs.expression:load_tasks", "kind/size specs, held-out pairs (env expression)"
+    ),
+    "osworld": DatasetSpec(
+        "dockyard.envs.osworld.data:osworld_dataset", "the shipped desktop tasks (env osworld)"
+    ),
+    "osworld_toy": DatasetSpec(
+        "dockyard.envs.osworld.data:osworld_toy_dataset", "generated click/type tasks (env osworld)"
     ),
     "hle": DatasetSpec(
         "dockyard.envs.hle.data:hle_dataset", "HLE records from a local file (env hle)"

@@ -34,6 +34,7 @@ from fastapi.staticfiles import StaticFiles
 from dockyard.sandbox import __version__
 from dockyard.sandbox.bodylimit import MaxBodySize
 from dockyard.sandbox.cgroups import probe
+from dockyard.sandbox.desktop.routes import desktop_router
 from dockyard.sandbox.executor import Context
 from dockyard.sandbox.isolation import Isolation, Mode, check_reachable
 from dockyard.sandbox.lanes import LaneSizes, SessionLanes
@@ -103,6 +104,7 @@ def create_app(cfg: ServiceConfig) -> FastAPI:
     )
     app.include_router(_task_routes(svc))
     app.include_router(session_routes(svc.sm, svc.lanes, svc.auth, svc.metrics))
+    app.include_router(desktop_router(svc.sm, svc.lanes, svc.auth))
     app.include_router(_service_routes(svc))
     _add_docs(app)
     return app

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import ApplyFn, Context, execute
@@ -98,6 +99,7 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock)
     env: Provisioned | None = None  # a provisioned environment (provision.py)
     tty: Tty | None = None  # the persistent terminal (tty.py), started on first use
+    desktop: Any = None  # the session's desktop (desktop/host.py), started by its route
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -330,6 +332,8 @@ class SessionManager:
         with s.lock:
             if s.tty is not None:
                 self.ttys.stop(s.tty)
+            if s.desktop is not None:
+                s.desktop.stop()
             self.ctx.workspaces.destroy(s.ws)
             self.ctx.uids.release(s.uid)
         return True

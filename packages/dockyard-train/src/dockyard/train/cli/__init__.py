@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "dockyard.train.cli.export",
         "Write a checkpoint's policy as a Hugging Face folder (`dockyard export CKPT OUT`).",
     ),
+    "osworld": (
+        "dockyard.train.cli.osworld",
+        "OSWorld: `dockyard osworld replay EPISODE` (an animated GIF), `check DIR` (what loads).",
+    ),
     "harbor": (
         "dockyard.train.cli.harbor",
         "Harbor task folders: `dockyard harbor validate DIR` (oracle scores 1, empty agent not).",
