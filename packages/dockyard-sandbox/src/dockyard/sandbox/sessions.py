@@ -6,7 +6,7 @@ tty.py, killed with the session) is different: its processes keep running betwee
 can change the workspace while the service reads or writes it. So every host-side operation on
 a workspace goes through paths.py / trees.py (by fds from the workspace's root, nothing
 followed, nothing opened by name), and ``finish``, which needs a consistent tree, reads it with
-the terminal's processes frozen (freezer.py) and thaws them after.
+the terminal's and the desktop's processes frozen (freezer.py) and thaws them after.
 
 ``finish`` never trusts the workspace: it computes the diff against the base tree (regular files
 only; new symlinks are refused) and evaluates it like a one-shot patch in a *fresh* sandbox with
@@ -304,14 +304,14 @@ class SessionManager:
 
     @contextlib.contextmanager
     def _still(self, s: Session) -> Iterator[None]:
-        """The session's lock, and its terminal's processes frozen (freezer.py) if it has a
-        live one: nothing of the session changes its workspace in the ``with`` body."""
-        with s.lock:
-            if s.tty is None or not s.tty.alive:
-                yield
-                return
-            with frozen(self.ctx.probe, s.tty.jail):
-                yield
+        """The session's lock, and the processes of its long-lived jails — the terminal's and
+        the desktop's, when running — frozen (freezer.py): nothing of the session changes its
+        workspace in the ``with`` body."""
+        with s.lock, contextlib.ExitStack() as stack:
+            for jail in (s.tty, s.desktop):
+                if jail is not None and jail.alive and jail.jail:
+                    stack.enter_context(frozen(self.ctx.probe, jail.jail))
+            yield
 
     def tty(self, sid: str, req: TtyRequest) -> TtyResult:
         """Keystrokes into the session's persistent terminal (tty.py), then its screen."""
