@@ -88,6 +88,7 @@ class ServiceConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     # provisioned environments (provision.py); None: <work dir>/envs, gone at shutdown
     env_cache_dir: Path | None = None
+    layer_cache_max_bytes: int = 20 << 30  # layered images (layers/store.py): LRU past this
 
 
 def create_app(cfg: ServiceConfig) -> FastAPI:
@@ -233,7 +234,10 @@ class _Service:
             result_ttl_s=cfg.result_ttl_s,
         )
         sessions = self.sessions = SessionManager(ctx, cfg.max_sessions)
-        sessions.provisioner = Provisioner(cfg.env_cache_dir or self.owner.env_cache, ctx)
+        sessions.provisioner = Provisioner(
+            cfg.env_cache_dir or self.owner.env_cache, ctx, cfg.layer_cache_max_bytes
+        )
+        atexit.register(sessions.provisioner.close)  # image mounts (layers/), before the work dir
         ctx.provisioner = sessions.provisioner  # one cache for tasks and sessions
 
         async def reaper() -> None:

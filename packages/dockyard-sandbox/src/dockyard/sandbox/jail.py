@@ -47,6 +47,8 @@ from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
 from dockyard.sandbox.jailspec import JailSpec
 from dockyard.sandbox.toolchain import (
+    INSIDE_DIR,
+    RUNNER_MOUNT,
     WORKSPACE,
     bwrap_toolchain_args,
     runner_argv,
@@ -129,8 +131,12 @@ def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]
     for a byte on the second before it runs anything of the task (see the module doc)."""
     lim = spec.limits
     as_root = os.geteuid() == 0
+    # A built image (layers/: a read-only overlay of its layers) is the jail's root: bound first,
+    # every later mount point already exists in it (its top layer), no host toolchain.
+    rootfs = [host for host, inside in spec.ro_binds if inside == "/"]
     args = [
         BWRAP,
+        *(["--ro-bind", rootfs[0], "/"] if rootfs else []),
         *(["--info-fd", str(gate[0]), "--block-fd", str(gate[1])] if gate else []),
         "--unshare-pid",
         "--unshare-ipc",
@@ -161,13 +167,14 @@ def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]
         "/tmp",
         # After the tmpfs mounts: the service's interpreter may live under /tmp (a CI clone),
         # and a later mount would hide it.
-        *bwrap_toolchain_args(),
+        *(bwrap_toolchain_args() if not rootfs else ["--ro-bind", str(INSIDE_DIR), RUNNER_MOUNT]),
         "--bind",
         str(spec.workspace),
         WORKSPACE,
     ]
     for host, inside in spec.ro_binds:
-        args += ["--ro-bind", host, inside]
+        if inside != "/":
+            args += ["--ro-bind", host, inside]
     for host, inside in spec.binds:
         args += ["--bind", host, inside]
     for k, v in task_env(spec).items():

@@ -1,0 +1,146 @@
+"""Base roots: a Debian release built from Debian's archive with ``mmdebstrap``, cached.
+
+``debian:<release>`` is ``mmdebstrap --variant=minbase`` plus ``ca-certificates`` and ``tmux``
+(the sandbox's terminal tool runs tmux inside the image); ``python:<release>`` adds
+``python3``, ``python3-pip``, ``python3-venv`` and ``python-is-python3``, and removes the
+interpreter's ``EXTERNALLY-MANAGED`` marker, so ``pip install`` works as root as it does in
+Docker's ``python`` images. The release is one of :data:`spec.RELEASES`; which Docker Hub tag
+maps to which is the front end's table (e.g. ``dockyard.envs.harbor.bases``).
+
+mmdebstrap runs as the service (host root, ``--mode=root``, the host's network: this is the
+operator's action, on Debian's signed packages; a task only picks a name from the fixed set)
+and writes a tarball, which the build jail (``jail_main.py``, op ``unpack``) unpacks as root of
+its user namespace, so the root's files are owned by ``uid_base + id`` like every layer above
+it. Cached under ``<store>/bases/<key>/root`` (key: release, package set, mirror, version),
+built once per key under a lock; ``ok`` marks a complete one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from dockyard.sandbox.layers.spec import RELEASES
+
+BASES_VERSION = "1"
+MIRROR = os.environ.get("DOCKYARD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+COMMON = ("ca-certificates", "tmux")
+PYTHON = ("python3", "python3-pip", "python3-venv", "python-is-python3")
+MMDEBSTRAP_TIMEOUT_S = 1800.0
+
+
+class BaseError(Exception):
+    """A base root could not be built (the log says why); not a verdict of any task."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+def packages(base: str) -> tuple[str, ...]:
+    kind, _, _ = base.partition(":")
+    return COMMON + (PYTHON if kind == "python" else ())
+
+
+def base_key(base: str) -> str:
+    kind, _, release = base.partition(":")
+    if kind not in ("debian", "python") or release not in RELEASES:
+        raise ValueError(f"base {base!r}: not a Debian base this service builds")
+    blob = "|".join([BASES_VERSION, release, ",".join(packages(base)), MIRROR])
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+class Bases:
+    """``<dir>/<key>/root`` for each base name; ``unpack(tar, root)`` is the store's jail."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o711)
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def path(self, base: str) -> Path:
+        return self.dir / base_key(base) / "root"
+
+    def ready(self, base: str) -> bool:
+        return (self.dir / base_key(base) / "ok").exists()
+
+    def get(self, base: str, unpack, log: list[str]) -> Path:
+        """The base's root, built first if needed. ``unpack(tar, root)`` unpacks a tarball
+        into an empty root dir as the build namespace's root (raises BaseError)."""
+        key = base_key(base)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        entry = self.dir / key
+        with lock, _flock(self.dir / f".{key}.lock"):  # and other services sharing the store
+            if (entry / "ok").exists():
+                os.utime(entry / "ok")
+                return entry / "root"
+            if shutil.which("mmdebstrap") is None:
+                raise BaseError(
+                    f"base {base}: mmdebstrap is not installed on the sandbox host "
+                    "(apt-get install -y mmdebstrap)"
+                )
+            shutil.rmtree(entry, ignore_errors=True)
+            entry.mkdir(mode=0o711)
+            tar = entry / "root.tar"
+            t0 = time.monotonic()
+            self._mmdebstrap(base, tar, log)
+            root = entry / "root"
+            unpack(tar, root)
+            tar.unlink()
+            if base.startswith("python:"):
+                for marker in root.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
+                    marker.unlink()  # nothing runs in this tree yet: no race
+            (entry / "ok").write_text(base)
+            log.append(f"## base {base}: built from {MIRROR} in {time.monotonic() - t0:.1f} s\n")
+            return root
+
+    def _mmdebstrap(self, base: str, tar: Path, log: list[str]) -> None:
+        release = base.partition(":")[2]
+        argv = [
+            "mmdebstrap", "--mode=root", "--variant=minbase", "--format=tar",
+            "--skip=output/dev", f"--include={','.join(packages(base))}", release, str(tar), MIRROR,
+        ]  # fmt: skip
+        try:
+            r = subprocess.run(
+                argv, capture_output=True, text=True, timeout=MMDEBSTRAP_TIMEOUT_S,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as e:
+            raise BaseError(f"base {base}: mmdebstrap timed out", str(e.stderr or "")) from e
+        log.append(f"## base {base}: {' '.join(argv[:-3])} {release} {MIRROR}\n{r.stderr[-4000:]}")
+        if r.returncode != 0:
+            raise BaseError(f"base {base}: mmdebstrap exited {r.returncode}", r.stderr[-8000:])
+
+    def sizes(self) -> dict[str, int]:
+        return {p.name: _du(p) for p in self.dir.iterdir() if (p / "ok").exists()}
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _du(path: Path) -> int:
+    """Bytes on disk under ``path`` (links not followed; only called on still trees)."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for n in dirnames + filenames:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, n)).st_blocks * 512
+    return total

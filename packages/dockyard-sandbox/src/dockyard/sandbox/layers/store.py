@@ -1,0 +1,209 @@
+"""The layer cache: content-addressed layer directories, image mounts, size and LRU eviction.
+
+Layout under the store's directory (root-owned; 0711 so the build namespace's root, an
+unprivileged host uid, can reach the layers it stacks; names are hex keys)::
+
+    bases/<key>/root        Debian roots (bases.py)
+    layers/<key>/diff       one step's overlay upper dir, owned by uid_base + id
+    layers/<key>/meta.json  {"parent", "chain": [ancestor keys], "step", "bytes", "seconds"}
+    mnt/<key>               the image whose top layer is <key>, mounted read-only
+
+A layer's key is the sha256 of its parent's key and what the step does (``build.py``): the same
+prefix of steps over the same base gives the same keys, so a rebuild reuses every layer up to
+the first changed step, as Docker's build cache does. ``meta.json``'s mtime is the layer's last
+use (touched whenever an image using it is built or mounted).
+
+Whiteouts and opaque directories: a step that deletes a file of a lower layer leaves a 0/0
+character device in its upper dir, one that replaces a directory marks it opaque with the
+``user.overlay.opaque`` xattr (the build jail mounts with ``userxattr``: it runs in a user
+namespace). Layers are never flattened or copied: they are used *as* overlay lower dirs, in
+the build jail and in the image mount (both with ``userxattr``), so the kernel applies those
+markers when layers stack, exactly as Docker's overlay2 driver does.
+
+An image is mounted once (``mount -t overlay -o ro,userxattr,lowerdir=top:...:base``, by the
+service, in its own mount namespace) and bound read-only as ``/`` of every jail of the
+environment. Eviction (:meth:`Store.evict`) keeps the store under ``max_bytes``: least recently
+used layers first, never a layer of an image used in the last ``keep_s`` seconds, and with a
+layer go its descendants and the mounts that stack it (lazily detached).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dockyard.sandbox.layers.bases import Bases, _du, _flock
+
+KEEP_S = 3600.0
+MAX_LOWER_OPTS = 4000  # mount(2) takes one page of options
+
+
+@dataclass
+class Layer:
+    key: str
+    parent: str
+    chain: list[str]
+    step: str
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Store:
+    root: Path
+    max_bytes: int = 20 << 30
+    keep_s: float = KEEP_S
+    bases: Bases = field(init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _used: dict[str, float] = field(default_factory=dict, init=False)  # image key -> last use
+    evicted: int = 0
+
+    def __post_init__(self) -> None:
+        for d in ("layers", "mnt"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+            os.chmod(self.root / d, 0o711)
+        os.chmod(self.root, 0o711)
+        self.bases = Bases(self.root / "bases")
+
+    @property
+    def layers_dir(self) -> Path:
+        return self.root / "layers"
+
+    def layer(self, key: str) -> Layer | None:
+        meta = self.layers_dir / key / "meta.json"
+        try:
+            d = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(meta)
+        return Layer(key=key, **d)
+
+    def add(self, layer: Layer, upper: Path) -> None:
+        """Move a finished step's upper dir (its jail is dead) into the cache as ``layer``."""
+        entry = self.layers_dir / layer.key
+        tmp = self.layers_dir / f".{layer.key}.{os.getpid()}.{threading.get_ident()}"
+        tmp.mkdir(mode=0o711)
+        os.rename(upper, tmp / "diff")
+        layer.bytes = _du(tmp / "diff")
+        (tmp / "meta.json").write_text(
+            json.dumps({k: v for k, v in layer.__dict__.items() if k != "key"})
+        )
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # built concurrently by another build of the same prefix: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def lower(self, base_root: Path, keys: list[str]) -> list[str]:
+        """Overlay lower dirs (top first) relative to ``layers/`` (shorter mount options)."""
+        rel_base = os.path.relpath(base_root, self.layers_dir)
+        out = [f"{k}/diff" for k in reversed(keys)] + [rel_base]
+        if len(",".join(out)) > MAX_LOWER_OPTS:
+            raise ValueError(f"{len(keys)} layers are more than one overlay mount can stack")
+        return out
+
+    def mount(self, key: str, lower: list[str]) -> Path:
+        """The image whose top layer is ``key``, mounted read-only (once)."""
+        target = self.root / "mnt" / key
+        with self._lock, _flock(self.root / "mnt" / f".{key}.lock"):
+            self._used[key] = time.time()
+            if os.path.ismount(target):
+                return target
+            target.mkdir(exist_ok=True)
+            opts = f"ro,userxattr,lowerdir={':'.join(lower)}"
+            r = subprocess.run(
+                ["mount", "-t", "overlay", "overlay", "-o", opts, str(target)],
+                cwd=self.layers_dir, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            if r.returncode != 0:
+                raise OSError(f"mounting image {key[:12]}: {r.stderr.strip()}")
+            return target
+
+    def touch(self, key: str) -> None:
+        with self._lock:
+            self._used[key] = time.time()
+
+    def unmount_all(self) -> None:
+        for m in (self.root / "mnt").iterdir():
+            if os.path.ismount(m):
+                subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=60)
+
+    # -- size and eviction ------------------------------------------------------------------
+    def _all_layers(self) -> list[Layer]:
+        out = []
+        for p in self.layers_dir.iterdir():
+            if p.name.startswith("."):
+                continue
+            try:
+                d = json.loads((p / "meta.json").read_text())
+                out.append(Layer(key=p.name, **d))
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def stats(self) -> dict[str, int]:
+        layers = self._all_layers()
+        bases = self.bases.sizes()
+        return {
+            "layers": len(layers),
+            "layer_bytes": sum(la.bytes for la in layers),
+            "bases": len(bases),
+            "base_bytes": sum(bases.values()),
+            "max_bytes": self.max_bytes,
+            "evicted": self.evicted,
+        }
+
+    def evict(self, protect: set[str] = frozenset()) -> list[str]:
+        """Least recently used layers out until layers + bases fit ``max_bytes``."""
+        now = time.time()
+        layers = {la.key: la for la in self._all_layers()}
+        with self._lock:
+            recent = {k for k, t in self._used.items() if now - t < self.keep_s} | set(protect)
+        keep: set[str] = set()
+        for k in recent:
+            if k in layers:
+                keep |= {k, *layers[k].chain}
+        total = sum(la.bytes for la in layers.values()) + sum(self.bases.sizes().values())
+        gone: list[str] = []
+        order = sorted(
+            layers.values(), key=lambda la: _mtime(self.layers_dir / la.key / "meta.json")
+        )
+        for la in order:
+            if total <= self.max_bytes:
+                break
+            if la.key in keep or la.key in gone:
+                continue
+            doomed = [la.key] + [o.key for o in layers.values() if la.key in o.chain]
+            if any(d in keep for d in doomed):
+                continue
+            for d in doomed:
+                if d in gone:
+                    continue
+                self._remove(d)
+                total -= layers[d].bytes
+                gone.append(d)
+        self.evicted += len(gone)
+        return gone
+
+    def _remove(self, key: str) -> None:
+        m = self.root / "mnt" / key
+        for mnt in (self.root / "mnt").iterdir():  # images stacking it: their top is a descendant
+            if mnt.name == key and os.path.ismount(mnt):
+                subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)
+        with contextlib.suppress(OSError):
+            m.rmdir()
+        shutil.rmtree(self.layers_dir / key, ignore_errors=True)
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
