@@ -388,7 +388,15 @@ def _session_routes(svc: _Service) -> APIRouter:
         try:
             s = await asyncio.to_thread(svc.sm().create, spec)
         except ProvisionFailed as e:  # the task's environment, not the service: a 422 + log
-            raise HTTPException(422, {"provision_failed": str(e), "log": e.log}) from e
+            raise HTTPException(
+                422,
+                {
+                    "provision_failed": str(e),
+                    "log": e.log,
+                    "step": e.step,
+                    "exit_code": e.exit_code,
+                },
+            ) from e
         except (UnsafePath, RepoError, ValueError, OverflowError) as e:
             raise _session_errors(e, metrics) from e
         return SessionInfo(session_id=s.id, ttl_s=spec.ttl_s)

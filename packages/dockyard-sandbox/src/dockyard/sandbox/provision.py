@@ -107,8 +107,12 @@ class Provisioned:
         return self.root / "prefix"
 
     def jail_env(self) -> dict[str, str]:
-        if self.image is not None:  # the image's ENV (PATH included), as Docker's would be
-            return dict(self.image.env)
+        if self.image is not None:  # the image's ENV (PATH included), as Docker's would be;
+            # the sandbox's default that turns off pytest plugins is for its own runner only
+            return {
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "",
+                "PYTHONDONTWRITEBYTECODE": "",
+            } | self.image.env
         return jail_env(self.spec, debs=(self.prefix / DEB_ROOT).is_dir())
 
     def binds(self, ws: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

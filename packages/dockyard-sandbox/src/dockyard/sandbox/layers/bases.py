@@ -4,7 +4,8 @@
 (the sandbox's terminal tool runs tmux inside the image); ``python:<release>`` adds
 ``python3``, ``python3-pip``, ``python3-venv`` and ``python-is-python3``, and removes the
 interpreter's ``EXTERNALLY-MANAGED`` marker, so ``pip install`` works as root as it does in
-Docker's ``python`` images. The release is one of :data:`spec.RELEASES`; which Docker Hub tag
+Docker's ``python`` images. The host's extra trust anchors (:func:`extra_cas`) are installed
+into every root (part of the key). The release is one of :data:`spec.RELEASES`; which Docker Hub tag
 maps to which is the front end's table (e.g. ``dockyard.envs.harbor.bases``).
 
 mmdebstrap runs as the service (host root, ``--mode=root``, the host's network: this is the
@@ -35,6 +36,7 @@ MIRROR = os.environ.get("DOCKYARD_DEBIAN_MIRROR", "http://deb.debian.org/debian"
 COMMON = ("ca-certificates", "tmux")
 PYTHON = ("python3", "python3-pip", "python3-venv", "python-is-python3")
 MMDEBSTRAP_TIMEOUT_S = 1800.0
+EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
 
 
 class BaseError(Exception):
@@ -50,11 +52,23 @@ def packages(base: str) -> tuple[str, ...]:
     return COMMON + (PYTHON if kind == "python" else ())
 
 
+def extra_cas() -> list[Path]:
+    """The host's own trust anchors (``/usr/local/share/ca-certificates/*.crt``: an operator's
+    TLS-intercepting egress, an internal mirror's CA), installed into every base root so that
+    pip / apt / curl inside images trust what the host trusts."""
+    return (
+        sorted(p for p in EXTRA_CA_DIR.glob("*.crt") if p.is_file())
+        if EXTRA_CA_DIR.is_dir()
+        else []
+    )
+
+
 def base_key(base: str) -> str:
     kind, _, release = base.partition(":")
     if kind not in ("debian", "python") or release not in RELEASES:
         raise ValueError(f"base {base!r}: not a Debian base this service builds")
-    blob = "|".join([BASES_VERSION, release, ",".join(packages(base)), MIRROR])
+    cas = [hashlib.sha256(p.read_bytes()).hexdigest() for p in extra_cas()]
+    blob = "|".join([BASES_VERSION, release, ",".join(packages(base)), MIRROR, *cas])
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
@@ -107,9 +121,16 @@ class Bases:
 
     def _mmdebstrap(self, base: str, tar: Path, log: list[str]) -> None:
         release = base.partition(":")[2]
+        hooks = []
+        if extra_cas():
+            hooks = [
+                f"--customize-hook=copy-in {' '.join(str(p) for p in extra_cas())} /usr/local/share/ca-certificates/",
+                "--customize-hook=chroot \"$1\" update-ca-certificates",
+            ]  # fmt: skip
         argv = [
             "mmdebstrap", "--mode=root", "--variant=minbase", "--format=tar",
-            "--skip=output/dev", f"--include={','.join(packages(base))}", release, str(tar), MIRROR,
+            "--skip=output/dev", f"--include={','.join(packages(base))}", *hooks,
+            release, str(tar), MIRROR,
         ]  # fmt: skip
         try:
             r = subprocess.run(

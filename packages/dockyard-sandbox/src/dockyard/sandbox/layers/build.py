@@ -116,6 +116,7 @@ class Builder:
         deadline = time.monotonic() + timeout_s
         tmp = self.store.root / f".build-{uuid.uuid4().hex[:12]}"
         tmp.mkdir(mode=0o711)
+        log.extend(f"## note: {n[:500]}\n" for n in spec.notes)
         proxy: list[egress.Proxy] = []  # started by the first RUN that is not cached
         try:
             stages: dict[str, StageState] = {}

@@ -7,7 +7,8 @@ the environment on the result (read-only, the workspace at the WORKDIR).
 
 Shapes::
 
-    ImageSpec  {"stages": [ImageStage, ...]}       # the last stage is the image
+    ImageSpec  {"stages": [ImageStage, ...],       # the last stage is the image
+                "notes": ["..."]}                  # written at the top of the build log
     ImageStage {"name": "builder" | null, "base": BASE, "steps": [ImageStep, ...]}
       BASE     "debian:<release>"                  # a root built from Debian's archive
                "python:<release>"                  # the same + python3, pip, python-is-python3
@@ -123,6 +124,10 @@ class ImageStage(_Model):
 
 class ImageSpec(_Model):
     stages: list[ImageStage] = Field(..., min_length=1, max_length=16)
+    notes: list[str] = Field(
+        default_factory=list, max_length=256,
+        description="For humans: written at the top of the build log (approximated bases...).",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _refs(self) -> ImageSpec:
