@@ -31,11 +31,13 @@ from pathlib import Path
 
 from dockyard.sandbox.layers.spec import RELEASES
 
-BASES_VERSION = "1"
+BASES_VERSION = "2"
 MIRROR = os.environ.get("DOCKYARD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 COMMON = ("ca-certificates", "tmux")
 PYTHON = ("python3", "python3-pip", "python3-venv", "python-is-python3")
 MMDEBSTRAP_TIMEOUT_S = 1800.0
+UID_BASE = 1_000_000  # build namespaces map ids 0..UID_COUNT-1 here (outside the task uid pool)
+UID_COUNT = 65536
 EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
 
 
@@ -113,8 +115,7 @@ class Bases:
             unpack(tar, root)
             tar.unlink()
             if base.startswith("python:"):
-                for marker in root.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
-                    marker.unlink()  # nothing runs in this tree yet: no race
+                _docker_python_layout(root)
             (entry / "ok").write_text(base)
             log.append(f"## base {base}: built from {MIRROR} in {time.monotonic() - t0:.1f} s\n")
             return root
@@ -145,6 +146,21 @@ class Bases:
 
     def sizes(self) -> dict[str, int]:
         return {p.name: _du(p) for p in self.dir.iterdir() if (p / "ok").exists()}
+
+
+def _docker_python_layout(root: Path) -> None:
+    """Docker's ``python`` images keep the interpreter in /usr/local/bin and let root ``pip
+    install``: links there to Debian's, the ``EXTERNALLY-MANAGED`` marker removed. Nothing
+    runs in this fresh tree yet (no race); the links belong to the image's root."""
+    for marker in root.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
+        marker.unlink()
+    versions = sorted(p.name for p in (root / "usr/bin").glob("python3.*") if p.name[7:].isdigit())
+    names = ["python3", "python", "pip", "pip3", *versions]
+    for name in names:
+        link = root / "usr/local/bin" / name
+        if (root / "usr/bin" / name).exists() and not os.path.lexists(link):
+            os.symlink(f"/usr/bin/{name}", link)
+            os.lchown(link, UID_BASE, UID_BASE)
 
 
 @contextlib.contextmanager

@@ -33,14 +33,12 @@ from pathlib import Path
 
 from dockyard.sandbox import egress
 from dockyard.sandbox.cgroups import Probe
-from dockyard.sandbox.layers.bases import BaseError
+from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT, BaseError
 from dockyard.sandbox.layers.runner import SETUP_FAILED, StepOutcome, run_plan
 from dockyard.sandbox.layers.spec import ImageSpec, ImageStep
 from dockyard.sandbox.layers.store import Layer, Store
 
 BUILD_VERSION = "1"
-UID_BASE = 1_000_000  # build namespaces map ids 0..UID_COUNT-1 here (outside the task uid pool)
-UID_COUNT = 65536
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNTPOINTS = (
     "/workspace",
@@ -141,7 +139,7 @@ class Builder:
                     stages[st.name] = state
             final = stages[str(len(spec.stages) - 1)]
             self._mountpoints(final, tmp, extra_dirs)
-            rootfs = self.store.mount(final.top, self.store.lower(final.base_root, final.layers))
+            rootfs = self.store.mount(final.top, final.base_root, final.layers)
             return BuiltImage(final.top, rootfs, dict(final.env), final.workdir, final.user,
                               tuple(final.layers))  # fmt: skip
         finally:

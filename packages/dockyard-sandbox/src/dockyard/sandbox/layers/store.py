@@ -6,6 +6,7 @@ unprivileged host uid, can reach the layers it stacks; names are hex keys)::
     bases/<key>/root        Debian roots (bases.py)
     layers/<key>/diff       one step's overlay upper dir, owned by uid_base + id
     layers/<key>/meta.json  {"parent", "chain": [ancestor keys], "step", "bytes", "seconds"}
+    mnt/id/<key>            layer <key> (or b<key>: a base) id-mapped: uid_base + n shown as n
     mnt/<key>               the image whose top layer is <key>, mounted read-only
 
 A layer's key is the sha256 of its parent's key and what the step does (``build.py``): the same
@@ -21,8 +22,10 @@ the build jail and in the image mount (both with ``userxattr``), so the kernel a
 markers when layers stack, exactly as Docker's overlay2 driver does.
 
 An image is mounted once (``mount -t overlay -o ro,userxattr,lowerdir=top:...:base``, by the
-service, in its own mount namespace) and bound read-only as ``/`` of every jail of the
-environment. Eviction (:meth:`Store.evict`) keeps the store under ``max_bytes``: least recently
+service) over id-mapped read-only views of its layers (``idmap_main.py``: the owner that a build
+namespace's root wrote as host uid ``uid_base + n`` reads as ``n``, so ``root``, ``_apt`` and the
+users a maintainer script created own their files, as in Docker), and bound read-only as ``/``
+of every jail of the environment (bubblewrap binds are nosuid; tasks run with no_new_privs). Eviction (:meth:`Store.evict`) keeps the store under ``max_bytes``: least recently
 used layers first, never a layer of an image used in the last ``keep_s`` seconds, and with a
 layer go its descendants and the mounts that stack it (lazily detached).
 """
@@ -34,14 +37,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dockyard.sandbox.layers.bases import Bases, _du, _flock
+from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT, Bases, _du, _flock
 
 KEEP_S = 3600.0
+IDMAP_MAIN = Path(__file__).resolve().parent / "idmap_main.py"
 MAX_LOWER_OPTS = 4000  # mount(2) takes one page of options
 
 
@@ -109,31 +114,50 @@ class Store:
             raise ValueError(f"{len(keys)} layers are more than one overlay mount can stack")
         return out
 
-    def mount(self, key: str, lower: list[str]) -> Path:
-        """The image whose top layer is ``key``, mounted read-only (once)."""
+    def mount(self, key: str, base_root: Path, layers: list[str]) -> Path:
+        """The image whose top layer is ``key``, mounted read-only (once): an overlay of the
+        id-mapped views (``idmap_main.py``) of its layers and base."""
         target = self.root / "mnt" / key
         with self._lock, _flock(self.root / "mnt" / f".{key}.lock"):
             self._used[key] = time.time()
             if os.path.ismount(target):
                 return target
+            views = [self._view(k, self.layers_dir / k / "diff") for k in reversed(layers)]
+            views.append(self._view("b" + base_root.parent.name, base_root))
             target.mkdir(exist_ok=True)
-            opts = f"ro,userxattr,lowerdir={':'.join(lower)}"
+            opts = f"ro,userxattr,lowerdir={':'.join(views)}"
+            if len(opts) > MAX_LOWER_OPTS:
+                raise ValueError(f"{len(layers)} layers are more than one overlay mount can stack")
             r = subprocess.run(
                 ["mount", "-t", "overlay", "overlay", "-o", opts, str(target)],
-                cwd=self.layers_dir, capture_output=True, text=True, timeout=60,
+                cwd=self.root / "mnt" / "id", capture_output=True, text=True, timeout=60,
             )  # fmt: skip
             if r.returncode != 0:
                 raise OSError(f"mounting image {key[:12]}: {r.stderr.strip()}")
             return target
+
+    def _view(self, name: str, src: Path) -> str:
+        """``mnt/id/<name>``: ``src`` read-only with ids ``uid_base + n`` shown as ``n``."""
+        view = self.root / "mnt" / "id" / name
+        if not os.path.ismount(view):
+            view.mkdir(parents=True, exist_ok=True)
+            argv = [sys.executable, "-I", "-S", str(IDMAP_MAIN), str(src), str(view),
+                    str(UID_BASE), str(UID_COUNT)]  # fmt: skip
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            if r.returncode != 0:
+                raise OSError(f"id-mapping {name[:12]}: {r.stderr.strip()}")
+        return name
 
     def touch(self, key: str) -> None:
         with self._lock:
             self._used[key] = time.time()
 
     def unmount_all(self) -> None:
-        for m in (self.root / "mnt").iterdir():
-            if os.path.ismount(m):
-                subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=60)
+        """Images first, then the id-mapped views under them."""
+        for d in (self.root / "mnt", self.root / "mnt" / "id"):
+            for m in d.iterdir() if d.is_dir() else ():
+                if os.path.ismount(m):
+                    subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=60)
 
     # -- size and eviction ------------------------------------------------------------------
     def _all_layers(self) -> list[Layer]:
@@ -193,12 +217,13 @@ class Store:
         return gone
 
     def _remove(self, key: str) -> None:
-        m = self.root / "mnt" / key
-        for mnt in (self.root / "mnt").iterdir():  # images stacking it: their top is a descendant
-            if mnt.name == key and os.path.ismount(mnt):
-                subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)
-        with contextlib.suppress(OSError):
-            m.rmdir()
+        """The layer, the image whose top it is and its id-mapped view (images stacking it
+        have a descendant on top: the caller removes those too)."""
+        for m in (self.root / "mnt" / key, self.root / "mnt" / "id" / key):
+            if os.path.ismount(m):
+                subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=60)
+            with contextlib.suppress(OSError):
+                m.rmdir()
         shutil.rmtree(self.layers_dir / key, ignore_errors=True)
 
 
