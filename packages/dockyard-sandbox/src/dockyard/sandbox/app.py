@@ -479,6 +479,12 @@ def _service_routes(svc: _Service) -> APIRouter:
             },
         )
 
+    @router.get("/v1/environments/stats")
+    async def environment_stats(_: Auth) -> dict[str, int]:
+        """Provisioned environments and the layer cache: counts, bytes, evictions."""
+        prov = svc.sm().provisioner
+        return await asyncio.to_thread(prov.stats) if prov is not None else {}
+
     @router.get(
         "/metrics",
         response_class=Response,

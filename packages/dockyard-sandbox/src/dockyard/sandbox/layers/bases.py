@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -116,8 +117,10 @@ class Bases:
             tar.unlink()
             if base.startswith("python:"):
                 _docker_python_layout(root)
+            took = time.monotonic() - t0
+            (entry / "meta.json").write_text(json.dumps({"base": base, "seconds": round(took, 2)}))
             (entry / "ok").write_text(base)
-            log.append(f"## base {base}: built from {MIRROR} in {time.monotonic() - t0:.1f} s\n")
+            log.append(f"## base {base}: built from {MIRROR} in {took:.1f} s\n")
             return root
 
     def _mmdebstrap(self, base: str, tar: Path, log: list[str]) -> None:

@@ -274,6 +274,7 @@ class Builder:
                 os.chown(dirpath, UID_BASE, UID_BASE)
                 os.chmod(dirpath, 0o1777 if dirpath.endswith("/tmp") else 0o755)
             self.store.add(Layer(key, state.top, [*state.layers], "sandbox mount points"), upper)
+            self.built_layers += 1
         state.layers.append(key)
 
 

@@ -9,6 +9,11 @@ def test_config_under_etc():
 
 def test_greetings():
     names = Path("/app/names.txt").read_text().split()
-    want = [subprocess.run(["/usr/local/bin/greeter", n], capture_output=True, text=True, check=True).stdout.strip() for n in names]
+    want = [
+        subprocess.run(
+            ["/usr/local/bin/greeter", n], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for n in names
+    ]
     assert want[0] == "Ahoy, Ada!"
     assert Path("/app/greetings.txt").read_text().splitlines() == want

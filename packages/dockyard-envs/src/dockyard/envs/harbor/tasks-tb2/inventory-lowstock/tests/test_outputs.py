@@ -3,8 +3,13 @@ from pathlib import Path
 
 
 def run(*args):
-    return subprocess.run(["/opt/stock/bin/stockctl", *args], capture_output=True, text=True,
-                          check=True, env={"STOCK_DB": "/opt/stock/inventory.tsv", "PATH": "/usr/bin:/bin"}).stdout
+    return subprocess.run(
+        ["/opt/stock/bin/stockctl", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"STOCK_DB": "/opt/stock/inventory.tsv", "PATH": "/usr/bin:/bin"},
+    ).stdout
 
 
 def test_lowstock():

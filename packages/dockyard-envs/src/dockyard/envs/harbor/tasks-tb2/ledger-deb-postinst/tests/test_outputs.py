@@ -10,7 +10,10 @@ def test_postinst_ran():
 
 def test_balances():
     accts = Path("/app/accounts.txt").read_text().split()
-    want = [f"{a} {subprocess.run(['/usr/bin/ledger-balance', a], capture_output=True, text=True, check=True).stdout.strip()}" for a in accts]
+    want = [
+        f"{a} {subprocess.run(['/usr/bin/ledger-balance', a], capture_output=True, text=True, check=True).stdout.strip()}"
+        for a in accts
+    ]
     assert all(w.endswith("EUR") for w in want)
     assert Path("/app/balances.txt").read_text().splitlines() == want
 

@@ -6,8 +6,14 @@ from pathlib import Path
 def load_yaml():
     # the image's own interpreter has PyYAML (installed by the Dockerfile)
     out = subprocess.run(
-        ["/usr/local/bin/python3", "-c", "import json,yaml;print(json.dumps(yaml.safe_load(open('/app/config.yaml'))))"],
-        capture_output=True, text=True, check=True,
+        [
+            "/usr/local/bin/python3",
+            "-c",
+            "import json,yaml;print(json.dumps(yaml.safe_load(open('/app/config.yaml'))))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(out.stdout)
 
