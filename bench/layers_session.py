@@ -26,6 +26,7 @@ import argparse
 import base64
 import io
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -106,6 +107,48 @@ def floor(root: Path, rounds: int) -> list[float]:
     return out
 
 
+FS_PROBE = r"""
+set -e
+cd "$1"; shift
+mkdir -p "$TMPDIR_K" "$TMPDIR_F"
+mount -t overlay overlay -o "ro,userxattr,lowerdir=$LOWER" "$TMPDIR_K"
+fuse-overlayfs -o "lowerdir=$LOWER" "$TMPDIR_F"
+for m in "$TMPDIR_K" "$TMPDIR_F"; do
+  t0=$(date +%s%N)
+  find "$m/usr" -xdev | wc -l > /dev/null
+  t1=$(date +%s%N)
+  for i in 1 2 3 4 5; do chroot "$m" /usr/bin/python3 -c pass; done
+  t2=$(date +%s%N)
+  echo "$(( (t1 - t0) / 1000000 )) $(( (t2 - t1) / 5000000 ))"
+done
+fusermount3 -u "$TMPDIR_F" 2>/dev/null || umount "$TMPDIR_F"
+"""
+
+
+def overlay_vs_fuse(cache: Path, top: str) -> list[tuple[str, int, int]] | None:
+    """Kernel overlayfs vs fuse-overlayfs over the same layers, inside ``unshare -Urm`` (an
+    unprivileged user namespace, as the build jail): (driver, ms to walk /usr, ms per
+    ``python3 -c pass``). None when fuse-overlayfs is not installed."""
+    if shutil.which("fuse-overlayfs") is None:
+        return None
+    layers_dir = cache / "layers" / "layers"
+    meta = json.loads((layers_dir / top / "meta.json").read_text())
+    base = next((cache / "layers" / "bases").glob("*/root"))
+    lower = ":".join(
+        [f"{k}/diff" for k in reversed([*meta["chain"], top])] + [os.path.relpath(base, layers_dir)]
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="dockyard-fs-"))
+    env = {**os.environ, "LOWER": lower, "TMPDIR_K": str(tmp / "k"), "TMPDIR_F": str(tmp / "f")}
+    r = subprocess.run(["unshare", "-Urm", "sh", "-c", FS_PROBE, "sh", str(layers_dir)],
+                       env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    shutil.rmtree(tmp, ignore_errors=True)
+    if r.returncode != 0:
+        print(f"  (overlay vs fuse-overlayfs probe failed: {r.stderr.strip()[-300:]})")
+        return None
+    rows = [tuple(map(int, line.split())) for line in r.stdout.split("\n") if line.strip()]
+    return [("kernel overlayfs", *rows[0]), ("fuse-overlayfs", *rows[1])]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
@@ -139,6 +182,14 @@ def main() -> None:
         print(f"{'command round trip (exec true)':34}{_ms(lay['trip']):>12}{_ms(pre['trip']):>12}")
         ratio = statistics.median(lay["start"]) / statistics.median(fl)
         print(f"\nwarm session start / floor: {ratio:.1f}x (goal: <= 1.5x)")
+        top = max(metas, key=lambda d: len(d["chain"]))
+        top_key = next(m.parent.name for m in (cache / "layers" / "layers").glob("*/meta.json")
+                       if json.loads(m.read_text()) == top)  # fmt: skip
+        fs = overlay_vs_fuse(cache, top_key)
+        if fs:
+            print("\nthe same layers in a user namespace: walk /usr, python3 -c pass")
+            for name, walk, py in fs:
+                print(f"  {name:18} {walk:6d} ms {py:6d} ms")
     if not args.cache:
         shutil.rmtree(cache, ignore_errors=True)
 

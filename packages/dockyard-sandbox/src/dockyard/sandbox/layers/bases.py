@@ -4,7 +4,8 @@
 (the sandbox's terminal tool runs tmux inside the image); ``python:<release>`` adds
 ``python3``, ``python3-pip``, ``python3-venv`` and ``python-is-python3``, and removes the
 interpreter's ``EXTERNALLY-MANAGED`` marker, so ``pip install`` works as root as it does in
-Docker's ``python`` images. The host's extra trust anchors (:func:`extra_cas`) are installed
+Docker's ``python`` images. apt is configured as in Docker's Debian images (no package caches
+kept in layers). The host's extra trust anchors (:func:`extra_cas`) are installed
 into every root (part of the key). The release is one of :data:`spec.RELEASES`; which Docker Hub tag
 maps to which is the front end's table (e.g. ``dockyard.envs.harbor.bases``).
 
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from dockyard.sandbox.layers.spec import RELEASES
 
-BASES_VERSION = "2"
+BASES_VERSION = "3"
 MIRROR = os.environ.get("DOCKYARD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 COMMON = ("ca-certificates", "tmux")
 PYTHON = ("python3", "python3-pip", "python3-venv", "python-is-python3")
@@ -115,10 +116,12 @@ class Bases:
             root = entry / "root"
             unpack(tar, root)
             tar.unlink()
+            _docker_apt_clean(root)
             if base.startswith("python:"):
                 _docker_python_layout(root)
             took = time.monotonic() - t0
-            (entry / "meta.json").write_text(json.dumps({"base": base, "seconds": round(took, 2)}))
+            meta = {"base": base, "seconds": round(took, 2), "bytes": _du(root)}
+            (entry / "meta.json").write_text(json.dumps(meta))
             (entry / "ok").write_text(base)
             log.append(f"## base {base}: built from {MIRROR} in {took:.1f} s\n")
             return root
@@ -148,7 +151,32 @@ class Bases:
             raise BaseError(f"base {base}: mmdebstrap exited {r.returncode}", r.stderr[-8000:])
 
     def sizes(self) -> dict[str, int]:
-        return {p.name: _du(p) for p in self.dir.iterdir() if (p / "ok").exists()}
+        """Bytes of each built base (measured once, when it was built)."""
+        out = {}
+        for p in self.dir.iterdir():
+            if (p / "ok").exists():
+                try:
+                    out[p.name] = int(json.loads((p / "meta.json").read_text())["bytes"])
+                except (OSError, ValueError, KeyError):
+                    out[p.name] = _du(p)
+        return out
+
+
+APT_CLEAN = """\
+// As in Docker's Debian images: no .deb or package cache kept in the image's layers.
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+"""
+
+
+def _docker_apt_clean(root: Path) -> None:
+    """apt as configured in Docker's Debian images (else every ``apt-get update`` layer keeps
+    ~90 MB of package caches). A fresh tree nothing runs in: no race."""
+    conf = root / "etc/apt/apt.conf.d/docker-clean"
+    conf.write_text(APT_CLEAN)
+    os.chown(conf, UID_BASE, UID_BASE)
 
 
 def _docker_python_layout(root: Path) -> None:

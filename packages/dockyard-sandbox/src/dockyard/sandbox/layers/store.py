@@ -148,6 +148,13 @@ class Store:
                 raise OSError(f"id-mapping {name[:12]}: {r.stderr.strip()}")
         return name
 
+    def alive(self, image: object) -> bool:
+        """Still mounted and none of its layers evicted (cheap: no walk, no lock)."""
+        layers = getattr(image, "layers", ())
+        return os.path.ismount(getattr(image, "rootfs", "")) and all(
+            (self.layers_dir / k).is_dir() for k in layers
+        )
+
     def touch(self, key: str) -> None:
         with self._lock:
             self._used[key] = time.time()
