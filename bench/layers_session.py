@@ -40,14 +40,17 @@ import httpx
 from dockyard.sandbox.launch import start_service
 
 
-def _payload() -> str:
+def _tar_b64(name: str, data: bytes, mode: str) -> str:
+    """One file as a base64 tar (``mode`` "w" for a copy step, "w:gz" for a files step)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        data = b"print('hello from the image')\n"
-        ti = tarfile.TarInfo("s0")
+    with tarfile.open(fileobj=buf, mode=mode) as tf:
+        ti = tarfile.TarInfo(name)
         ti.size = len(data)
         tf.addfile(ti, io.BytesIO(data))
     return base64.b64encode(buf.getvalue()).decode()
+
+
+HELLO = b"print('hello')\n"
 
 
 def layered_env() -> dict:
@@ -55,19 +58,13 @@ def layered_env() -> dict:
         {"workdir": "/app"},
         {"run": "pip install --no-cache-dir six==1.17.0"},
         {"run": "apt-get update && apt-get install -y --no-install-recommends tree && rm -rf /var/lib/apt/lists/*"},
-        {"copy": {"files": _payload(), "names": ["hello.py"], "dest": "/app"}},
+        {"copy": {"files": _tar_b64("s0", HELLO, "w"), "names": ["hello.py"], "dest": "/app"}},
     ]  # fmt: skip
     return {"workdir": "/app", "image": {"stages": [{"base": "python:trixie", "steps": steps}]}}
 
 
 def prefix_env() -> dict:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        data = b"print('hello from the prefix')\n"
-        ti = tarfile.TarInfo("hello.py")
-        ti.size = len(data)
-        tf.addfile(ti, io.BytesIO(data))
-    files = base64.b64encode(buf.getvalue()).decode()
+    files = _tar_b64("hello.py", HELLO, "w:gz")
     steps = [{"run": "pip install --no-cache-dir six==1.17.0"}, {"files": files}]
     return {"workdir": "/app", "network": True, "host_packages": ["tree"], "steps": steps}
 

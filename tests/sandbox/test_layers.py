@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from dockyard.sandbox.client import SandboxRequestError
 from dockyard.sandbox.layers.spec import ImageSpec
 from dockyard.sandbox.layers.store import Store
+from dockyard.sandbox.testing import calc_task
 
 BASE = "debian:trixie"
 
@@ -194,3 +195,18 @@ def test_unchanged_prefix_is_reused_and_failures_name_the_step(layers_sandbox, c
     assert detail["exit_code"] == 3
     assert "about to fail" in detail["log"]
     assert "exited 3" in detail["provision_failed"]
+
+
+def test_one_shot_task_runs_its_tests_over_the_image(client) -> None:
+    """A one-shot task whose environment is an image: the repository is the workspace, the
+    held-out tests run with the service's runner (its interpreter bound at mount points the
+    image's top layer holds), the image's own files are visible to the code under test."""
+    env = _env([{"base": BASE, "steps": [{"run": "mkdir -p /etc/calc && echo 5 > /etc/calc/expected"}]}],
+               workdir="/workspace")  # fmt: skip
+    test = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == int(open('/etc/calc/expected').read())\n"
+    bad = client.run_task(calc_task(patch="", environment=env, test_files={"tests/test_img.py": test},
+                                    tests={"fail_to_pass": ["tests/test_img.py::test_add"]}))  # fmt: skip
+    good = client.run_task(calc_task(environment=env, test_files={"tests/test_img.py": test},
+                                     tests={"fail_to_pass": ["tests/test_img.py::test_add"]}))  # fmt: skip
+    assert bad.verdict == "failed", bad
+    assert good.verdict == "passed", good

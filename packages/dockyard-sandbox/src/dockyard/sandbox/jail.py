@@ -51,6 +51,7 @@ from dockyard.sandbox.toolchain import (
     RUNNER_MOUNT,
     WORKSPACE,
     bwrap_toolchain_args,
+    python_prefixes,
     runner_argv,
     sandbox_path_env,
     site_dirs,
@@ -167,7 +168,7 @@ def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]
         "/tmp",
         # After the tmpfs mounts: the service's interpreter may live under /tmp (a CI clone),
         # and a later mount would hide it.
-        *(bwrap_toolchain_args() if not rootfs else ["--ro-bind", str(INSIDE_DIR), RUNNER_MOUNT]),
+        *(bwrap_toolchain_args() if not rootfs else image_toolchain_args()),
         "--bind",
         str(spec.workspace),
         WORKSPACE,
@@ -183,6 +184,15 @@ def bwrap_argv(spec: JailSpec, gate: tuple[int, int] | None = None) -> list[str]
     if as_root:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
     return [*args, "--", *drop_privileges(spec.uid), *spec.argv]
+
+
+def image_toolchain_args() -> list[str]:
+    """Over an image root: the runner files and the service's interpreter prefixes (the
+    in-sandbox test runner), at mount points the image's top layer holds (``layers/build.py``)."""
+    args = ["--ro-bind", str(INSIDE_DIR), RUNNER_MOUNT]
+    for d in python_prefixes():
+        args += ["--ro-bind", d, d]
+    return args
 
 
 def isolated_argv(spec: JailSpec) -> list[str]:

@@ -273,6 +273,16 @@ class Provisioner:
             self.layer_store.touch(known.image.key)  # warm: no lookups, no locks, no jail
             self.hits += 1
             return known
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # one build per spec at a time; the second caller finds it done
+            return self._build_image(spec, key)
+
+    def _build_image(self, spec: EnvSpec, key: str) -> Provisioned:
+        assert spec.image is not None
+        known = self._images.get(key)
+        if known is not None and known.image is not None and self.layer_store.alive(known.image):
+            return known
         log: list[str] = []
         built = self.layers.built_layers
         try:

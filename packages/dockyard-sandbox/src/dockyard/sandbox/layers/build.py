@@ -10,8 +10,8 @@ not run again (``## step N: cached``). ``COPY --from=<stage>`` first exports the
 stage's stack (a read-only jail, ``export``) into a tar, then copies it like local files.
 
 After the last stage, one more layer holds the directories the sandbox mounts over the image
-(/workspace, /tests, /logs, /opt/dockyard, ..., the WORKDIR): bubblewrap cannot create mount
-points in a read-only root. The image (its top key) is then mounted read-only (``store.py``).
+(/workspace, /tests, /logs, /opt/dockyard, ..., the WORKDIR, the service's interpreter prefixes
+for the in-sandbox test runner): bubblewrap cannot create mount points in a read-only root. The image (its top key) is then mounted read-only (``store.py``).
 
 ``RUN`` reaches the network only through the build's egress proxy (``egress.py``: the package
 registries, Debian's archive among them), and only when the operator runs the service with
@@ -37,6 +37,7 @@ from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT, BaseError
 from dockyard.sandbox.layers.runner import SETUP_FAILED, StepOutcome, run_plan
 from dockyard.sandbox.layers.spec import ImageSpec, ImageStep
 from dockyard.sandbox.layers.store import Layer, Store
+from dockyard.sandbox.toolchain import python_prefixes
 
 BUILD_VERSION = "1"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -263,7 +264,7 @@ class Builder:
 
     def _mountpoints(self, state: StageState, tmp: Path, extra: tuple[str, ...]) -> None:
         """The sandbox's mount points (and the WORKDIR) as the image's top layer."""
-        dirs = sorted({*MOUNTPOINTS, state.workdir, *extra} - {"/"})
+        dirs = sorted({*MOUNTPOINTS, state.workdir, *extra, *python_prefixes()} - {"/"})
         key = _key(state.top, "mountpoints", dirs)
         if self.store.layer(key) is None:
             upper = tmp / "mountpoints"
