@@ -209,6 +209,8 @@ class Builder:
             f"## step {n}: {desc}\n{o.output}{refused}## exit {o.exit_code} ({o.seconds:.1f} s)\n"
         )
         self._check(o, n, desc, log)
+        # The step's jail is dead (its pid 1 exited, so its pid namespace and every process in
+        # it are gone): nothing can change the upper dir while the store moves and measures it.
         self.store.add(
             Layer(key, state.top, [*state.layers], desc[:200], seconds=round(o.seconds, 2)), upper
         )

@@ -27,6 +27,7 @@ from dockyard.sandbox.cgroups import Probe, TaskCgroups
 JAIL_MAIN = Path(__file__).resolve().parent / "jail_main.py"
 OUTPUT_CAP = 64 << 10
 SETUP_FAILED = 125
+FILE_CAP = 4 << 30  # bytes: RLIMIT_FSIZE of every process of a build step
 
 
 @dataclass
@@ -58,7 +59,9 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
     join = "".join(
         f"echo $$ > {shlex.quote(str(p))} || exit 125; " for p in (cg.procs_files if cg else [])
     )
-    argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", sys.executable, "-I", "-S", str(JAIL_MAIN)]
+    # prlimit: no single file over FILE_CAP (a layer's disk is the store's; see the docs' limits)
+    argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", f"--fsize={FILE_CAP}", "--core=0",
+            "--", sys.executable, "-I", "-S", str(JAIL_MAIN)]  # fmt: skip
     out = HeadTail(OUTPUT_CAP)
     t0 = time.monotonic()
     proc = subprocess.Popen(
