@@ -135,6 +135,8 @@ def test_run_steps_land_at_real_paths(client) -> None:
     assert lines[3:5] == ["only-me", "whiteout-ok"]  # opaque dir, deleted file
     assert lines[5:7] == ["root root", "root crontab"]  # id-mapped: owners as in the image
     assert lines[7] == "/app"
+    screen = client.tty(sid, ["cat /etc/tool.conf", "<Enter>"], wait_s=1.0).screen
+    assert "conf=1" in screen  # the terminal (tmux, from the base root) runs over the image too
     w = client.exec(sid, "echo x > /etc/tool.conf; echo y > new.txt && cat new.txt")
     assert "Read-only file system" in w.stderr
     assert w.stdout == "y\n"
