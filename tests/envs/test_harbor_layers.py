@@ -152,11 +152,16 @@ def test_refused_at_load_with_line_and_reason(
         read_image(p)
 
 
-def test_pip_and_apt_registries_are_not_refused(tmp_path: Path) -> None:
+def test_pip_and_apt_registries_are_not_refused(tmp_path: Path, monkeypatch) -> None:
     p = _df(
         tmp_path, "FROM debian:trixie\nRUN pip download --index-url https://pypi.org/simple x\n"
     )
     assert read_image(p).stages[0]["steps"][0]["run"].startswith("pip download")
+    mirror = _df(tmp_path, "FROM debian:trixie\nRUN curl -O https://mirror.corp.example/x.tgz\n")
+    with pytest.raises(HarborFormatError, match=r"mirror\.corp\.example"):
+        read_image(mirror)
+    monkeypatch.setenv("DOCKYARD_HARBOR_REGISTRIES", "mirror.corp.example")  # the operator's
+    assert read_image(mirror).stages[0]["steps"][0]["run"].startswith("curl")
 
 
 def _task(

@@ -18,7 +18,7 @@ maintainer scripts land at their real paths.
 
 Refused at load time, naming the file, the line and the reason: a base no Debian root
 approximates, ``ADD`` of a URL, a ``RUN`` that downloads from a host outside the package
-registries (``registry_hosts``), ``RUN --mount`` and other RUN flags, ``ONBUILD``, ``COPY``
+registries (:func:`registry_hosts`: extend with ``DOCKYARD_HARBOR_REGISTRIES``), ``RUN --mount`` and other RUN flags, ``ONBUILD``, ``COPY``
 sources outside the build context, several sources to a destination without a trailing ``/``.
 """
 
@@ -388,8 +388,16 @@ class _Reader:
         ]
 
 
+def registry_hosts() -> tuple[str, ...]:
+    """The hosts a build may download from: Debian's archive, PyPI, npm, and the operator's
+    ``DOCKYARD_HARBOR_REGISTRIES`` (comma-separated; the sandbox's ``--registry`` hosts)."""
+    extra = os.environ.get("DOCKYARD_HARBOR_REGISTRIES", "")
+    return REGISTRY_HOSTS + tuple(h.strip().lower() for h in extra.split(",") if h.strip())
+
+
 def read_image(dockerfile: Path, context: Path | None = None,
-               registries: tuple[str, ...] = REGISTRY_HOSTS) -> ParsedImage:  # fmt: skip
+               registries: tuple[str, ...] | None = None) -> ParsedImage:  # fmt: skip
     """``dockerfile`` (build context: its folder) as a layered image; HarborFormatError names
     the line and the reason for anything that cannot be built here."""
-    return _Reader(dockerfile, context or dockerfile.parent, registries).read()
+    hosts = registries if registries is not None else registry_hosts()
+    return _Reader(dockerfile, context or dockerfile.parent, hosts).read()
