@@ -237,7 +237,6 @@ class _Service:
         sessions.provisioner = Provisioner(
             cfg.env_cache_dir or self.owner.env_cache, ctx, cfg.layer_cache_max_bytes
         )
-        atexit.register(sessions.provisioner.close)  # image mounts (layers/), before the work dir
         ctx.provisioner = sessions.provisioner  # one cache for tasks and sessions
 
         async def reaper() -> None:
@@ -260,6 +259,9 @@ class _Service:
                     )
                 await _quietly(
                     "unmounting the trusted tmpfs", asyncio.to_thread, ctx.workspaces.close
+                )
+                await _quietly(  # layered images (layers/store.py); the layers stay cached
+                    "unmounting the images", asyncio.to_thread, sessions.provisioner.close
                 )
             finally:  # cgroups, mounts, work dir, lock (never raises)
                 await asyncio.to_thread(self.owner.close)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT, Bases, _du, _flock
+from dockyard.sandbox.workspace import mounts_under, unmount_all
 
 KEEP_S = 3600.0
 IDMAP_MAIN = Path(__file__).resolve().parent / "idmap_main.py"
@@ -139,7 +140,8 @@ class Store:
     def _view(self, name: str, src: Path) -> str:
         """``mnt/id/<name>``: ``src`` read-only with ids ``uid_base + n`` shown as ``n``."""
         view = self.root / "mnt" / "id" / name
-        if not os.path.ismount(view):
+        # (os.path.ismount cannot see a bind of a directory of the same file system)
+        if not mounts_under(view):
             view.mkdir(parents=True, exist_ok=True)
             argv = [sys.executable, "-I", "-S", str(IDMAP_MAIN), str(src), str(view),
                     str(UID_BASE), str(UID_COUNT)]  # fmt: skip
@@ -159,12 +161,9 @@ class Store:
         with self._lock:
             self._used[key] = time.time()
 
-    def unmount_all(self) -> None:
-        """Images first, then the id-mapped views under them."""
-        for d in (self.root / "mnt", self.root / "mnt" / "id"):
-            for m in d.iterdir() if d.is_dir() else ():
-                if os.path.ismount(m):
-                    subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=60)
+    def unmount_all(self) -> list[Path]:
+        """Images first, then the id-mapped views under them (deepest first); what is left."""
+        return unmount_all(self.root / "mnt", include_self=False)
 
     # -- size and eviction ------------------------------------------------------------------
     def _all_layers(self) -> list[Layer]:
@@ -227,8 +226,7 @@ class Store:
         """The layer, the image whose top it is and its id-mapped view (images stacking it
         have a descendant on top: the caller removes those too)."""
         for m in (self.root / "mnt" / key, self.root / "mnt" / "id" / key):
-            if os.path.ismount(m):
-                subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=60)
+            unmount_all(m)
             with contextlib.suppress(OSError):
                 m.rmdir()
         shutil.rmtree(self.layers_dir / key, ignore_errors=True)
