@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from dockyard.sandbox.launch import ServiceHandle, start_service
+from dockyard.sandbox.testing import layer_cache_dir
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +22,17 @@ def sandbox_service() -> Iterator[ServiceHandle]:
 @pytest.fixture(scope="session")
 def sandbox_url(sandbox_service: ServiceHandle) -> str:
     return sandbox_service.url
+
+
+@pytest.fixture(scope="session")
+def layers_sandbox_url() -> Iterator[str]:
+    """A service with --allow-network that builds layered images into the layer cache the
+    suites share (``testing.layer_cache_dir``: each base root is built once per CI run)."""
+    if shutil.which("mmdebstrap") is None:
+        pytest.fail("mmdebstrap is not installed: apt-get install -y mmdebstrap")
+    args = ["--allow-network", "--env-cache-dir", layer_cache_dir()]
+    with start_service(workers=4, extra_args=args) as svc:
+        yield svc.url
 
 
 @pytest.fixture

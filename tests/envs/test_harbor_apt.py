@@ -83,7 +83,7 @@ def net_sandbox_url() -> Iterator[str]:
 
 
 def test_task_with_apt_package_is_provisioned_and_solvable(net_sandbox_url, tmp_path, arun):
-    tasks = load_tasks(_task_dir(tmp_path / "tree-listing"))
+    tasks = load_tasks(_task_dir(tmp_path / "tree-listing"), builder="prefix")
     assert tasks[0]["environment"]["host_packages"] == [PKG]
     env = HarborEnvironment(net_sandbox_url)
     report = arun(env, validate_async(tasks, env, concurrency=2))

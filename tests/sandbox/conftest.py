@@ -4,6 +4,7 @@
 :func:`dockyard.sandbox.launch.start_service`; ``sandbox`` is a sync client to it. Other
 packages' tests can copy these two fixtures. ``repo_root`` is the one directory that service
 takes server repositories from (``--repo-root``): tests that name a ``repo.path`` make it there.
+``layers_sandbox`` builds layered images (``layers/``) into a cache shared by the suites.
 ``net_sandbox`` is a client of a second service (``net_service``), started with
 ``--allow-network`` (provisioning that reaches the package registries), shared by the session;
 it names with ``--registry`` the registries this host resolves to a non-public address (a
@@ -25,6 +26,7 @@ import pytest
 from dockyard.sandbox.client import SandboxClient
 from dockyard.sandbox.egress import non_public_registries
 from dockyard.sandbox.launch import ServiceHandle, start_service
+from dockyard.sandbox.testing import layer_cache_dir
 
 
 def _need_bwrap() -> None:
@@ -79,3 +81,15 @@ def net_service() -> Iterator[ServiceHandle]:
 def net_sandbox(net_service: ServiceHandle) -> Iterator[SandboxClient]:
     with net_service.client() as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def layers_sandbox() -> Iterator[ServiceHandle]:
+    """A service with --allow-network building layered images into the shared layer cache
+    (``testing.layer_cache_dir``: base roots are built once per CI run, for every suite)."""
+    _need_bwrap()
+    if shutil.which("mmdebstrap") is None:
+        pytest.fail("mmdebstrap is not installed: apt-get install -y mmdebstrap")
+    args = ["--allow-network", "--env-cache-dir", layer_cache_dir()]
+    with start_service(workers=2, extra_args=args) as svc:
+        yield svc

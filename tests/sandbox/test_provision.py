@@ -244,6 +244,7 @@ def test_operator_cache_dir_keeps_environments(tmp_path):
             assert c.get_file(sid, "marker.txt") == b"built\n"
             c.delete_session(sid)
     entry = cache / spec.key()
-    assert sorted(p.name for p in cache.iterdir()) == [spec.key()]
+    # the environment, and the (here empty) layered-image store beside it (layers/store.py)
+    assert sorted(p.name for p in cache.iterdir()) == [spec.key(), "layers"]
     assert (entry / "ok").read_text() == spec.key()
     assert os.stat(entry / "tree" / "marker.txt").st_uid == 0

@@ -84,6 +84,7 @@ class ServiceConfig:
     env_cache_dir: Path | None = None
     # threads for long session calls (create, exec, finish); None: max(4, 2 * workers) (lanes.py)
     session_long_calls: int | None = None
+    layer_cache_max_bytes: int = 20 << 30  # layered images (layers/store.py): LRU past this
 
 
 def create_app(cfg: ServiceConfig) -> FastAPI:
@@ -233,7 +234,9 @@ class _Service:
             result_ttl_s=cfg.result_ttl_s,
         )
         sessions = self.sessions = SessionManager(ctx, cfg.max_sessions)
-        sessions.provisioner = Provisioner(cfg.env_cache_dir or self.owner.env_cache, ctx)
+        sessions.provisioner = Provisioner(
+            cfg.env_cache_dir or self.owner.env_cache, ctx, cfg.layer_cache_max_bytes
+        )
         ctx.provisioner = sessions.provisioner  # one cache for tasks and sessions
 
         async def reaper() -> None:  # on a thread of its own, never behind a client (lanes.py)
@@ -260,6 +263,9 @@ class _Service:
                     )
                 await _quietly(
                     "unmounting the trusted tmpfs", asyncio.to_thread, ctx.workspaces.close
+                )
+                await _quietly(  # layered images (layers/store.py); the layers stay cached
+                    "unmounting the images", asyncio.to_thread, sessions.provisioner.close
                 )
             finally:  # cgroups, mounts, work dir, lock (never raises)
                 await asyncio.to_thread(self.owner.close)
@@ -403,6 +409,12 @@ def _service_routes(svc: _Service) -> APIRouter:
                 "warnings": svc.warnings,
             },
         )
+
+    @router.get("/v1/environments/stats")
+    async def environment_stats(_: Auth) -> dict[str, int]:
+        """Provisioned environments and the layer cache: counts, bytes, evictions."""
+        prov = svc.sm().provisioner
+        return await asyncio.to_thread(prov.stats) if prov is not None else {}
 
     @router.get(
         "/metrics",

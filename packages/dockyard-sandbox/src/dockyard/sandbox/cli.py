@@ -120,6 +120,13 @@ def _add_storage_and_trust(s: argparse.ArgumentParser) -> None:
     )
     s.add_argument("--cache-max-gb", type=float, default=20.0)
     s.add_argument(
+        "--layer-cache-max-gb",
+        type=float,
+        default=20.0,
+        help="Layered images (base roots + layers, under --env-cache-dir): least recently used "
+        "layers are evicted past this size.",
+    )
+    s.add_argument(
         "--work-dir",
         type=Path,
         help="Workspaces and per-task files (default: a temp dir). One live service per work "
@@ -226,6 +233,7 @@ def serve(args: argparse.Namespace) -> int:
         registries=args.registries,
         drain_timeout_s=args.drain_timeout,
         cache_max_bytes=int(args.cache_max_gb * (1 << 30)),
+        layer_cache_max_bytes=int(args.layer_cache_max_gb * (1 << 30)),
         isolation=isolation,
         zygote=args.zygote,
         repo_roots=args.repo_roots,

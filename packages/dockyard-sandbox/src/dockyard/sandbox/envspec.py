@@ -4,8 +4,11 @@ A *provisioned environment* (:class:`EnvSpec`) is "a base + a list of steps": th
 sandbox's own read-only system (``base = "system"``); the steps extract files into the
 starting tree or run shell commands once, at provisioning time. The result is cached by the
 hash of the spec (:meth:`EnvSpec.key`) and shared read-only by every session that names it
-(see ``provision.py``). Harbor tasks (a Dockerfile's common subset) and SWE-bench's
-per-(repo, version) environments are both written in it.
+(see ``provision.py``). SWE-bench's per-(repo, version) environments are written in it.
+
+With ``image`` (``dockyard.sandbox.layers``) the environment is instead a stack of
+copy-on-write layers over a Debian base root, built the way Docker builds a Dockerfile, and the
+image is the jails' root (Harbor tasks use this).
 
 Nothing here becomes a host path or a command-line option: ``workdir`` is a path *inside*
 the jail (checked against the paths the jail itself uses), ``host_packages`` are plain Debian
@@ -21,6 +24,8 @@ import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dockyard.sandbox.layers.spec import ImageSpec
 
 PROVISION_VERSION = "1"  # bump to invalidate every cached environment
 ENV_MOUNT = "/opt/env"  # the environment's prefix inside every jail (read-only after build)
@@ -54,6 +59,31 @@ def check_workdir(v: str) -> str:
     v = v.rstrip("/") or "/"
     if v == "/" or any(v == r or v.startswith(r + "/") or r.startswith(v + "/") for r in _RESERVED):
         raise ValueError(f"workdir {v!r} overlaps a path the sandbox mounts itself (refused)")
+    return v
+
+
+def check_image_workdir(v: str) -> str:
+    """In an image any normalised absolute directory will do, except / and the sandbox's own
+    mount points (the image's root is read-only; the workspace is bound over this path)."""
+    parts = v.rstrip("/").split("/")
+    if not _DIR.fullmatch(v) or any(p in (".", "..", "") for p in parts[1:]):
+        raise ValueError(
+            f"workdir {v[:80]!r}: give a normalised absolute path of letters, digits, '._-/'"
+        )
+    v = v.rstrip("/")
+    own = (
+        "/proc",
+        "/dev",
+        "/sys",
+        "/tmp",
+        "/opt/dockyard",
+        "/opt/dockyard-task",
+        TESTS_MOUNT,
+        LOGS_MOUNT,
+        ENV_MOUNT,
+    )
+    if not v or any(v == r or v.startswith(r + "/") for r in own):
+        raise ValueError(f"workdir {v or '/'!r} is a path the sandbox mounts itself (refused)")
     return v
 
 
@@ -94,11 +124,23 @@ class EnvSpec(_Model):
     network: bool = Field(
         False, description="Run steps with the host network (needs --allow-network)."
     )
+    image: ImageSpec | None = Field(
+        None,
+        description="A layered image (dockyard.sandbox.layers): a Debian base root + "
+        "Dockerfile-like steps, built as Docker builds them and mounted read-only as / of "
+        "every jail. Excludes steps and host_packages; workdir is the image's WORKDIR.",
+    )
 
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, v: str) -> str:
-        return "/workspace" if v.rstrip("/") == "/workspace" else check_workdir(v)
+    @model_validator(mode="after")
+    def _workdir(self) -> EnvSpec:
+        v = self.workdir
+        if self.image is not None:
+            if self.steps or self.host_packages:
+                raise ValueError("an environment with an image has no steps or host_packages")
+            self.workdir = check_image_workdir(v)
+        else:
+            self.workdir = "/workspace" if v.rstrip("/") == "/workspace" else check_workdir(v)
+        return self
 
     @field_validator("env")
     @classmethod

@@ -50,8 +50,11 @@ from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
 from dockyard.sandbox.jailspec import JailSpec
 from dockyard.sandbox.toolchain import (
+    INSIDE_DIR,
+    RUNNER_MOUNT,
     WORKSPACE,
     bwrap_toolchain_args,
+    python_prefixes,
     runner_argv,
     sandbox_path_env,
     site_dirs,
@@ -149,7 +152,11 @@ def bwrap_options(spec: JailSpec, gate: tuple[int, int] | None) -> list[str]:
     """bwrap's options (namespaces, mounts, environment) for ``spec``, before ``--``."""
     lim = spec.limits
     as_root = os.geteuid() == 0
+    # A built image (layers/: a read-only overlay of its layers) is the jail's root: bound first,
+    # every later mount point already exists in it (its top layer), no host toolchain.
+    rootfs = [host for host, inside in spec.ro_binds if inside == "/"]
     args = [
+        *(["--ro-bind", rootfs[0], "/"] if rootfs else []),
         *(["--info-fd", str(gate[0]), "--block-fd", str(gate[1])] if gate else []),
         "--unshare-pid",
         "--unshare-ipc",
@@ -180,13 +187,14 @@ def bwrap_options(spec: JailSpec, gate: tuple[int, int] | None) -> list[str]:
         "/tmp",
         # After the tmpfs mounts: the service's interpreter may live under /tmp (a CI clone),
         # and a later mount would hide it.
-        *bwrap_toolchain_args(),
+        *(bwrap_toolchain_args() if not rootfs else image_toolchain_args()),
         "--bind",
         str(spec.workspace),
         WORKSPACE,
     ]
     for host, inside in spec.ro_binds:
-        args += ["--ro-bind", host, inside]
+        if inside != "/":
+            args += ["--ro-bind", host, inside]
     for host, inside in spec.binds:
         args += ["--bind", host, inside]
     for k, v in task_env(spec).items():
@@ -194,6 +202,15 @@ def bwrap_options(spec: JailSpec, gate: tuple[int, int] | None) -> list[str]:
     args += ["--chdir", spec.cwd]
     if as_root:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    return args
+
+
+def image_toolchain_args() -> list[str]:
+    """Over an image root: the runner files and the service's interpreter prefixes (the
+    in-sandbox test runner), at mount points the image's top layer holds (``layers/build.py``)."""
+    args = ["--ro-bind", str(INSIDE_DIR), RUNNER_MOUNT]
+    for d in python_prefixes():
+        args += ["--ro-bind", d, d]
     return args
 
 

@@ -314,6 +314,7 @@ class WorkDir:
         _step("removing the workspaces", _rmtree, self.ws)
         _step("removing the trusted dir", _rmtree, self.trusted)
         # provisioned environments kept here when no --env-cache-dir is given: the service's own
+        _step("unmounting images under the environment cache", unmount_all, self.env_cache, True)
         _step("removing the default environment cache", _rmtree, self.env_cache)
         if self.own_cache:
             _step("removing the repository cache", _rmtree, self.cache_dir)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 import shutil
@@ -56,6 +57,9 @@ from dockyard.sandbox.debs import sanitize as sanitize_debs
 from dockyard.sandbox.envspec import ENV_MOUNT, EnvSpec
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.layers.bases import BaseError
+from dockyard.sandbox.layers.build import Builder, BuildFailed, BuiltImage
+from dockyard.sandbox.layers.store import Store
 from dockyard.sandbox.models import Limits
 from dockyard.sandbox.repos import RepoError, safe_extract
 from dockyard.sandbox.toolchain import WORKSPACE, sandbox_path_env
@@ -65,27 +69,37 @@ BUILD_LIMITS = Limits.model_validate(
 )
 DPKG_STATUS = Path("/var/lib/dpkg/status")
 LOG_CAP = 256 << 10
+LAYER_CACHE_BYTES = 20 << 30
 
 
 class ProvisionFailed(Exception):
     """A step failed (or a host package is missing): the task is not runnable here. ``log``
     holds the build's output; never a verdict of the task."""
 
-    def __init__(self, message: str, log: str = "") -> None:
+    def __init__(
+        self, message: str, log: str = "", step: int | None = None, exit_code: int | None = None
+    ) -> None:
         super().__init__(message)
         self.log = log[-LOG_CAP:]
+        self.step = step  # the failing step (1-based) and its exit status, when a step failed
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
 class Provisioned:
-    """A built environment and how a jail uses it."""
+    """A built environment and how a jail uses it: a prefix environment (``root`` holds
+    ``tree/`` and ``prefix/``), or with ``image`` a layered image whose read-only mount is the
+    jails' root and whose WORKDIR is the starting tree."""
 
     key: str
     root: Path
     spec: EnvSpec
+    image: BuiltImage | None = None
 
     @property
     def tree(self) -> Path:
+        if self.image is not None:  # a read-only overlay of finished layers: nothing writes it
+            return self.image.rootfs / self.spec.workdir.lstrip("/")
         return self.root / "tree"
 
     @property
@@ -93,12 +107,20 @@ class Provisioned:
         return self.root / "prefix"
 
     def jail_env(self) -> dict[str, str]:
+        if self.image is not None:  # the image's ENV (PATH included), as Docker's would be;
+            # the sandbox's default that turns off pytest plugins is for its own runner only
+            return {
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "",
+                "PYTHONDONTWRITEBYTECODE": "",
+            } | self.image.env
         return jail_env(self.spec, debs=(self.prefix / DEB_ROOT).is_dir())
 
     def binds(self, ws: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """(read-only, writable) binds of a jail over workspace ``ws``: the prefix at /opt/env,
-        the workspace also at the workdir."""
+        """(read-only, writable) binds of a jail over workspace ``ws``: the prefix at /opt/env
+        (or the image at /: ``jail.bwrap_argv``), the workspace also at the workdir."""
         rw = [] if self.spec.workdir == WORKSPACE else [(str(ws), self.spec.workdir)]
+        if self.image is not None:
+            return [(str(self.image.rootfs), "/")], rw
         return [(str(self.prefix), ENV_MOUNT)], rw
 
 
@@ -179,14 +201,20 @@ class Provisioner:
 
     ``ctx`` is the service's executor ``Context`` (uids, workspaces, cgroups, isolation)."""
 
-    def __init__(self, root: Path, ctx: object) -> None:
+    def __init__(self, root: Path, ctx: object, layer_cache_bytes: int = LAYER_CACHE_BYTES) -> None:
         self.root = root
         self.ctx = ctx
         root.mkdir(parents=True, exist_ok=True)
-        os.chmod(root, 0o700)
+        os.chmod(root, 0o711)  # the build namespaces' root (an unprivileged uid) stacks layers/
+        self.layer_store = Store(root / "layers", max_bytes=layer_cache_bytes)
+        self.layers = Builder(
+            self.layer_store, ctx.probe, getattr(ctx, "allow_network", False),  # type: ignore[attr-defined]
+            tuple(getattr(ctx, "registries", ())),
+        )  # fmt: skip
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._pip: str | bool | None = False  # False: not looked up yet
+        self._images: dict[str, Provisioned] = {}  # EnvSpec.key() -> a mounted image
         self.built = self.hits = 0
 
     def cached(self, key: str) -> Provisioned | None:
@@ -208,6 +236,8 @@ class Provisioner:
             )
         if spec.steps and any(s.run for s in spec.steps) and ctx.isolation != "bwrap":  # type: ignore[attr-defined]
             raise ValueError("provisioning run steps needs the bwrap isolation backend")
+        if spec.image is not None:
+            return self._image(spec)
         key = spec.key()
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -231,6 +261,46 @@ class Provisioner:
             done = self.cached(key)
             assert done is not None
             return done
+
+    def _image(self, spec: EnvSpec) -> Provisioned:
+        """A layered image (``layers/``): every step's layer from the cache or built now."""
+        if self.ctx.isolation != "bwrap":  # type: ignore[attr-defined]
+            raise ValueError("layered images need the bwrap isolation backend")
+        assert spec.image is not None
+        key = spec.key()
+        known = self._images.get(key)
+        if known is not None and known.image is not None and self.layer_store.alive(known.image):
+            self.layer_store.touch(known.image.key)  # warm: no lookups, no locks, no jail
+            self.hits += 1
+            return known
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # one build per spec at a time; the second caller finds it done
+            return self._build_image(spec, key)
+
+    def _build_image(self, spec: EnvSpec, key: str) -> Provisioned:
+        assert spec.image is not None
+        known = self._images.get(key)
+        if known is not None and known.image is not None and self.layer_store.alive(known.image):
+            return known
+        log: list[str] = []
+        built = self.layers.built_layers
+        try:
+            img = self.layers.build(spec.image, spec.timeout_s, log, extra_dirs=(spec.workdir,))
+        except BuildFailed as e:
+            raise ProvisionFailed(str(e), e.log, step=e.step, exit_code=e.exit_code) from e
+        except BaseError as e:
+            raise ProvisionFailed(str(e), "".join(log) + e.log) from e
+        except OSError as e:
+            raise ProvisionFailed(f"building the image failed: {e}", "".join(log)) from e
+        finally:
+            if self.layers.built_layers != built:  # the store grew: back under its size
+                with contextlib.suppress(OSError):
+                    self.layer_store.evict()
+        self.built += 1
+        done = Provisioned(img.key, img.rootfs, spec, img)
+        self._images[key] = done
+        return done
 
     def _build(self, spec: EnvSpec, key: str, missing: list[str]) -> None:
         ctx = self.ctx
@@ -400,7 +470,13 @@ class Provisioner:
         return root.is_dir()
 
     def stats(self) -> dict[str, int]:
-        return {"built": self.built, "hits": self.hits}
+        """Counters and the layer cache's size (``layers/store.py``: bytes, count, evictions)."""
+        return {"built": self.built, "hits": self.hits, "layers_built": self.layers.built_layers,
+                "layers_cached": self.layers.cached_layers, **{f"layer_cache_{k}": v for k, v in self.layer_store.stats().items()}}  # fmt: skip
+
+    def close(self) -> None:
+        """Detach the image mounts (the cache directory can then be removed)."""
+        self.layer_store.unmount_all()
 
 
 def provision_json(p: Provisioned) -> str:

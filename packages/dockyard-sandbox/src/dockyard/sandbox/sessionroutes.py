@@ -69,7 +69,8 @@ def session_routes(
         try:
             s = await call("long", None, sm().create, spec)
         except ProvisionFailed as e:  # the task's environment, not the service: a 422 + log
-            raise HTTPException(422, {"provision_failed": str(e), "log": e.log}) from e
+            raise HTTPException(422, {"provision_failed": str(e), "log": e.log, "step": e.step,
+                                      "exit_code": e.exit_code}) from e  # fmt: skip
         except (UnsafePath, RepoError, ValueError, OverflowError) as e:
             raise session_errors(e, metrics) from e
         return SessionInfo(session_id=s.id, ttl_s=spec.ttl_s)

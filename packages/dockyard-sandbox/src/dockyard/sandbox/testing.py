@@ -87,3 +87,14 @@ def sandbox_processes(uid_base: int = 200_000, size: int = 4096) -> list[tuple[i
         if uid_base <= uid < uid_base + size:
             out.append((int(pid), uid, cmd))
     return out
+
+
+def layer_cache_dir() -> str:
+    """The ``--env-cache-dir`` that test services building layered images share: base roots
+    and layers are keyed by content, so one CI run builds each base once for every suite
+    (``DOCKYARD_TEST_LAYER_CACHE`` overrides it)."""
+    import tempfile
+
+    return os.environ.get("DOCKYARD_TEST_LAYER_CACHE") or os.path.join(
+        tempfile.gettempdir(), "dockyard-test-layer-cache"
+    )

@@ -38,6 +38,8 @@ from dockyard.sandbox.client import SandboxRequestError, SandboxUnavailable
 from dockyard.sandbox.envspec import EnvSpec, ScriptTests
 from dockyard.sandbox.models import FinishRequest, Limits, SessionCreate
 
+VERIFIER_OUTPUT_CAP = 8000  # characters of the verifier's stdout / stderr kept in metadata
+
 HARBOR_SYSTEM = (
     "You are working in a Linux terminal. Use the tools to inspect and change files and run "
     "commands; use `terminal` to type into an interactive shell for programs that need a TTY "
@@ -174,6 +176,8 @@ class HarborEnvironment(TerminalEnvironment):
         )  # fmt: skip
         if step.infra_error:
             return step
+        step.metadata["verifier_stdout"] = truncate_middle(result.stdout or "", VERIFIER_OUTPUT_CAP)
+        step.metadata["verifier_stderr"] = truncate_middle(result.stderr or "", VERIFIER_OUTPUT_CAP)
         reward = 0.0 if step.metadata.get("integrity_violation") else (result.reward or 0.0)
         step.rewards[TESTS] = min(1.0, max(0.0, reward))
         step.metadata["reward_raw"] = result.reward

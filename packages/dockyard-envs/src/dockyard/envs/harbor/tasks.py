@@ -3,9 +3,11 @@
 A task directory::
 
     task.toml            [task] name; [agent] timeout_sec; [verifier] timeout_sec, [verifier.env];
-                         [environment] build_timeout_sec, cpus, memory_mb, storage_mb, docker_image
+                         [environment] build_timeout_sec, memory_mb | memory ("2G"),
+                         storage_mb | storage, gpus (> 0 refused), docker_image (ignored beside
+                         a Dockerfile, the base hint without one); cpus, allow_internet unused
     instruction.md       the prompt
-    environment/         Dockerfile + build context (read by dockerfile.py)
+    environment/         Dockerfile + build context (image.py: built as layers; or dockerfile.py)
     tests/test.sh        the verifier (+ its files); writes /logs/verifier/reward.txt|json
     solution/solve.sh    optional oracle
 
@@ -23,14 +25,18 @@ agent of ``dockyard harbor validate`` uses.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from dockyard.envs.harbor.bases import UnmappableBase, choose
 from dockyard.envs.harbor.dockerfile import HarborFormatError, parse_dockerfile
+from dockyard.envs.harbor.image import read_image
 
 MAX_TEXT_FILE = 4 << 20
 SHIPPED = Path(__file__).resolve().parent / "tasks"
+SHIPPED_TB2 = Path(__file__).resolve().parent / "tasks-tb2"  # Terminal-Bench 2's published shape
 
 
 def _texts(root: Path, what: str) -> dict[str, str]:
@@ -58,8 +64,68 @@ def _number(table: dict[str, Any], key: str, where: str, default: float) -> floa
     return float(v)
 
 
-def load_task(task_dir: str | Path) -> dict[str, Any]:
-    """One Harbor task directory (see the module docstring); HarborFormatError names the file."""
+def _refuse_gpus(env_t: dict[str, Any], toml_path: Path) -> None:
+    gpus = env_t.get("gpus", 0)
+    if isinstance(gpus, int | float) and not isinstance(gpus, bool) and gpus > 0:
+        raise HarborFormatError(
+            f"{toml_path}: [environment] gpus = {gpus}: the sandbox has no GPUs (refused)"
+        )
+
+
+def _size_mb(env_t: dict[str, Any], key: str, toml_path: Path, default: int) -> int:
+    """``memory_mb = 2048`` or Harbor's ``memory = "2G"`` (also K/M/T suffixes)."""
+    if f"{key}_mb" in env_t:
+        return int(_number(env_t, f"{key}_mb", f"{toml_path} [environment]", default))
+    v = env_t.get(key)
+    if v is None:
+        return default
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(v), re.I)
+    if not m:
+        raise HarborFormatError(f'{toml_path}: [environment] {key} = {v!r}: give a size like "2G"')
+    scale = {"": 1 / (1 << 20), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1 << 20}[m.group(2).upper()]
+    return max(1, int(float(m.group(1)) * scale))
+
+
+def _environment(
+    d: Path, env_t: dict[str, Any], toml_path: Path, builder: str, build_s: float, notes: list[str]
+) -> dict[str, Any]:
+    """The EnvSpec fields: the Dockerfile built as layers (``image.py``) or, with
+    ``builder="prefix"``, mapped onto the sandbox's own system (``dockerfile.py``). A
+    ``docker_image`` is ignored beside a Dockerfile and is the base hint without one."""
+    dockerfile = d / "environment" / "Dockerfile"
+    hint = env_t.get("docker_image") or env_t.get("docker_image_archive")
+    if dockerfile.is_file():
+        if hint:
+            notes.append(
+                f"task.toml: docker_image = {hint!r} ignored: environment/Dockerfile is built instead"
+            )
+        if builder == "prefix":
+            parsed = parse_dockerfile(dockerfile)
+            notes.extend(parsed.notes)
+            return parsed.spec(timeout_s=build_s)
+        image = read_image(dockerfile)
+        notes.extend(image.notes)
+        return image.spec(timeout_s=build_s)
+    if not hint or builder == "prefix":
+        raise HarborFormatError(f"{dockerfile}: missing (the task's environment)")
+    try:
+        got = choose(str(hint))
+    except UnmappableBase as e:
+        raise HarborFormatError(
+            f"{toml_path}: [environment] docker_image: {e} (and the task has no environment/Dockerfile)"
+        ) from e
+    notes.append(f"task.toml: no environment/Dockerfile; docker_image {hint!r} used as the base hint: {got.base}"
+                 + (f" ({got.note})" if got.note else ""))  # fmt: skip
+    return {"image": {"stages": [{"base": got.base, "steps": [{"workdir": "/app"}]}]},
+            "workdir": "/app", "timeout_s": build_s}  # fmt: skip
+
+
+def load_task(task_dir: str | Path, builder: str = "layers") -> dict[str, Any]:
+    """One Harbor task directory (see the module docstring); HarborFormatError names the file.
+    ``builder``: ``"layers"`` (the Dockerfile built as Docker would, ``image.py``) or
+    ``"prefix"`` (the older mapping onto the sandbox's own system, ``dockerfile.py``)."""
+    if builder not in ("layers", "prefix"):
+        raise ValueError(f"builder={builder!r}: expected 'layers' or 'prefix'")
     d = Path(task_dir)
     toml_path = d / "task.toml"
     try:
@@ -71,27 +137,21 @@ def load_task(task_dir: str | Path) -> dict[str, Any]:
     env_t = meta.get("environment", {})
     if not isinstance(env_t, dict):
         raise HarborFormatError(f"{toml_path}: [environment] must be a table")
-    if env_t.get("docker_image") or env_t.get("docker_image_archive"):
-        raise HarborFormatError(
-            f"{toml_path}: [environment] docker_image: a prebuilt image cannot be provisioned "
-            "without Docker; give an environment/Dockerfile instead"
-        )
+    notes: list[str] = []
+    _refuse_gpus(env_t, toml_path)
     try:
         instruction = (d / "instruction.md").read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise HarborFormatError(f"{d / 'instruction.md'}: missing or unreadable ({e})") from e
     if not (d / "tests" / "test.sh").is_file():
         raise HarborFormatError(f"{d / 'tests' / 'test.sh'}: missing (the verifier script)")
-    dockerfile = d / "environment" / "Dockerfile"
-    if not dockerfile.is_file():
-        raise HarborFormatError(f"{dockerfile}: missing (the task's environment)")
-    parsed = parse_dockerfile(dockerfile)
-    build_s = _number(env_t, "build_timeout_sec", f"{toml_path} [environment]", 900.0)
+    build_s = min(_number(env_t, "build_timeout_sec", f"{toml_path} [environment]", 900.0), 7200.0)
+    environment = _environment(d, env_t, toml_path, builder, build_s, notes)
     verifier = meta.get("verifier", {})
     agent = meta.get("agent", {})
     limits = {
-        "memory_mb": int(_number(env_t, "memory_mb", f"{toml_path} [environment]", 2048)),
-        "disk_mb": int(_number(env_t, "storage_mb", f"{toml_path} [environment]", 1024)),
+        "memory_mb": _size_mb(env_t, "memory", toml_path, 2048),
+        "disk_mb": _size_mb(env_t, "storage", toml_path, 1024),
     }
     limits["disk_mb"] = min(limits["disk_mb"], 4096)
     task_meta = meta.get("task", {}) if isinstance(meta.get("task"), dict) else {}
@@ -103,31 +163,37 @@ def load_task(task_dir: str | Path) -> dict[str, Any]:
         "category": str(about.get("category") or "uncategorized"),
         "difficulty": str(about.get("difficulty") or "unknown"),
         "instruction": instruction,
-        "environment": parsed.spec(timeout_s=min(build_s, 7200.0)),
+        "environment": environment,
         "tests": _texts(d / "tests", "tests"),
         "solution": _texts(solution_dir, "solution") if (solution_dir / "solve.sh").is_file() else None,
         "agent_timeout_s": _number(agent, "timeout_sec", f"{toml_path} [agent]", 600.0),
         "verifier_timeout_s": min(_number(verifier, "timeout_sec", f"{toml_path} [verifier]", 120.0), 3600.0),
         "verifier_env": {str(k): str(v) for k, v in (verifier.get("env") or {}).items()},
         "limits": limits,
-        "notes": parsed.notes,
+        "notes": notes,
     }  # fmt: skip
 
 
-def load_tasks(path: str | Path) -> list[dict[str, Any]]:
-    """A Harbor task directory (it has a task.toml) or a folder of them (sorted by name)."""
+def load_tasks(path: str | Path, builder: str | None = None) -> list[dict[str, Any]]:
+    """A Harbor task directory (it has a task.toml) or a folder of them (sorted by name).
+    ``builder`` (see :func:`load_task`) defaults to ``prefix`` for the shipped ``tasks/`` (they
+    predate layered images and need no network to build) and ``layers`` for anything else."""
     root = Path(path)
+    if builder is None:
+        builder = "prefix" if SHIPPED in (root.resolve(), root.resolve().parent) else "layers"
     if not root.is_dir():
         raise HarborFormatError(f"{root}: not a directory (give a Harbor task or a folder of them)")
     if (root / "task.toml").is_file():
-        return [load_task(root)]
+        return [load_task(root, builder)]
     dirs = sorted(p for p in root.iterdir() if (p / "task.toml").is_file())
     if not dirs:
         raise HarborFormatError(f"{root}: holds no task directory (no */task.toml)")
-    return [load_task(p) for p in dirs]
+    return [load_task(p, builder) for p in dirs]
 
 
-def harbor_dataset(split: str = "train", path: str | None = None) -> list[dict[str, Any]]:
+def harbor_dataset(
+    split: str = "train", path: str | None = None, builder: str | None = None
+) -> list[dict[str, Any]]:
     """The ``harbor`` dataset: the tasks under ``path`` (``data.options.path``), or the shipped
-    ones; the same for every split."""
-    return load_tasks(path or SHIPPED)
+    ones; the same for every split (``builder``: see :func:`load_tasks`)."""
+    return load_tasks(Path(path) if path else SHIPPED, builder)

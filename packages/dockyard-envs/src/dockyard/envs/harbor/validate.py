@@ -9,7 +9,9 @@ service, all tasks in parallel (``concurrency`` at a time):
 * **empty** — no action at all, then the same scoring.
 
 A task is ``ok`` iff oracle reward == 1 and empty reward < 1. A task whose environment could not be
-provisioned is ``provision_failed`` (with the build log), never scored. :func:`report_table`
+provisioned is ``provision_failed`` (with the failing step, its exit code and the build log's
+tail), never scored. Every episode that did not reach reward 1 carries the verifier's stdout and
+stderr (bounded: ``env.VERIFIER_OUTPUT_CAP`` characters each, the middle elided). :func:`report_table`
 prints the table; the JSON report is :func:`validate`'s return value.
 """
 
@@ -32,6 +34,7 @@ async def _episode(env: HarborEnvironment, task: dict[str, Any], oracle: bool) -
         if state.get("provision_failed"):
             d = state["provision_failed"]
             return {"status": "provision_failed", "detail": str(d.get("provision_failed")),
+                    "step": d.get("step"), "exit_code": d.get("exit_code"),
                     "log": str(d.get("log", ""))[-4000:], "seconds": time.monotonic() - t0}  # fmt: skip
         if state["infra_error"]:
             return {"status": "infra_error", "detail": state["infra_error"]}
@@ -61,6 +64,9 @@ async def _episode(env: HarborEnvironment, task: dict[str, Any], oracle: bool) -
             out["solve_exit"] = solve.exit_code
             if solve.exit_code != 0:
                 out["solve_output"] = (solve.stdout + solve.stderr)[-2000:]
+        if out["reward"] != 1.0 or out["status"] != "scored":  # every case that did not pass
+            out["verifier_stdout"] = step.metadata.get("verifier_stdout", "")
+            out["verifier_stderr"] = step.metadata.get("verifier_stderr", "")
         return out
     finally:
         await env.close(state)
@@ -88,7 +94,8 @@ async def validate_async(
             oracle.get("status") == "scored" and oracle.get("reward") == 1.0
             and empty.get("status") == "scored" and float(empty.get("reward") or 0.0) < 1.0
         )  # fmt: skip
-        row = {"id": task["id"], "ok": ok, "oracle": oracle, "empty": empty}
+        row = {"id": task["id"], "ok": ok, "oracle": oracle, "empty": empty,
+               "notes": list(task.get("notes", []))}  # approximations, ignored lines  # fmt: skip
         if progress is not None:
             progress(row)
         return row

@@ -40,13 +40,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e = sub.add_parser("export", help="write the tasks as JSONL (for data.train_path)")
     e.add_argument("dir", metavar="DIR")
     e.add_argument("out", metavar="OUT")
+    for p in (v, e):
+        p.add_argument(
+            "--builder", choices=("layers", "prefix"), default=None,
+            help="layers: build each Dockerfile as Docker would (the default); prefix: the older "
+            "mapping onto the sandbox's system (the default for the shipped tasks/)",
+        )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     from dockyard.envs.harbor import HarborFormatError, load_tasks
 
     try:
-        tasks = load_tasks(args.dir)
+        tasks = load_tasks(args.dir, args.builder)
     except HarborFormatError as err:
         print(f"dockyard harbor: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,367 @@
+"""The build jail: one Dockerfile step as root of a user namespace over an overlay (stdlib only).
+
+Run by the service (host root) as ``python -I -S jail_main.py`` with a JSON plan on stdin::
+
+    {"uid_base": 1000000, "uid_count": 65536,      # inside uid/gid 0.. -> host uid_base..
+     "chdir": dir | null,                            # lower dirs may be relative to it
+     "lower": [dir, ...],                            # read-only layers, top first, base last
+     "upper": dir | null, "work": dir | null,        # the new layer (null: read-only, export)
+     "merged": dir,                                  # an empty dir: the overlay's mount point
+     "op": "run" | "copy" | "export" | "unpack",
+     "cwd": "/app", "env": {...}, "user": "root" | "name[:group]" | "uid[:gid]",
+     "argv": [...],                                  # run: exec'd in the root
+     "tar": path, "sources": [{"entry", "name"}], "dest": str, "chown": str|null,
+     "chmod": str|null,                              # copy: extract ``tar`` Docker's way
+     "paths": [...],                                 # export: tar these paths into ``tar``
+     "forwarder": str|null, "sock_dir": dir|null, "sock_name": str, "port": int}  # egress (egress.py)
+
+Chain: the service's process forks a child that ``unshare``s user, mount, pid, ipc, uts and
+net namespaces; this (host-root) process writes the child's ``uid_map``/``gid_map`` (0..N-1 ->
+uid_base.., which a host root may, with no ``/etc/subuid``), then the child becomes uid 0 of
+its namespace (host uid ``uid_base``: unprivileged outside) and forks pid 1 of the new pid
+namespace. Pid 1 mounts the overlay (``userxattr``: whiteouts are 0/0 character devices and
+opaque directories carry ``user.overlay.opaque``, both understood when the layer is later a
+lower layer), a fresh ``/proc``, a minimal ``/dev``, brings loopback up, starts the egress
+forwarder, ``pivot_root``s into the merged root (the old root detached: unlike a chroot, the
+namespace's root cannot climb back out) and runs the step. When pid 1 exits the kernel kills
+every process left in the namespace, so the layer is still once this script returns (the host
+may then read it without racing a writer). Exit status: the step's; 125 and a
+``dockyard-build:`` line on stderr when the jail itself could not be set up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import grp
+import json
+import os
+import platform
+import pwd
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tarfile
+import threading
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
+MS_RDONLY, MS_REMOUNT, MNT_DETACH = 1, 32, 2
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+EGRESS_DIR = "/dev/.egress"
+PR_SET_PDEATHSIG = 1
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+SETUP_FAILED = 125
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_keep = (threading, socket)  # imported before the chroot: the forwarder needs them after it
+
+
+class SetupError(Exception):
+    pass
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(e)}")
+
+
+def mount(src: str | None, tgt: str, fstype: str | None, flags: int, data: str | None = None):
+    enc = [None if s is None else os.fsencode(s) for s in (src, tgt, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], flags, enc[3]), f"mount {fstype or src} {tgt}")
+
+
+def _lo_up() -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        req = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, 0x8913, req))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", flags | 1))
+    finally:
+        s.close()
+
+
+def _mount_root(plan: dict) -> str:
+    merged = plan["merged"]
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if plan.get("chdir"):
+        os.chdir(plan["chdir"])  # lower dirs may be relative to it (one page of mount options)
+    lower = ":".join(plan["lower"])
+    if plan.get("upper"):
+        opts = f"lowerdir={lower},upperdir={plan['upper']},workdir={plan['work']},userxattr"
+        mount("overlay", merged, "overlay", 0, opts)
+    elif len(plan["lower"]) == 1:
+        mount(plan["lower"][0], merged, None, MS_BIND | MS_REC)
+    else:
+        mount("overlay", merged, "overlay", MS_RDONLY, f"lowerdir={lower},userxattr")
+    if plan["op"] != "run":
+        return merged
+    mount("proc", f"{merged}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    dev = f"{merged}/dev"
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=1m")
+    for d in DEVICES:
+        open(f"{dev}/{d}", "w").close()
+        mount(f"/dev/{d}", f"{dev}/{d}", None, MS_BIND)
+    os.mkdir(f"{dev}/shm", 0o1777)
+    mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+    if plan.get("sock_dir"):
+        os.mkdir(f"{merged}{EGRESS_DIR}", 0o755)
+        mount(plan["sock_dir"], f"{merged}{EGRESS_DIR}", None, MS_BIND)
+        mount(None, f"{merged}{EGRESS_DIR}", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        os.symlink(target, f"{dev}/{name}")
+    return merged
+
+
+def _forwarder(plan: dict) -> None:
+    """The egress forwarder (``egress.FORWARDER``: 127.0.0.1:port -> the proxy's socket, bound
+    read-only at /dev/.egress, on the jail's own /dev tmpfs: nothing lands in the layer). A fork
+    of this process, already inside the pivoted root: it sees only what the step sees."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sys.argv = ["forwarder", str(plan["port"]), f"{EGRESS_DIR}/{plan['sock_name']}"]
+            exec(compile(plan["forwarder"], "forwarder", "exec"), {"__name__": "forwarder"})
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)  # it forks again once it listens
+
+
+def _pivot(new_root: str) -> None:
+    """``pivot_root(new, new)`` then detach the old root: no path leads back to the host's
+    tree (a chroot could be left by the namespace's root)."""
+    os.chdir(new_root)
+    _check(_libc.syscall(_PIVOT_ROOT[platform.machine()], b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detaching the old root")
+    os.chdir("/")
+
+
+def _ids(spec: str | None) -> tuple[int, int]:
+    """``user[:group]`` (names from the image's /etc/passwd and /etc/group) -> (uid, gid)."""
+    if not spec or spec == "root":
+        return 0, 0
+    user, _, group = spec.partition(":")
+    if user.isdigit():
+        uid = int(user)
+        try:
+            gid = pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            gid = uid
+    else:
+        try:
+            ent = pwd.getpwnam(user)
+        except KeyError as e:
+            raise SetupError(
+                f"unable to find user {user}: no matching entries in passwd file"
+            ) from e
+        uid, gid = ent.pw_uid, ent.pw_gid
+    if group:
+        try:
+            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+        except KeyError as e:
+            raise SetupError(f"unable to find group {group}") from e
+    return uid, gid
+
+
+def _run(plan: dict) -> int:
+    os.makedirs(plan["cwd"], exist_ok=True)  # Docker creates the WORKDIR for RUN too
+    os.chdir(plan["cwd"])
+    uid, gid = _ids(plan.get("user"))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if uid:
+                name = pwd.getpwuid(uid).pw_name if _has_uid(uid) else None
+                os.setgroups(os.getgrouplist(name, gid) if name else [gid])
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+            os.execve(plan["argv"][0], plan["argv"], plan["env"])
+        except OSError as e:
+            print(f"dockyard-build: {plan['argv'][0]}: {e.strerror}", file=sys.stderr)
+            os._exit(127)
+    while True:  # pid 1: reap everything, return the step's own status
+        try:
+            done, status = os.wait()
+        except ChildProcessError:
+            return 0
+        if done == pid:
+            return os.waitstatus_to_exitcode(status) % 256
+
+
+def _has_uid(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _copy(plan: dict) -> int:
+    """Docker's COPY: each source (``tar`` holds one entry per source) goes *into* ``dest`` when
+    ``dest`` ends with ``/``, is an existing directory or there are several sources, else *to*
+    ``dest``; a directory source's contents go into ``dest``. New parents are root 0755; copied
+    files keep their mode (``--chmod`` overrides) and are owned by ``--chown`` or 0:0."""
+    uid, gid = _ids(plan.get("chown"))
+    mode = int(plan["chmod"], 8) if plan.get("chmod") else None
+    dest = plan["dest"] if plan["dest"].startswith("/") else os.path.join(plan["cwd"], plan["dest"])
+    into = plan["dest"].endswith("/") or os.path.isdir(dest) or len(plan["sources"]) > 1
+    with tarfile.open(fileobj=os.fdopen(plan["tar_fd"], "rb"), mode="r:") as tf:
+        members = tf.getmembers()
+        for src in plan["sources"]:
+            entry = src["entry"]
+            top = next((m for m in members if m.name == entry), None)
+            if top is None:
+                raise SetupError(f"COPY: source {src['name']!r} is missing from the payload")
+            base = dest if (top.isdir() or not into) else os.path.join(dest, src["name"])
+            os.makedirs(os.path.dirname(base.rstrip("/")) or "/", exist_ok=True)
+            for m in members:
+                if m.name != entry and not m.name.startswith(entry + "/"):
+                    continue
+                target = os.path.normpath(base + m.name[len(entry) :])
+                _place(tf, m, target, uid, gid, mode)
+    return 0
+
+
+def _place(tf: tarfile.TarFile, m: tarfile.TarInfo, target: str, uid: int, gid: int,
+           mode: int | None) -> None:  # fmt: skip
+    if m.isdir():
+        if not os.path.isdir(target):
+            if os.path.lexists(target):
+                os.unlink(target)
+            os.makedirs(target)
+        perm = m.mode & 0o7777
+    else:
+        parent = os.path.dirname(target)
+        os.makedirs(parent, exist_ok=True)
+        if os.path.lexists(target) and not os.path.isdir(target):
+            os.unlink(target)
+        elif os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        if m.issym():
+            os.symlink(m.linkname, target)
+            os.lchown(target, uid, gid)
+            return
+        src = tf.extractfile(m)
+        if src is None:
+            return
+        with open(target, "wb") as out:
+            shutil.copyfileobj(src, out)
+        perm = m.mode & 0o777
+    os.lchown(target, uid, gid)
+    os.chmod(target, mode if mode is not None else perm)
+
+
+def _export(plan: dict) -> int:
+    """``COPY --from``'s reading side: ``paths`` of this (read-only) root into a tar, one
+    entry per path (``s0``, ``s1``...), links not followed beyond the path itself."""
+    with tarfile.open(fileobj=os.fdopen(plan["tar_fd"], "wb"), mode="w:") as tf:
+        for i, p in enumerate(plan["paths"]):
+            real = os.path.realpath(p)  # resolved inside this root (we are chrooted)
+            if not os.path.lexists(real):
+                print(f"dockyard-build: COPY --from: {p}: no such file or directory",
+                      file=sys.stderr)  # fmt: skip
+                return 1
+            tf.add(real, arcname=f"s{i}", recursive=True)
+    return 0
+
+
+def _unpack(plan: dict) -> int:
+    """A base root: ``tar`` (mmdebstrap's output, owned by the image's ids) unpacked as the
+    namespace's root into the empty root, so ownership lands shifted by ``uid_base``."""
+    with tarfile.open(fileobj=os.fdopen(plan["tar_fd"], "rb"), mode="r:") as tf:
+        for m in tf:
+            if m.ischr() or m.isblk() or m.isfifo():
+                continue  # /dev is the jail's own
+            tf.extract(m, "/", set_attrs=True, numeric_owner=True, filter="fully_trusted")
+    os.makedirs("/dev", mode=0o755, exist_ok=True)  # mmdebstrap's output/dev was skipped
+    return 0
+
+
+def _inner(plan: dict) -> int:
+    """Pid 1 of the jail: mounts, the copy payload's fd, pivot, forwarder, the step."""
+    merged = _mount_root(plan)
+    if plan["op"] == "run":
+        _lo_up()
+    if plan.get("tar"):
+        flags = (
+            os.O_RDONLY
+            if plan["op"] in ("copy", "unpack")
+            else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        )
+        plan["tar_fd"] = os.open(plan["tar"], flags | os.O_CLOEXEC, 0o600)
+    _pivot(merged)
+    if plan["op"] == "run":
+        if plan.get("forwarder"):
+            _forwarder(plan)
+        return _run(plan)
+    return {"copy": _copy, "export": _export, "unpack": _unpack}[plan["op"]](plan)
+
+
+def _child(plan: dict, ready_w: int, go_r: int) -> int:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
+    _check(_libc.unshare(flags), "unshare")
+    os.write(ready_w, b"1")
+    if os.read(go_r, 1) != b"1":
+        raise SetupError("the id maps were not written")
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    pid = os.fork()
+    if pid == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            code = _inner(plan)
+        except (SetupError, OSError) as e:
+            print(f"dockyard-build: {e}", file=sys.stderr)
+            code = SETUP_FAILED
+        except tarfile.TarError as e:
+            print(f"dockyard-build: bad copy payload: {e}", file=sys.stderr)
+            code = SETUP_FAILED
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) % 256
+
+
+def main() -> None:
+    plan = json.loads(sys.stdin.read())
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        os.close(go_w)
+        try:
+            code = _child(plan, ready_w, go_r)
+        except (SetupError, OSError) as e:
+            print(f"dockyard-build: {e}", file=sys.stderr)
+            code = SETUP_FAILED
+        sys.stderr.flush()
+        os._exit(code)
+    os.close(ready_w)
+    os.close(go_r)
+    try:
+        if os.read(ready_r, 1) == b"1":
+            base, n = int(plan["uid_base"]), int(plan["uid_count"])
+            for f in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{f}", "w") as fh:
+                    fh.write(f"0 {base} {n}\n")
+            os.write(go_w, b"1")
+    except OSError as e:
+        print(f"dockyard-build: writing the id maps: {e}", file=sys.stderr)
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    sys.exit(os.waitstatus_to_exitcode(status) % 256)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Layered images (``dockyard.sandbox.layers``) against the real service: Docker's semantics.
+
+One service (``layers_sandbox``: --allow-network, the shared layer cache) builds small images
+over ``debian:trixie``; sessions over them check what landed where. The unit tests at the top
+need no jail (the spec's validation, the store's eviction order).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import tarfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from dockyard.sandbox.client import SandboxRequestError
+from dockyard.sandbox.layers.spec import ImageSpec
+from dockyard.sandbox.layers.store import Store
+from dockyard.sandbox.testing import calc_task
+
+BASE = "debian:trixie"
+
+
+def _tar(entries: dict[str, bytes | None], modes: dict[str, int] | None = None) -> str:
+    """A copy payload: ``None`` makes a directory entry."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in entries.items():
+            ti = tarfile.TarInfo(name)
+            if data is None:
+                ti.type, ti.mode = tarfile.DIRTYPE, 0o755
+                tf.addfile(ti)
+            else:
+                ti.size, ti.mode = len(data), (modes or {}).get(name, 0o644)
+                tf.addfile(ti, io.BytesIO(data))
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _env(stages: list[dict], workdir: str = "/app") -> dict:
+    return {"workdir": workdir, "image": {"stages": stages}, "timeout_s": 600}
+
+
+# -- no jail -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ({"stages": [{"base": "alpine:3"}]}, "one of debian:<release>"),
+        (
+            {"stages": [{"base": "stage:later"}, {"name": "later", "base": BASE}]},
+            "not an earlier stage",
+        ),
+        (
+            {"stages": [{"base": BASE, "steps": [{"run": "x", "user": "root"}]}]},
+            "exactly one operation",
+        ),
+        (
+            {"stages": [{"base": BASE, "steps": [{"copy": {"dest": "/x", "names": []}}]}]},
+            "exactly one of files",
+        ),
+        ({"stages": [{"base": BASE, "steps": [{"workdir": "relative"}]}]}, "absolute path"),
+    ],
+)
+def test_image_spec_refuses(spec: dict, why: str) -> None:
+    with pytest.raises(ValidationError, match=why):
+        ImageSpec.model_validate(spec)
+
+
+def _fake_layer(
+    store: Store, key: str, parent: str, chain: list[str], size: int, age: float
+) -> None:
+    d = store.layers_dir / key
+    (d / "diff").mkdir(parents=True)
+    (d / "diff" / "blob").write_bytes(b"x" * size)
+    meta = {"parent": parent, "chain": chain, "step": "RUN x", "bytes": size, "seconds": 0.1}
+    (d / "meta.json").write_text(json.dumps(meta))
+    t = time.time() - age
+    os.utime(d / "meta.json", (t, t))
+
+
+def test_store_evicts_least_recently_used_with_descendants(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store", max_bytes=250_000)
+    _fake_layer(store, "a" * 32, "base:x", [], 100_000, age=500)  # oldest
+    _fake_layer(store, "b" * 32, "a" * 32, ["a" * 32], 100_000, age=10)  # child of a, recent
+    _fake_layer(store, "c" * 32, "base:x", [], 100_000, age=300)
+    _fake_layer(store, "d" * 32, "base:x", [], 100_000, age=1)
+    assert store.stats()["layer_bytes"] >= 400_000
+    gone = store.evict(protect={"d" * 32})
+    # a is the least recently used: it goes with its descendant b (built on it) -> 200 kB left
+    assert gone == ["a" * 32, "b" * 32]
+    assert sorted(p.name for p in store.layers_dir.iterdir()) == ["c" * 32, "d" * 32]
+    assert store.stats()["evicted"] == 2
+    store.max_bytes = 0
+    assert store.evict(protect={"d" * 32}) == ["c" * 32]  # never a protected image's layers
+
+
+# -- the real service ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client(layers_sandbox):
+    with layers_sandbox.client() as c:
+        yield c
+
+
+def _stats(svc) -> dict:
+    r = httpx.get(f"{svc.url}/v1/environments/stats", timeout=30)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_run_steps_land_at_real_paths(client) -> None:
+    """apt through the registry proxy with maintainer scripts, /etc, / outside the workdir,
+    a whiteout and an opaque directory; the image is / of the session, read-only."""
+    env = _env([{"base": BASE, "steps": [
+        {"workdir": "/app"},
+        {"run": "apt-get update && apt-get install -y --no-install-recommends cron "
+                "&& rm -rf /var/lib/apt/lists/*"},
+        {"run": "mkdir -p /fonts && echo glyph > /fonts/a.bdf && echo conf=1 > /etc/tool.conf"},
+        {"run": "rm /etc/debian_version && rm -rf /etc/apt/apt.conf.d && mkdir /etc/apt/apt.conf.d "
+                "&& touch /etc/apt/apt.conf.d/only-me"},
+    ]}])  # fmt: skip
+    sid = client.create_session({"environment": env})
+    r = client.exec(sid, "getent group crontab; cat /fonts/a.bdf /etc/tool.conf; "
+                    "ls /etc/apt/apt.conf.d; test -e /etc/debian_version || echo whiteout-ok; "
+                    "stat -c '%U %G' /etc/crontab /usr/bin/crontab; pwd")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("crontab:x:")  # cron's postinst made the group
+    assert lines[1:3] == ["glyph", "conf=1"]
+    assert lines[3:5] == ["only-me", "whiteout-ok"]  # opaque dir, deleted file
+    assert lines[5:7] == ["root root", "root crontab"]  # id-mapped: owners as in the image
+    assert lines[7] == "/app"
+    screen = client.tty(sid, ["cat /etc/tool.conf", "<Enter>"], wait_s=1.0).screen
+    assert "conf=1" in screen  # the terminal (tmux, from the base root) runs over the image too
+    w = client.exec(sid, "echo x > /etc/tool.conf; echo y > new.txt && cat new.txt")
+    assert "Read-only file system" in w.stderr
+    assert w.stdout == "y\n"
+
+
+def test_copy_user_and_multi_stage_follow_docker(client) -> None:
+    files = _tar({"s0": b"one\n"})
+    tree = _tar({"s0": None, "s0/a.txt": b"a\n", "s0/sub": None, "s0/sub/b.sh": b"#!/bin/sh\n"},
+                modes={"s0/sub/b.sh": 0o755})  # fmt: skip
+    build = [{"workdir": "/src"}, {"run": "mkdir -p out/lib && echo built > out/lib/art.txt"}]
+    env = _env([
+        {"name": "build", "base": BASE, "steps": build},
+        {"base": BASE, "steps": [
+            {"run": "useradd -u 1500 -m dev && chmod 755 /home/dev"},
+            {"workdir": "/app"},
+            {"copy": {"files": files, "names": ["one.txt"], "dest": "/app"}},  # existing dir: into
+            {"copy": {"files": files, "names": ["one.txt"], "dest": "/opt/renamed"}},  # a file
+            {"copy": {"files": files, "names": ["one.txt"], "dest": "/opt/newdir/"}},  # slash: into
+            {"copy": {"files": tree, "names": ["tree"], "dest": "/opt/tree", "chown": "dev:dev"}},
+            {"copy": {"files": files, "names": ["one.txt"], "dest": "/opt/x.txt", "chmod": "0600"}},
+            {"copy": {"from_stage": "build", "paths": ["/src/out/lib"], "names": ["lib"], "dest": "/opt/lib"}},
+            {"user": "dev"},
+            {"run": "whoami > /home/dev/me"},
+        ]},
+    ])  # fmt: skip
+    sid = client.create_session({"environment": env})
+    r = client.exec(sid, "cat one.txt /opt/renamed /opt/newdir/one.txt; ls /opt/tree; ls /opt/tree/sub; "
+                    "stat -c '%U %a' /opt/tree/a.txt /opt/tree/sub/b.sh /opt/x.txt /opt/renamed; "
+                    "cat /opt/lib/art.txt /home/dev/me; test -e /src || echo no-src")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "one", "one", "one", "a.txt", "sub", "b.sh",
+        "dev 644", "dev 755", "root 600", "root 644", "built", "dev", "no-src",
+    ]  # fmt: skip
+
+
+def test_unchanged_prefix_is_reused_and_failures_name_the_step(layers_sandbox, client) -> None:
+    steps = [{"workdir": "/app"}, {"run": "echo one > /app/one"}, {"run": "echo two > /app/two"}]
+    client.create_session({"environment": _env([{"base": BASE, "steps": steps}])})
+    before = _stats(layers_sandbox)
+    nonce = uuid.uuid4().hex  # the layer cache outlives test runs: a step it has never seen
+    changed = [*steps[:2], {"run": f"echo three > /app/two # {nonce}"}]
+    sid = client.create_session({"environment": _env([{"base": BASE, "steps": changed}])})
+    after = _stats(layers_sandbox)
+    # WORKDIR and the first RUN come from the cache; the changed RUN and the mount-point layer
+    # over it are new
+    assert after["layers_built"] - before["layers_built"] == 2
+    assert after["layers_cached"] - before["layers_cached"] >= 2
+    assert after["layer_cache_layers"] > 0
+    assert after["layer_cache_base_bytes"] > 0
+    assert client.exec(sid, "cat one two").stdout == "one\nthree\n"
+    bad = [*steps[:2], {"run": f"echo about to fail; exit 3 # {nonce}"}]
+    with pytest.raises(SandboxRequestError) as e:
+        client.create_session({"environment": _env([{"base": BASE, "steps": bad}])})
+    detail = e.value.detail
+    assert e.value.status == 422
+    assert detail["step"] == 3
+    assert detail["exit_code"] == 3
+    assert "about to fail" in detail["log"]
+    assert "exited 3" in detail["provision_failed"]
+
+
+def test_one_shot_task_runs_its_tests_over_the_image(client) -> None:
+    """A one-shot task whose environment is an image: the repository is the workspace, the
+    held-out tests run with the service's runner (its interpreter bound at mount points the
+    image's top layer holds), the image's own files are visible to the code under test."""
+    env = _env([{"base": BASE, "steps": [{"run": "mkdir -p /etc/calc && echo 5 > /etc/calc/expected"}]}],
+               workdir="/workspace")  # fmt: skip
+    test = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == int(open('/etc/calc/expected').read())\n"
+    bad = client.run_task(calc_task(patch="", environment=env, test_files={"tests/test_img.py": test},
+                                    tests={"fail_to_pass": ["tests/test_img.py::test_add"]}))  # fmt: skip
+    good = client.run_task(calc_task(environment=env, test_files={"tests/test_img.py": test},
+                                     tests={"fail_to_pass": ["tests/test_img.py::test_add"]}))  # fmt: skip
+    assert bad.verdict == "failed", bad
+    assert good.verdict == "passed", good
