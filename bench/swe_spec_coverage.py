@@ -74,7 +74,9 @@ def table(rows: dict[str, collections.Counter[str]]) -> str:
         c = rows[repo]
         before = BEFORE.get(repo, 0)
         mark = " *" if repo in ORIGINAL else ""
-        lines.append(f"| {repo}{mark} | {c['specs']} | {before} | {c['plan']} | {c['reads_repo']} |")
+        lines.append(
+            f"| {repo}{mark} | {c['specs']} | {before} | {c['plan']} | {c['reads_repo']} |"
+        )
         for t in (tot, *([orig] if repo in ORIGINAL else [])):
             t.update({**c, "before": before})
     for name, t in (("all", tot), ("original 12 *", orig)):

@@ -152,7 +152,9 @@ def test_translation_maps_pip_and_refuses_what_cannot_run_naming_the_step():
     reqs = swebench_setup("django/django", "3.0")
     assert reqs is not None
     assert reqs.requirements_file == "requirements.txt"
-    with pytest.raises(ProvisionRefused, match=r"django/django 3.0 packages: requirements reads the repository"):
+    with pytest.raises(
+        ProvisionRefused, match=r"django/django 3.0 packages: requirements reads the repository"
+    ):
         environment_for(reqs)
 
 
@@ -256,3 +258,65 @@ def test_pro_fixture_validates_in_its_provisioned_environment(sandbox_url):
     assert {t["flavor"] for t in tasks} == {"swebench_pro"}
     rows = _validate(sandbox_url, tasks, str(root / "specs.yaml"))
     assert [r["status"] for r in rows] == ["valid"] * 4, rows
+
+
+# -- compiled editable installs and what validate reports ---------------------------------------
+FASTC = r"""#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+static PyObject *mul(PyObject *self, PyObject *args) {
+    long a, b;
+    if (!PyArg_ParseTuple(args, "ll", &a, &b)) return NULL;
+    return PyLong_FromLong(a * b);
+}
+static PyMethodDef methods[] = {{"mul", mul, METH_VARARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "fastc", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_fastc(void) { return PyModule_Create(&mod); }
+"""
+SETUP_PY = 'from setuptools import Extension, setup\n\nsetup(name="cext", version="0.1", py_modules=["calc"], ext_modules=[Extension("fastc", ["fastc.c"])])\n'  # fmt: skip
+CEXT_GOOD = "import fastc\n\n\ndef double(x):\n    return fastc.mul(x, 2)\n"
+CEXT_TEST = "import calc\n\n\ndef test_mul():\n    assert calc.fastc.mul(2, 3) == 6\n"
+
+
+def _cext_record(repo: str, c_source: str = FASTC) -> dict:
+    """A repository whose module is a C extension: it imports only once built in place."""
+    buggy = CEXT_GOOD.replace("mul(x, 2)", "mul(x, 3)")
+    files = {"setup.py": SETUP_PY, "fastc.c": c_source, "calc.py": buggy, "tests/test_calc.py": CEXT_TEST}  # fmt: skip
+    new_test = CEXT_TEST + "\n\ndef test_double():\n    assert calc.double(5) == 10\n"
+    return {
+        **_record("double", repo=repo),
+        "instance_id": f"{repo.replace('/', '__')}-double",
+        "patch": unified_diff("calc.py", buggy, CEXT_GOOD),
+        "test_patch": unified_diff("tests/test_calc.py", CEXT_TEST, new_test),
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_double"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_mul"],
+        "repo_tarball": base64.b64encode(
+            tarball({k: v.encode() for k, v in files.items()})
+        ).decode(),
+    }
+
+
+def test_compiled_editable_install_is_built_in_place_with_the_host_compiler(sandbox_url, tmp_path):
+    """``pip install --no-build-isolation -e .`` of a C extension: the repository stage builds
+    it in place (gcc on the sandbox host) before the patch; without that step the module does
+    not import, and validate's report names the step, its command, exit code and output."""
+    repo = "acme/cext"
+    compiled = _spec(tmp_path, "cext", ["python -m pip install --no-build-isolation -e ."], repo)
+    (row,) = _validate(sandbox_url, [_cext_record(repo)], compiled)
+    assert row["valid"], row
+    assert any("compiled in place" in n for n in row["provision_notes"]), row
+    # no install step: nothing builds fastc, the gold patch fails its tests
+    (bare,) = _validate(sandbox_url, [_cext_record(repo)], _spec(tmp_path, "bare", [], repo))
+    assert not bare["valid"], bare
+    f = bare["failure"]
+    assert (f["run"], f["step"], f["command"]) == ("gold", "tests", "pytest runner: 2 ids"), f
+    assert f["exit_code"] not in (0, None), f
+    assert "fastc" in f["stdout"] + f["stderr"], f
+    # a compile error: the failing step is the repository stage, with gcc's message
+    broken = _cext_record("acme/cext-broken", FASTC.replace("a * b", "a * b +"))
+    (bad,) = _validate(sandbox_url, [broken], _spec(tmp_path, "broken", ["python setup.py develop"], "acme/cext-broken"))  # fmt: skip
+    f = bad["failure"]
+    assert f["step"] == "setup_command", bad
+    assert "build_ext --inplace" in f["command"], f
+    assert f["exit_code"] == 1, f
+    assert "error" in f["stderr"], f
+    assert len(f["stderr"].encode()) <= 4096

@@ -110,7 +110,9 @@ EOFPREP
 RUN chmod +x /preprocess.sh
 RUN /preprocess.sh
 """
-BEFORE_REPO_SET = "git reset --hard {base}\ngit clean -fd \ngit checkout {base} \ngit checkout {fix} -- {tests}"
+BEFORE_REPO_SET = (
+    "git reset --hard {base}\ngit clean -fd \ngit checkout {base} \ngit checkout {fix} -- {tests}"
+)
 
 
 def instance(name: str) -> dict:

@@ -122,7 +122,9 @@ def task_setup_command(prov: Provisioning | None, task: dict[str, Any]) -> str |
     rec = from_record({"patch": "", "test_patch": "", **task}, str(task.get("instance_id")))
     if rec.flavor == "swebench_pro":
         parts += before_repo_set(rec)
-    return " && ".join(f"( {p} )" for p in parts) if parts else None
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return " && ".join(f"( {p} )" for p in parts)
 
 
 _ENVS: dict[tuple[Any, ...], Provisioning | ProvisionRefused | None] = {}

@@ -24,11 +24,12 @@ Where it comes from, first match wins (:func:`resolve_setup`):
 
    The shipped synthetic tasks are expressed in it (``swe/specs/shipped.yaml``).
 
-**Provisioning.** A setup with ``packages`` / ``pre_install`` / ``install`` steps is built into
-a sandbox environment once per (repo, version), cached and mounted read-only by every task and
-session of it (:mod:`dockyard.envs.swe.provision`, which also lists what maps and what is
-refused). Its steps run in an *empty* build tree (the environment holds no repository): ``pip``
-installs go to its prefix, on the path of every test run.
+**Provisioning.** A setup is translated into a build plan (:mod:`dockyard.envs.swe.plan`: a
+``python:<release>`` base, environment steps, repository steps) and built into a sandbox
+environment once per (repo, version), cached and mounted read-only by every task and session of
+it (:mod:`dockyard.envs.swe.provision`); the repository steps run in each task's copy of the
+repository before the patch. SWE-bench's ``packages`` string is read with shell rules
+(:func:`shell_words`) into ``conda_packages``; ``pip_packages`` become ``packages``.
 
 **Where the verdict comes from.** ``log_parser: pytest_report`` (and any SWE-bench spec whose
 ``test_cmd`` is pytest) means the sandbox's own pytest runner runs the ``FAIL_TO_PASS`` /

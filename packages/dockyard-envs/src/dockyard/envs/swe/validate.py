@@ -53,7 +53,7 @@ def _tail(text: str) -> str:
 def failure(result: TaskResult, run: str, base: dict[str, Any]) -> dict[str, Any]:
     """Where ``result`` (the ``run`` patch's) went wrong: the step, its command, exit code and
     the tails of its output (module docstring)."""
-    detail = result.detail or ""
+    detail, stderr = result.detail or "", result.stderr
     step, command, code = "tests", base.get("test_command"), result.exit_code
     if command is None and base.get("tests") is not None:
         t = base["tests"]
@@ -63,7 +63,8 @@ def failure(result: TaskResult, run: str, base: dict[str, Any]) -> dict[str, Any
         m = re.search(r"exit(?:ed)?(?: code)? (-?\d+)", detail)
         code = int(m.group(1)) if m else None
     elif "setup_command failed" in detail:
-        m = re.search(r"exit (-?\d+)", detail)
+        m = re.search(r"exit (-?\d+)\): ?(.*)", detail, re.S)
+        stderr = result.stderr or (m.group(2) if m else "")
         step, command, code = (
             "setup_command",
             base.get("setup_command"),
@@ -72,7 +73,7 @@ def failure(result: TaskResult, run: str, base: dict[str, Any]) -> dict[str, Any
     return {
         "run": run, "step": step, "command": command, "exit_code": code,
         "verdict": str(result.verdict), "detail": detail[:1000],
-        "stdout": _tail(result.stdout), "stderr": _tail(result.stderr),
+        "stdout": _tail(result.stdout), "stderr": _tail(stderr),
     }  # fmt: skip
 
 
