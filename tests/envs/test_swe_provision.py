@@ -246,6 +246,7 @@ def test_failing_or_refused_install_is_a_masked_provision_failure_with_its_log(
     assert row["status"] == "provision_failed", row
     assert "conda install -y cdms2" in row["provision_failed"], row
     assert "published on conda only" in row["provision_failed"], row
+    assert row["failure"]["step"] == "translation", row
 
 
 def test_pro_fixture_validates_in_its_provisioned_environment(sandbox_url):
@@ -320,3 +321,29 @@ def test_compiled_editable_install_is_built_in_place_with_the_host_compiler(sand
     assert f["exit_code"] == 1, f
     assert "error" in f["stderr"], f
     assert len(f["stderr"].encode()) <= 4096
+
+
+def test_agent_session_runs_the_repository_stage_and_masks_its_failure(sandbox_url, tmp_path, arun):
+    """The agent's session builds the extension in place before the first turn; a build that
+    fails is a masked provision failure carrying gcc's message, not a crashed rollout."""
+    repo = "acme/cext"
+    good = _spec(tmp_path, "cext", ["python -m pip install --no-build-isolation -e ."], repo)
+    env = SweAgentEnvironment(sandbox_url, spec_files=[good], tools=["bash", "submit"])
+    call = '<tool_call>{"name": "bash", "arguments": {"command": "python3 -c \'import fastc; print(fastc.mul(6, 7))\'"}}</tool_call>'  # fmt: skip
+
+    async def probe(e, task):
+        state = await e.reset(task)
+        try:
+            return await e.step(state, call)
+        finally:
+            await e.close(state)
+
+    step = arun(env, probe(env, _cext_record(repo)))
+    assert "42" in step.observation, step.observation
+    broken_repo = "acme/cext-broken"
+    bad = _spec(tmp_path, "broken", ["python setup.py develop"], broken_repo)
+    env = SweAgentEnvironment(sandbox_url, spec_files=[bad], tools=["bash", "submit"])
+    step = arun(env, probe(env, _cext_record(broken_repo, FASTC.replace("a * b", "a * b +"))))
+    assert step.infra_error, step.metadata
+    assert "setup_command failed (exit 1)" in step.metadata["provision_failed"], step.metadata
+    assert "error" in step.metadata["provision_log"], step.metadata

@@ -107,9 +107,11 @@ async def validate_one(
     try:
         prov = environment_for(setup, network=network, files=repo_files(task))
         setup_cmd = task_setup_command(prov, task)
-    except ProvisionRefused as e:
+    except ProvisionRefused as e:  # nothing ran: the refused step is the failure
+        refused = {"run": "none", "step": "translation", "command": str(e)[:2000],
+                   "exit_code": None, "stdout": "", "stderr": ""}  # fmt: skip
         return {**row, "status": "provision_failed", "provision_failed": str(e),
-                "provision_log": "", "reason": f"provision_failed: {e}"}  # fmt: skip
+                "provision_log": "", "reason": f"provision_failed: {e}", "failure": refused}  # fmt: skip
     if prov.notes:
         row["provision_notes"] = prov.notes
     base = {
