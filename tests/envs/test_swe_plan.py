@@ -190,3 +190,15 @@ def test_every_python_spec_of_swebench_translates():
             setup_plan(_setup(repo, version))
             n += 1
     assert n >= 193
+
+
+def test_editable_installs_put_src_and_lib_layouts_on_the_path():
+    """flask keeps its package in src/, matplotlib in lib/: an editable install puts them on the
+    path, and so does the plan (a real flask instance failed 'No module named flask' without)."""
+    files = TarFiles(_tar({"requirements/dev.txt": "pytest\n"}))
+    prov = environment_for(_setup("pallets/flask", "2.3"), files=files)
+    assert prov.spec is not None
+    assert prov.spec.env["PYTHONPATH"] == "/workspace/src:/workspace/lib:/opt/env/site"
+    assert prov.spec.env["DOCKYARD_ENV_SITE"] == prov.spec.env["PYTHONPATH"]  # python -I
+    img = layered_image(_setup("pallets/flask", "2.3"), files)
+    assert {"env": {"PYTHONPATH": "/testbed/src:/testbed/lib"}} in img["stages"][0]["steps"]

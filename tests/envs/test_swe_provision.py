@@ -331,19 +331,59 @@ def test_agent_session_runs_the_repository_stage_and_masks_its_failure(sandbox_u
     env = SweAgentEnvironment(sandbox_url, spec_files=[good], tools=["bash", "submit"])
     call = '<tool_call>{"name": "bash", "arguments": {"command": "python3 -c \'import fastc; print(fastc.mul(6, 7))\'"}}</tool_call>'  # fmt: skip
 
-    async def probe(e, task):
+    fix = "<tool_call>" + json.dumps({"name": "bash", "arguments": {"command": "sed -i 's/mul(x, 3)/mul(x, 2)/' calc.py"}}) + "</tool_call>"  # fmt: skip
+    submit = '<tool_call>{"name": "submit", "arguments": {}}</tool_call>'
+
+    async def probe(e, task, then=()):
         state = await e.reset(task)
         try:
-            return await e.step(state, call)
+            first = await e.step(state, call)
+            steps = [await e.step(state, t) for t in then]
+            return first, steps
         finally:
             await e.close(state)
 
-    step = arun(env, probe(env, _cext_record(repo)))
+    step, (_, end) = arun(env, probe(env, _cext_record(repo), [fix, submit]))
     assert "42" in step.observation, step.observation
+    # finish scores the workspace (the built extension with it) in a fresh sandbox
+    assert end.done, end.metadata
+    assert end.rewards[TESTS] == 1.0, end.metadata
     broken_repo = "acme/cext-broken"
     bad = _spec(tmp_path, "broken", ["python setup.py develop"], broken_repo)
     env = SweAgentEnvironment(sandbox_url, spec_files=[bad], tools=["bash", "submit"])
-    step = arun(env, probe(env, _cext_record(broken_repo, FASTC.replace("a * b", "a * b +"))))
+    step, _ = arun(env, probe(env, _cext_record(broken_repo, FASTC.replace("a * b", "a * b +"))))
     assert step.infra_error, step.metadata
     assert "setup_command failed (exit 1)" in step.metadata["provision_failed"], step.metadata
     assert "error" in step.metadata["provision_log"], step.metadata
+
+
+def test_src_layout_repository_imports_after_an_editable_install(sandbox_url, tmp_path):
+    """A src-layout repository (flask's): ``pip install -e .`` puts ``src/`` on the path, in
+    the test runner too (a real flask instance failed 'No module named flask' without it)."""
+    repo = "acme/srclayout"
+    rec = _record("double", repo=repo)
+    good, bad = BUGS["double"]
+    buggy = GOOD.replace(good, bad)
+    files = {"src/calc.py": buggy.encode(), "tests/test_calc.py": BASE_TEST.encode()}
+    rec["repo_tarball"] = base64.b64encode(tarball(files)).decode()
+    rec["patch"] = unified_diff("src/calc.py", buggy, GOOD)
+    (row,) = _validate(sandbox_url, [rec], _spec(tmp_path, "src", INSTALL, repo))
+    assert row["valid"], row
+
+
+def test_the_environments_packages_come_before_the_services_own(sandbox_url, tmp_path):
+    """A spec's pinned package wins over the same package of the sandbox service's installation
+    in the test runner (flask 2.3's Werkzeug 2.3.7 was shadowed by the service's Werkzeug 3)."""
+    repo = "acme/pins"
+    files = {"calc.py": b"import idna\n", "tests/test_calc.py": b"import calc\n\n\ndef test_mul():\n    assert calc.idna.PINNED\n"}  # fmt: skip
+    rec = {
+        **_record("double", repo=repo),
+        "repo_tarball": base64.b64encode(tarball(files)).decode(),
+        "patch": "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1,2 @@\n import idna\n+X = 1\n",
+        "test_patch": "",
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_mul"],
+        "PASS_TO_PASS": [],
+    }  # fmt: skip
+    pin = "mkdir -p /opt/env/site/idna && echo PINNED = True > /opt/env/site/idna/__init__.py"
+    (row,) = _validate(sandbox_url, [rec], _spec(tmp_path, "pins", [pin], repo))
+    assert row["gold"]["resolved"], row  # the environment's idna, not the service's

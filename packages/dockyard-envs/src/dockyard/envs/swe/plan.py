@@ -28,6 +28,8 @@ images, and writes it as a :class:`SwePlan` in two stages:
   ``{"build_requires": true}``           a compiled install: the repository's
                                          ``[build-system] requires`` (pyproject.toml)
   ``{"locale": [name, ...]}``            ``locale-gen`` and its ``/etc/locale.gen`` edits
+  ``{"repo_path": ["src", "lib"]}``      an editable install: the repository's ``src/`` /
+                                         ``lib/`` on the path (as its ``.pth`` would be)
   =====================================  ======================================================
 
 * **repository** (per instance, run in the repository at its base commit before the patch;
@@ -75,6 +77,9 @@ from dockyard.envs.swe.tables import (
 )  # fmt: skip
 
 BUILD_EXT = "[ ! -f setup.py ] || python setup.py build_ext --inplace"
+LAYOUT_DIRS = ("src", "lib")
+"""Where src-layout / lib-layout repositories keep their packages: an editable install puts
+them on the path; so does the environment (``{"repo_path": [...]}``), beside the root."""
 """The repository stage of a compiled editable install (the host's compilers)."""
 
 _REQS_PATHS_FALLBACK = ["requirements.txt"]
@@ -229,6 +234,8 @@ class _Planner:
             self.other(c, text, source)
 
     def repo_install(self, c: Command, source: str) -> None:
+        if not any(s.op == "repo_path" for s in self.plan.environment):
+            self.env("repo_path", list(LAYOUT_DIRS), source)
         if c.args:
             self.env("repo_deps", {"extras": c.args, "prepare": list(self.prepare)}, source)
         if c.kind == "compiled" and not any(r.value == BUILD_EXT for r in self.plan.repository):

@@ -25,6 +25,7 @@ step                    ``image_spec`` (layered)            ``envspec_fields`` (
 ``repo_deps``           ``COPY`` the tree + ``RUN``         ``files`` (the tree) + ``run``
 ``locale``              ``RUN`` locale-gen of the names     ``LANG`` / ``LC_ALL`` = C.UTF-8
                                                             (same encoding; noted)
+``repo_path``           ``ENV PYTHONPATH=/testbed/src:…``   ``PYTHONPATH=/workspace/src:…``
 repository stage        the task's ``setup_command``        the task's ``setup_command``
 ======================  =================================  ====================================
 """
@@ -45,10 +46,12 @@ from dockyard.envs.swe.commands import StepRefused, naming
 from dockyard.envs.swe.plan import Step, SwePlan, conda_to_pip
 from dockyard.envs.swe.repofiles import RepoFiles
 from dockyard.envs.swe.tables import debian_name
+from dockyard.sandbox.envspec import ENV_MOUNT
 
 _EXCLUDED = ("-e .", "#", ".[test")
 _REQ_DIR = "/opt/dockyard-swe"  # where the layered image keeps copied requirement files
 _LOCALE_VARS = ("LANG", "LC_ALL", "LANGUAGE")
+WORKSPACE = "/workspace"  # where the repository is in every jail of the system route
 
 
 def _need(files: RepoFiles | None, step: Step) -> RepoFiles:
@@ -208,6 +211,10 @@ def envspec_fields(plan: SwePlan, steps: list[Step]) -> dict[str, Any]:
             runs.append({"run": _repo_deps_run(s.value).replace("python -m pip", "pip")})
         elif s.op == "run":
             runs.append({"run": s.value})
+        elif s.op == "repo_path":
+            dirs = [f"{WORKSPACE}/{d}" for d in s.value]
+            env["PYTHONPATH"] = ":".join([*dirs, f"{ENV_MOUNT}/site"])
+            env["DOCKYARD_ENV_SITE"] = env["PYTHONPATH"]  # the sandbox's test runner (python -I)
         elif s.op == "locale":
             notes.append(f"{s.source}: locales {s.value} -> C.UTF-8 (the system route)")
     for k in _LOCALE_VARS:
@@ -240,6 +247,8 @@ def image_spec(plan: SwePlan, steps: list[Step]) -> dict[str, Any]:
             out.append({"run": _repo_deps_run(s.value)})
         elif s.op == "run":
             out.append({"run": s.value})
+        elif s.op == "repo_path":
+            out.append({"env": {"PYTHONPATH": ":".join(f"/testbed/{d}" for d in s.value)}})
         elif s.op == "locale":
             gen = " && ".join(f"locale-gen {shlex.quote(n)}" for n in s.value)
             out.append({"run": f"apt-get update && apt-get install -y locales && {gen}"})
