@@ -9,7 +9,12 @@ base; ``patch`` fixes it, ``test_patch`` adds the test that finds it (``fail_to_
 tests are ``pass_to_pass``. The fields are SWE-bench Pro's public layout
 (``ScaleAI/SWE-bench_Pro``: lower-case ``fail_to_pass`` / ``pass_to_pass`` as Python-literal
 strings, ``requirements``, ``interface``, ``repo_language``, ...), plus ``repo_tarball`` (base64
-``.tar.gz`` of the base tree: where the sandbox finds the repository, offline). Deterministic.
+``.tar.gz`` of the base tree: where the sandbox finds the repository, offline), and Pro's
+environment fields written in its published shape (not copied): ``base_dockerfile`` (``FROM
+python:3.11-slim``, ``git clone`` of the repository, ``git checkout`` of its commit),
+``instance_dockerfile`` (``FROM base_...``, ``ENV``, a heredoc script that resets the repository)
+and ``before_repo_set_cmd`` (reset to the base, then ``git checkout <fix> -- <test file>``: the
+held-out test, which ``test_patch`` carries). Deterministic.
 """
 
 from __future__ import annotations
@@ -75,6 +80,41 @@ def test_file(names: list[str]) -> str:
     return HEADER + "".join("\n\n" + TESTS[n] for n in names)
 
 
+BASE_DOCKERFILE = """FROM python:3.11-slim
+
+# the repository is always at /app
+RUN mkdir /app
+WORKDIR /app
+
+RUN apt-get update && apt-get install -y \\
+    git \\
+    && rm -rf /var/lib/apt/lists/*
+
+RUN git clone https://github.com/dockyard-examples/tinycalc.git .
+RUN git checkout {base}
+
+ENTRYPOINT ["/bin/bash"]
+"""
+INSTANCE_DOCKERFILE = """FROM base_dockyard-examples__tinycalc___{base}
+
+ENV PYTEST_ADDOPTS="--tb=short -v"
+
+RUN cat <<'EOFPREP' > /preprocess.sh
+#!/bin/bash
+cd /app
+git reset --hard {base}
+git clean -fdx
+git checkout {base}
+cd /
+EOFPREP
+RUN chmod +x /preprocess.sh
+RUN /preprocess.sh
+"""
+BEFORE_REPO_SET = (
+    "git reset --hard {base}\ngit clean -fd \ngit checkout {base} \ngit checkout {fix} -- {tests}"
+)
+
+
 def instance(name: str) -> dict:
     good, bad, issue = BUGS[name]
     buggy = GOOD.replace(good, bad)
@@ -82,10 +122,12 @@ def instance(name: str) -> dict:
     base_tests = test_file(others)
     files = {"tinycalc.py": buggy.encode(), TEST_FILE: base_tests.encode()}
     tar = tarball(files)
+    base = hashlib.sha1(tar).hexdigest()
+    fix = hashlib.sha1(tar + GOOD.encode()).hexdigest()
     return {
         "instance_id": f"dockyard-examples__tinycalc-{name}",
         "repo": REPO,
-        "base_commit": hashlib.sha1(tar).hexdigest(),
+        "base_commit": base,
         "patch": unified_diff("tinycalc.py", buggy, GOOD),
         "test_patch": unified_diff(TEST_FILE, base_tests, test_file([*others, name])),
         "problem_statement": f"{name}() is wrong\n\n{issue}",
@@ -97,6 +139,9 @@ def instance(name: str) -> dict:
         "fail_to_pass": repr([f"{TEST_FILE}::test_{name}"]),
         "pass_to_pass": repr([f"{TEST_FILE}::test_{n}" for n in others]),
         "selected_test_files_to_run": repr([TEST_FILE]),
+        "before_repo_set_cmd": BEFORE_REPO_SET.format(base=base, fix=fix, tests=TEST_FILE),
+        "base_dockerfile": BASE_DOCKERFILE.format(base=base),
+        "instance_dockerfile": INSTANCE_DOCKERFILE.format(base=base),
         "repo_tarball": base64.b64encode(tar).decode(),
     }
 

@@ -249,9 +249,12 @@ def _jail(
         zygote=run.ctx.zygote if report else None,
     )
     if run.env is not None:  # the prefix read-only at /opt/env; the runner adds its site dir
+        if (run.env.prefix / "site" / "pytest").is_dir():
+            spec.zygote = None  # the environment pins its own pytest: not the zygote's, preloaded
         env_ro, spec.binds = run.env.binds(run.ws)
         spec.ro_binds = [*env_ro, *spec.ro_binds]
-        spec.env = {**run.env.jail_env(), "DOCKYARD_ENV_SITE": f"{ENV_MOUNT}/site"}
+        # (an environment may name more import dirs, e.g. a src-layout repository's: its env)
+        spec.env = {"DOCKYARD_ENV_SITE": f"{ENV_MOUNT}/site", **run.env.jail_env()}
     return jail_run(spec, run.ctx.probe, run.cancel)
 
 

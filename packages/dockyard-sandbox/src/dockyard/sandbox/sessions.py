@@ -57,7 +57,7 @@ from dockyard.sandbox.paths import (
     read_file,
     remove,
 )
-from dockyard.sandbox.provision import Provisioned, Provisioner
+from dockyard.sandbox.provision import Provisioned, Provisioner, ProvisionFailed
 from dockyard.sandbox.scriptverify import run_script
 from dockyard.sandbox.toolchain import WORKSPACE
 from dockyard.sandbox.trees import TreeTooLarge, walk
@@ -184,9 +184,9 @@ class SessionManager:
             s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base, env=env)
             if spec.setup_command:
                 r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
-                if r.exit_code != 0:
-                    raise RuntimeError(
-                        f"setup_command failed (exit {r.exit_code}): {r.stderr[-2000:]}"
+                if r.exit_code != 0:  # the task's trusted setup, not the service: a 422 + log
+                    raise ProvisionFailed(
+                        f"setup_command failed (exit {r.exit_code})", r.stdout + r.stderr
                     )
         except BaseException:
             if ws is not None:

@@ -42,10 +42,11 @@ import httpx
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.envs.rewards import RewardConfig, approx_token_count, infra_failure
 from dockyard.envs.swe.agent_tools import TOOL_NAMES, build_agent_tools
-from dockyard.envs.swe.env import cached_instance, repo_spec, task_environment
+from dockyard.envs.swe.env import cached_instance, repo_spec, task_provisioning, task_setup_command
 from dockyard.envs.swe.evaluation import evaluation_fields
 from dockyard.envs.swe.instance import Instance
 from dockyard.envs.swe.logverdict import judge_log
+from dockyard.envs.swe.pro import prompt_sections
 from dockyard.envs.swe.provision import ProvisionRefused
 from dockyard.envs.swe.records import SweInstance, from_record
 from dockyard.envs.swe.specs import EnvSetup, resolve_setup
@@ -135,7 +136,8 @@ class SweAgentEnvironment(TerminalEnvironment):
         user = (
             f"Repository: {task['repo']} (checked out at the workspace root)\n\n"
             f"<issue>\n{task['problem_statement'].strip()}\n</issue>\n\n"
-            "Make the changes to the non-test files that resolve the issue, then call submit."
+            + (f"{pro}\n\n" if (pro := prompt_sections(task)) else "")
+            + "Make the changes to the non-test files that resolve the issue, then call submit."
         )
         return [
             {"role": "system", "content": self.tools.system_prompt(self.system_prompt)},
@@ -153,13 +155,15 @@ class SweAgentEnvironment(TerminalEnvironment):
             return {**self.new_state(task), "infra_error": f"instance: {e}", "tool_errors": 0}
         state = {**self.new_state(task), "tool_errors": 0}
         try:
-            env = task_environment(task, self.spec_files, self.provision_network)
+            prov = task_provisioning(task, self.spec_files, self.provision_network)
+            setup = task_setup_command(prov, task)
         except ProvisionRefused as e:
             return self._provision_failed(state, {"provision_failed": str(e), "log": ""})
         client = self.pool.client()
         try:
             spec = SessionCreate(
-                repo=RepoSpec.model_validate(self.session_repo(task)), environment=env, limits=self.limits,
+                repo=RepoSpec.model_validate(self.session_repo(task)), limits=self.limits,
+                environment=None if prov is None else prov.spec, setup_command=setup,
                 ttl_s=self.session_ttl_s,
             )  # fmt: skip
             state["session_id"] = await client.create_session(spec)

@@ -13,12 +13,17 @@
 from __future__ import annotations
 
 import json
+import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dockyard.envs.swe.commands import StepRefused
 from dockyard.envs.swe.instance import validate_manifest
+from dockyard.envs.swe.pro import check_pro
 from dockyard.envs.swe.records import SweInstance, from_record, jsonl_rows, load_instances
+
+log = logging.getLogger(__name__)
 
 
 def shipped_task_files() -> list[Path]:
@@ -43,13 +48,17 @@ def swe_dataset(split: str) -> list[dict[str, Any]]:
     return load_shipped_tasks()
 
 
-def load_swebench_jsonl(path: str | Path) -> list[dict[str, Any]]:
+def load_swebench_jsonl(path: str | Path, skip_refused: bool = False) -> list[dict[str, Any]]:
     """Read SWE-bench / SWE-bench Pro records (``.jsonl``, ``.json`` or ``.parquet``; see
     :mod:`dockyard.envs.swe.records`) or dockyard manifests, as task dicts.
 
+    A SWE-bench Pro instance whose Dockerfiles, ``before_repo_set_cmd`` or selected test files
+    cannot run here (:func:`dockyard.envs.swe.pro.check_pro`) is refused now, naming the line:
+    an error, or with ``skip_refused`` left out with a warning.
+
     Raises:
-        ValueError: naming the file, line and the missing or ill-typed field, or a record that
-        does not say where the sandbox finds its repository.
+        ValueError: naming the file, line and the missing or ill-typed field, a record that
+        does not say where the sandbox finds its repository, or a refused Pro instance.
     """
     path = Path(path)
     out: list[dict[str, Any]] = []
@@ -64,6 +73,14 @@ def load_swebench_jsonl(path: str | Path) -> list[dict[str, Any]]:
     else:
         found = [(str(path), inst) for inst in load_instances(path)]
     for where, inst in found:
+        if inst.flavor == "swebench_pro":
+            try:
+                check_pro(inst)
+            except StepRefused as e:
+                if not skip_refused:
+                    raise ValueError(f"{where}: refused: {e}") from e
+                log.warning("%s: refused: %s", where, e)
+                continue
         if not any(k in inst.extra for k in ("repo_path", "repo_git", "repo_tarball")):
             raise ValueError(
                 f"{where}: {inst.instance_id}: say where the sandbox finds {inst.repo!r}: add "

@@ -30,8 +30,15 @@ from dockyard.envs.rewards import FORMAT, TESTS, RewardConfig, approx_token_coun
 from dockyard.envs.sandboxed import SandboxPool, verdict_to_step
 from dockyard.envs.swe.instance import Instance, materialize
 from dockyard.envs.swe.patch import extract_patch
-from dockyard.envs.swe.provision import ProvisionRefused, environment_for, provision_failure
+from dockyard.envs.swe.pro import before_repo_set, prompt_sections
+from dockyard.envs.swe.provision import (
+    Provisioning,
+    ProvisionRefused,
+    environment_for,
+    provision_failure,
+)  # fmt: skip
 from dockyard.envs.swe.records import from_record
+from dockyard.envs.swe.repofiles import repo_files
 from dockyard.envs.swe.specs import resolve_setup
 from dockyard.sandbox.envspec import EnvSpec
 from dockyard.sandbox.models import Limits, RepoSpec, Task
@@ -76,18 +83,19 @@ def repo_spec(task: dict[str, Any], inst: Instance | None) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if v}
 
 
-def task_environment(
+def task_provisioning(
     task: dict[str, Any], spec_files: Sequence[str] = (), network: bool = False
-) -> EnvSpec | None:
-    """The provisioned environment of ``task``'s (repo, version) (None: none needed, or no spec
-    knows the repository). Raises :class:`ProvisionRefused` naming the step that cannot run.
-    Resolved once per (repo, version, spec files) in a process."""
+) -> Provisioning | None:
+    """The provisioning of ``task``'s (repo, version) (None: no spec knows the repository):
+    its environment and repository stage. Raises :class:`ProvisionRefused` naming the step
+    that cannot run. Resolved once per (repo, version, spec files) in a process; the
+    repository's files (requirements at environment_setup_commit) come from the first task."""
     rec = from_record({"patch": "", "test_patch": "", **task}, str(task.get("instance_id")))
     key = (rec.repo, rec.version, rec.flavor, tuple(spec_files), network)
     if key not in _ENVS:
         try:
             setup = resolve_setup(rec, spec_files)
-            _ENVS[key] = environment_for(setup, network=network).spec
+            _ENVS[key] = environment_for(setup, network=network, files=repo_files(task))
         except LookupError:
             _ENVS[key] = None
         except ProvisionRefused as e:
@@ -98,7 +106,28 @@ def task_environment(
     return found
 
 
-_ENVS: dict[tuple[Any, ...], EnvSpec | ProvisionRefused | None] = {}
+def task_environment(
+    task: dict[str, Any], spec_files: Sequence[str] = (), network: bool = False
+) -> EnvSpec | None:
+    """The provisioned environment of ``task`` (:func:`task_provisioning`'s spec)."""
+    prov = task_provisioning(task, spec_files, network)
+    return None if prov is None else prov.spec
+
+
+def task_setup_command(prov: Provisioning | None, task: dict[str, Any]) -> str | None:
+    """What runs in the task's repository before the patch: the plan's repository stage,
+    then SWE-bench Pro's remaining ``before_repo_set_cmd`` lines (:mod:`~dockyard.envs.swe.pro`).
+    Raises :class:`ProvisionRefused` for a before_repo_set_cmd line it cannot honour."""
+    parts = [prov.setup_command] if prov is not None and prov.setup_command else []
+    rec = from_record({"patch": "", "test_patch": "", **task}, str(task.get("instance_id")))
+    if rec.flavor == "swebench_pro":
+        parts += before_repo_set(rec)
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    return " && ".join(f"( {p} )" for p in parts)
+
+
+_ENVS: dict[tuple[Any, ...], Provisioning | ProvisionRefused | None] = {}
 
 
 class SweEnvironment(BaseEnvironment):
@@ -155,6 +184,8 @@ class SweEnvironment(BaseEnvironment):
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         parts = [f"Repository: {task['repo']}\n\nIssue:\n{task['problem_statement']}"]
+        if pro := prompt_sections(task):
+            parts.append(pro)
         inst = self.instance(task)
         if self.context == "oracle" and inst is not None:
             src = inst.files[inst.source_file].decode("utf-8")
@@ -172,7 +203,9 @@ class SweEnvironment(BaseEnvironment):
             "pass_to_pass": list(task["PASS_TO_PASS"]),
         }
         meta = {"instance_id": str(task["instance_id"])}
-        env = task_environment(task, self.spec_files, self.provision_network)
+        prov = task_provisioning(task, self.spec_files, self.provision_network)
+        env = None if prov is None else prov.spec
+        setup = task_setup_command(prov, task)
         if inst is not None:
             return Task(
                 repo=RepoSpec(tarball=inst.tarball_b64()),
@@ -182,6 +215,7 @@ class SweEnvironment(BaseEnvironment):
                 timeout_s=self.timeout_s,
                 limits=self.limits,
                 environment=env,
+                setup_command=setup,
                 metadata=meta,
             )
         return Task(
@@ -192,6 +226,7 @@ class SweEnvironment(BaseEnvironment):
             timeout_s=self.timeout_s,
             limits=self.limits,
             environment=env,
+            setup_command=setup,
             metadata=meta,
         )
 

@@ -23,10 +23,14 @@ _FINAL = (Verdict.infra_error, Verdict.patch_rejected, Verdict.timeout, Verdict.
 
 
 def test_command(setup: EnvSetup, task: dict[str, Any]) -> str:
-    """The setup's test command followed by the test files of the held-out ids (SWE-bench runs
-    the files its test patch touches; the ids' files are those for Python repositories)."""
+    """The setup's test command followed by the test files to run: SWE-bench Pro's
+    ``selected_test_files_to_run`` where the instance has it (what Pro's run script runs),
+    else the files SWE-bench's test patch touches, else the files of the held-out ids."""
     files = sorted({t.split("::", 1)[0] for t in [*task["FAIL_TO_PASS"], *task["PASS_TO_PASS"]]})
-    if setup.source == "swebench":
+    selected = task.get("selected_test_files_to_run")
+    if isinstance(selected, list) and selected:
+        files = [str(f) for f in selected]
+    elif setup.source == "swebench":
         try:
             from swebench.harness.test_spec.python import get_test_directives
 

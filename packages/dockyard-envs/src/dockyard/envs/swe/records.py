@@ -145,6 +145,9 @@ def from_record(rec: dict[str, Any], where: str = "record") -> SweInstance:
     if not isinstance(rec, dict):
         raise InstanceError(f"{where}: an instance must be an object, got {type(rec).__name__}")
     pro = "fail_to_pass" in rec and "FAIL_TO_PASS" not in rec
+    if rec.get("flavor") == "swebench_pro" and "FAIL_TO_PASS" in rec:  # a Pro task dict (to_task)
+        rec = {**rec, "fail_to_pass": rec["FAIL_TO_PASS"], "pass_to_pass": rec.get("PASS_TO_PASS", [])}  # fmt: skip
+        pro = True
     names = PRO_FIELDS if pro else SWEBENCH_FIELDS
     optional = () if pro else SWEBENCH_OPTIONAL
     missing = [k for k in names if k not in rec and k not in optional]
@@ -173,7 +176,7 @@ def from_record(rec: dict[str, Any], where: str = "record") -> SweInstance:
         for key in PRO_OPTIONAL:
             if key in rec and rec[key] is not None:
                 inst.pro[key] = _test_list(rec, key, where) if key in _LIST_FIELDS else rec[key]
-    known = {*names, *SWEBENCH_FIELDS, *PRO_OPTIONAL}
+    known = {*names, *SWEBENCH_FIELDS, *PRO_OPTIONAL, "flavor", "pro", "extra"}
     inst.extra = {k: v for k, v in rec.items() if k not in known}
     return inst
 

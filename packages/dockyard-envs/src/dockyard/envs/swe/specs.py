@@ -24,11 +24,12 @@ Where it comes from, first match wins (:func:`resolve_setup`):
 
    The shipped synthetic tasks are expressed in it (``swe/specs/shipped.yaml``).
 
-**Provisioning.** A setup with ``packages`` / ``pre_install`` / ``install`` steps is built into
-a sandbox environment once per (repo, version), cached and mounted read-only by every task and
-session of it (:mod:`dockyard.envs.swe.provision`, which also lists what maps and what is
-refused). Its steps run in an *empty* build tree (the environment holds no repository): ``pip``
-installs go to its prefix, on the path of every test run.
+**Provisioning.** A setup is translated into a build plan (:mod:`dockyard.envs.swe.plan`: a
+``python:<release>`` base, environment steps, repository steps) and built into a sandbox
+environment once per (repo, version), cached and mounted read-only by every task and session of
+it (:mod:`dockyard.envs.swe.provision`); the repository steps run in each task's copy of the
+repository before the patch. SWE-bench's ``packages`` string is read with shell rules
+(:func:`shell_words`) into ``conda_packages``; ``pip_packages`` become ``packages``.
 
 **Where the verdict comes from.** ``log_parser: pytest_report`` (and any SWE-bench spec whose
 ``test_cmd`` is pytest) means the sandbox's own pytest runner runs the ``FAIL_TO_PASS`` /
@@ -68,9 +69,13 @@ class EnvSetup:
     python: str | None = None
     pre_install: list[str] = field(default_factory=list)
     install: list[str] = field(default_factory=list)
-    packages: list[str] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)  # pip requirements (``pip_packages``)
     source: str = "dockyard"  # "swebench" or the spec file it came from
     requirements_file: str = ""  # SWE-bench's ``packages: requirements.txt|environment.yml``
+    conda_packages: list[str] = field(default_factory=list)  # SWE-bench's ``packages: "a 'b<2'"``
+    eval_commands: list[str] = field(default_factory=list)  # run before the tests (``export``...)
+    other: dict[str, Any] = field(default_factory=dict)  # keys of other languages' specs
+    language: str = "py"  # SWE-bench's MAP_REPO_TO_EXT: py, js, go, java, rs, php, rb, c
 
     @property
     def uses_our_runner(self) -> bool:
@@ -91,6 +96,19 @@ def _words(cmd: str) -> list[str]:
     while words and "=" in words[0] and not words[0].startswith("-"):
         words = words[1:]  # leading VAR=value assignments
     return words
+
+
+def shell_words(text: str, what: str) -> list[str]:
+    """``text`` split with POSIX shell rules (``'numpy==1.19.2' pytest`` -> two words, no
+    quotes). Raises ValueError naming ``what`` for text a shell could not parse."""
+    try:
+        return shlex.split(text, comments=False, posix=True)
+    except ValueError as e:
+        raise ValueError(f"{what}: {text[:120]!r} is not shell words ({e})") from e
+
+
+_OTHER_KEYS = ("build", "apt-pkgs", "docker_specs", "pre_test", "execute_test_as_nonroot")
+"""Keys of SWE-bench's specs that only its other languages' images (node, go, java, ...) read."""
 
 
 def _as_list(v: Any, what: str) -> list[str]:
@@ -114,6 +132,14 @@ def _swebench_maps() -> tuple[dict[str, Any], dict[str, Any]]:
     return MAP_REPO_VERSION_TO_SPECS, MAP_REPO_TO_PARSER
 
 
+def _language(repo: str) -> str:
+    try:
+        from swebench.harness.constants import MAP_REPO_TO_EXT
+    except ImportError:  # an older swebench: Python only
+        return "py"
+    return str(MAP_REPO_TO_EXT.get(repo, "py"))
+
+
 def swebench_setup(repo: str, version: str) -> EnvSetup | None:
     """The setup SWE-bench's package specifies for ``(repo, version)``, or None if it has none.
 
@@ -122,13 +148,13 @@ def swebench_setup(repo: str, version: str) -> EnvSetup | None:
     spec = specs.get(repo, {}).get(version)
     if spec is None:
         return None
-    packages = _as_list(spec.get("pip_packages"), "pip_packages")
+    where = f"swebench {repo} {version}"
     pkgs = spec.get("packages")
-    req_file = ""
-    if isinstance(pkgs, str) and pkgs in ("requirements.txt", "environment.yml"):
-        req_file = pkgs  # the repository's own file: provisioning refuses it (provision.py)
-    elif isinstance(pkgs, str) and pkgs:
-        packages += pkgs.split()
+    req_file, conda = "", []
+    if isinstance(pkgs, str) and pkgs.strip() in ("requirements.txt", "environment.yml"):
+        req_file = pkgs.strip()  # the repository's own file, read at environment_setup_commit
+    elif pkgs is not None:
+        conda = shell_words(pkgs, f"{where} packages") if isinstance(pkgs, str) else pkgs
     parser = parsers.get(repo)
     return EnvSetup(
         repo=repo,
@@ -138,13 +164,25 @@ def swebench_setup(repo: str, version: str) -> EnvSetup | None:
         python=spec.get("python"),
         pre_install=_as_list(spec.get("pre_install"), "pre_install"),
         install=_as_list(spec.get("install"), "install"),
-        packages=packages,
+        packages=_as_list(spec.get("pip_packages"), f"{where} pip_packages"),
         source="swebench",
         requirements_file=req_file,
+        conda_packages=_as_list(conda, f"{where} packages"),
+        eval_commands=_as_list(spec.get("eval_commands"), f"{where} eval_commands"),
+        other={k: spec[k] for k in _OTHER_KEYS if spec.get(k)},
+        language=_language(repo),
     )
 
 
-_SPEC_KEYS = {"python", "pre_install", "install", "packages", "test_cmd", "log_parser"}
+_SPEC_KEYS = {
+    "python",
+    "pre_install",
+    "install",
+    "packages",
+    "test_cmd",
+    "log_parser",
+    "eval_commands",
+}
 
 
 def parse_spec_file(path: str | Path) -> dict[tuple[str, str], EnvSetup]:
@@ -190,6 +228,7 @@ def parse_spec_file(path: str | Path) -> dict[tuple[str, str], EnvSetup]:
                 pre_install=_as_list(spec.get("pre_install"), f"{where}: pre_install"),
                 install=_as_list(spec.get("install"), f"{where}: install"),
                 packages=_as_list(spec.get("packages"), f"{where}: packages"),
+                eval_commands=_as_list(spec.get("eval_commands"), f"{where}: eval_commands"),
                 source=str(path),
             )
     return out

@@ -14,22 +14,67 @@ read-only by both runs and by every other instance of it). An environment that c
 provisioned is a row with ``status: "provision_failed"``, ``provision_failed`` (the reason: a
 refused step, or the failed build step) and ``provision_log`` (the build's log); it is never
 scored.
+
+Every row that is not valid carries ``failure`` — the run that went wrong (``gold``, or
+``empty`` when the empty patch resolved it), its ``step`` (``provision``, ``setup_command``,
+``tests``), the ``command`` that step ran, its ``exit_code`` and the last
+:data:`TAIL_BYTES` of its ``stdout`` / ``stderr`` — and so does its entry in ``invalid``.
+SWE-bench Pro instances that cannot run here (:func:`~dockyard.envs.swe.pro.check_pro`) are
+rows with ``status: "refused"`` and the line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dockyard.envs.swe.env import repo_spec
+from dockyard.envs.swe.commands import StepRefused
+from dockyard.envs.swe.env import repo_spec, task_setup_command
 from dockyard.envs.swe.evaluation import evaluation_fields
 from dockyard.envs.swe.instance import materialize
 from dockyard.envs.swe.logverdict import judge_log
+from dockyard.envs.swe.pro import check_pro
 from dockyard.envs.swe.provision import ProvisionRefused, environment_for, provision_failure
 from dockyard.envs.swe.records import from_record
+from dockyard.envs.swe.repofiles import repo_files
 from dockyard.envs.swe.specs import resolve_setup
 from dockyard.sandbox.models import Limits, RepoSpec, Task, TaskResult
+
+TAIL_BYTES = 4096
+
+
+def _tail(text: str) -> str:
+    data = text.encode("utf-8", "replace")
+    return data[-TAIL_BYTES:].decode("utf-8", "replace")
+
+
+def failure(result: TaskResult, run: str, base: dict[str, Any]) -> dict[str, Any]:
+    """Where ``result`` (the ``run`` patch's) went wrong: the step, its command, exit code and
+    the tails of its output (module docstring)."""
+    detail, stderr = result.detail or "", result.stderr
+    step, command, code = "tests", base.get("test_command"), result.exit_code
+    if command is None and base.get("tests") is not None:
+        t = base["tests"]
+        command = f"pytest runner: {len(t.fail_to_pass) + len(t.pass_to_pass)} ids"
+    if detail.startswith("provision_failed"):
+        step, command, code = "provision", "environment build", None
+        m = re.search(r"exit(?:ed)?(?: code)? (-?\d+)", detail)
+        code = int(m.group(1)) if m else None
+    elif "setup_command failed" in detail:
+        m = re.search(r"exit (-?\d+)\): ?(.*)", detail, re.S)
+        stderr = result.stderr or (m.group(2) if m else "")
+        step, command, code = (
+            "setup_command",
+            base.get("setup_command"),
+            int(m.group(1)) if m else None,
+        )
+    return {
+        "run": run, "step": step, "command": command, "exit_code": code,
+        "verdict": str(result.verdict), "detail": detail[:1000],
+        "stdout": _tail(result.stdout), "stderr": _tail(stderr),
+    }  # fmt: skip
 
 
 def _failing(result: TaskResult, ids: list[str]) -> list[str]:
@@ -45,8 +90,12 @@ async def validate_one(
     row: dict[str, Any] = {"instance_id": iid, "repo": task.get("repo"), "valid": False}
     try:
         rec = from_record({"patch": "", "test_patch": "", **task}, iid)
+        if rec.flavor == "swebench_pro":
+            check_pro(rec)
         inst = materialize(task) if "source" in task else None
         setup = resolve_setup(rec, spec_files)
+    except StepRefused as e:
+        return {**row, "status": "refused", "reason": f"refused: {e}"}
     except (ValueError, KeyError, LookupError, RuntimeError) as e:
         row["reason"] = f"setup: {e}"
         return row
@@ -56,10 +105,13 @@ async def validate_one(
         return row
     row["spec"] = setup.source
     try:
-        prov = environment_for(setup, network=network)
-    except ProvisionRefused as e:
+        prov = environment_for(setup, network=network, files=repo_files(task))
+        setup_cmd = task_setup_command(prov, task)
+    except ProvisionRefused as e:  # nothing ran: the refused step is the failure
+        refused = {"run": "none", "step": "translation", "command": str(e)[:2000],
+                   "exit_code": None, "stdout": "", "stderr": ""}  # fmt: skip
         return {**row, "status": "provision_failed", "provision_failed": str(e),
-                "provision_log": "", "reason": f"provision_failed: {e}"}  # fmt: skip
+                "provision_log": "", "reason": f"provision_failed: {e}", "failure": refused}  # fmt: skip
     if prov.notes:
         row["provision_notes"] = prov.notes
     base = {
@@ -68,6 +120,7 @@ async def validate_one(
         "limits": limits or Limits.model_validate({"memory_mb": 1024, "pids": 128}),
         **evaluation_fields(rec, inst, setup),
         "environment": prov.spec,
+        "setup_command": setup_cmd,
     }
 
     async def run(patch: str) -> TaskResult:
@@ -94,8 +147,12 @@ async def validate_one(
         ).strip()
     elif e.resolved or not _failing(e, rec.fail_to_pass):
         row["reason"] = "empty patch resolves it: FAIL_TO_PASS tests pass without a fix"
+        row["failure"] = failure(e, "empty", base)
     else:
         row["valid"], row["reason"] = True, ""
+    if not row["valid"] and "failure" not in row:
+        bad = g if (not g.resolved or str(e.verdict) != "infra_error") else e
+        row["failure"] = failure(bad, "gold" if bad is g else "empty", base)
     row.setdefault("status", "valid" if row["valid"] else "invalid")
     return row
 
@@ -135,11 +192,21 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "valid": sum(int(r["valid"]) for r in rows),
         "repos": repos,
         "provision_failed": sum(r.get("status") == "provision_failed" for r in rows),
+        "refused": sum(r.get("status") == "refused" for r in rows),
         "invalid": [
-            {"instance_id": r["instance_id"], "reason": r["reason"]} for r in rows if not r["valid"]
+            {"instance_id": r["instance_id"], "reason": r["reason"], **_short(r.get("failure"))}
+            for r in rows
+            if not r["valid"]
         ],
         "rows": rows,
     }
+
+
+def _short(f: dict[str, Any] | None) -> dict[str, Any]:
+    if not f:
+        return {}
+    keys = ("run", "step", "command", "exit_code", "stdout", "stderr")
+    return {k: f[k] for k in keys}
 
 
 def table(rep: dict[str, Any]) -> str:
@@ -151,5 +218,10 @@ def table(rep: dict[str, Any]) -> str:
     lines.append(f"{'total':<{width}}  {rep['instances']:>9}  {rep['valid']:>5}")
     if rep["invalid"]:
         lines.append("\nnot valid:")
-        lines += [f"  {r['instance_id']}: {r['reason']}" for r in rep["invalid"]]
+        for r in rep["invalid"]:
+            lines.append(f"  {r['instance_id']}: {r['reason']}")
+            if "step" in r:
+                lines.append(f"    {r['run']} {r['step']}: {r['command']} (exit {r['exit_code']})")
+                tail = (r["stderr"] or r["stdout"]).strip().splitlines()[-3:]
+                lines += [f"      | {x[:160]}" for x in tail]
     return "\n".join(lines)

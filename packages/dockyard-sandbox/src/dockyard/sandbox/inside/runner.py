@@ -232,7 +232,14 @@ def main() -> int:
     args = sys.argv[3:]
     # a provisioned environment's site dir (set by the service, read here: -I ignores PYTHONPATH;
     # here, not at import, because a zygote fork imported this module before the task existed)
-    sys.path.extend(p for p in os.environ.get("DOCKYARD_ENV_SITE", "").split(":") if p)
+    # before the toolchain's own site dirs: the environment's pinned packages (a SWE-bench spec's
+    # Werkzeug==2.3.7) win over the service's installation, as in the task's own image
+    env_site = [p for p in os.environ.get("DOCKYARD_ENV_SITE", "").split(":") if p]
+    tool = [
+        sys.path.index(p) for p in os.environ.get("DOCKYARD_SITE", "").split(":") if p in sys.path
+    ]
+    at = min(tool, default=len(sys.path))
+    sys.path[at:at] = env_site
     if mode == "pytest":
         return run_pytest(args)
     if mode == "plain":
