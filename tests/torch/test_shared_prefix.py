@@ -192,3 +192,17 @@ def test_distillation_equal_unshared(models):
     config = _config(models["qwen2"], teacher_model_name=models["qwen3"])
     loss_fn = OnPolicyDistillationLoss(DistillationLoss(topk=8))
     _compare(config, grpo_batch(n_prompts=2, group=3, seed=3), loss_fn)
+
+
+def test_one_key_turns_it_off_and_jax_says_why_not():
+    from dockyard.core.config import ConfigError, config_from_dict
+    from dockyard.torch.config import TorchPolicyConfig
+
+    assert TorchPolicyConfig.from_master(config_from_dict({})).shared_prefix  # on by default
+    off = config_from_dict({"policy": {"shared_prefix": False}})
+    assert not TorchPolicyConfig.from_master(off).shared_prefix
+    jax = {"dtensor_cfg": {"enabled": False}, "jax_cfg": {"enabled": True}}
+    config_from_dict({"policy": jax})  # null: the JAX trainer simply trains unshared
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"policy": {**jax, "shared_prefix": True}})
+    assert any("policy.shared_prefix is true, but the JAX trainer" in p for p in e.value.problems)

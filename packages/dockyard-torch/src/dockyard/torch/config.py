@@ -183,6 +183,7 @@ class TorchPolicyConfig(_Strict):
             scheduler=p.scheduler.model_copy(update={"total_steps": total}),
             sequence_packing=p.sequence_packing.model_dump(),
             dynamic_batching=p.dynamic_batching.model_dump(),
+            shared_prefix=p.shared_prefix is not False,
             fsdp={"cpu_offload": p.dtensor_cfg.cpu_offload},
             lora={
                 "enabled": p.lora.enabled,
