@@ -206,3 +206,39 @@ def test_one_key_turns_it_off_and_jax_says_why_not():
     with pytest.raises(ConfigError) as e:
         config_from_dict({"policy": {**jax, "shared_prefix": True}})
     assert any("policy.shared_prefix is true, but the JAX trainer" in p for p in e.value.problems)
+
+
+def test_tensor_parallel_over_gloo_equals_one_unshared_process(tmp_path):
+    """tp = 2 on two real processes, prefix trees on, against one process without them."""
+    import dataclasses
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dockyard.torch.testing import build_tiny_model
+
+    model = str(build_tiny_model(family="qwen3", hidden_size=128, num_heads=4, num_kv_heads=2))
+    batch = grpo_batch(n_prompts=2, group=4, seed=4)
+    fields = {k: v for k, v in dataclasses.asdict(batch).items() if isinstance(v, np.ndarray)}
+    np.savez(tmp_path / "batch.npz", **fields)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = Path(__file__).with_name("_shared_prefix_job.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           f"--master_port={port}", str(job), str(tmp_path), model]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    got = np.load(tmp_path / "result.npz")
+    assert bool(got["tree"])
+    plain = TorchPolicyWorker({**_config(model), "shared_prefix": False})
+    np.testing.assert_allclose(got["logprobs"], plain.get_logprobs(batch), rtol=0, atol=ATOL)
+    m = plain.train_step(batch, PolicyLoss(options={"kl_beta": 0.0}))
+    assert float(got["loss"]) == pytest.approx(m["loss"], rel=1e-5, abs=ATOL)
+    assert float(got["grad_norm"]) == pytest.approx(m["grad_norm"], rel=1e-4)
+    for bucket in plain.export_weights(bucket_bytes=1 << 30):
+        for name, value in bucket.items():  # 3e-5: Adam's step amplifies the reduction order
+            np.testing.assert_allclose(got[f"w/{name}"], value, rtol=0, atol=3e-5, err_msg=name)
