@@ -3,8 +3,9 @@
 GRPO-shaped batches (``--prompts`` prompts × ``--group`` samples, a ``--prompt-len``-token
 prompt shared by a group, completions of ``--completion-len`` tokens ± 25%) on a random-init
 Qwen2 (``--hidden``, ``--layers``); the same batch and weights for both layouts. Prints, per
-layout, the median train-step time over ``--steps`` steps after one warm-up, the tokens the
-forward processed, and the ratio.
+layout, the median train-step time over ``--steps`` steps after one warm-up, the batch's tokens
+and those the forwards processed (``num_tokens_forwarded``: padding included, a tree once), and
+the ratio of the step times.
 
     uv run --no-sync python bench/shared_prefix.py                    # the long-prompt shape
     uv run --no-sync python bench/shared_prefix.py --prompt-len 48 --completion-len 24
@@ -21,7 +22,6 @@ import numpy as np
 
 from dockyard.core.experience import Batch
 from dockyard.core.rl import PolicyLoss
-from dockyard.torch.prefix import tree_tokens
 from dockyard.torch.testing import build_tiny_model
 from dockyard.torch.worker import TorchPolicyWorker
 
@@ -62,9 +62,13 @@ def measure(args: argparse.Namespace, model: str, batch: Batch, shared: bool) ->
     times = []
     for _ in range(args.steps + 1):
         t0 = time.perf_counter()
-        worker.train_step(batch, loss)
+        m = worker.train_step(batch, loss)
         times.append(time.perf_counter() - t0)
-    return {"median_step_s": statistics.median(times[1:]), "tree_used": worker._tree}
+    return {
+        "median_step_s": statistics.median(times[1:]),
+        "tokens": m["num_tokens"],
+        "tokens_forwarded": m["num_tokens_forwarded"],
+    }
 
 
 def main() -> None:
@@ -85,17 +89,12 @@ def main() -> None:
         )
     )  # fmt: skip
     batch = grpo_batch(args)
-    lengths = batch.attention_mask.sum(1)
-    total = int(lengths.sum())
-    groups = [list(range(g, g + args.group)) for g in range(0, len(lengths), args.group)]
-    shared_tokens = sum(tree_tokens(batch.input_ids, lengths, g) for g in groups)
     off = measure(args, model, batch, shared=False)
     on = measure(args, model, batch, shared=True)
     print(
         json.dumps(
             {
                 "shape": vars(args),
-                "tokens_forwarded": {"unshared": total, "shared": shared_tokens},
                 "unshared": off,
                 "shared": on,
                 "step_ratio_shared_over_unshared": on["median_step_s"] / off["median_step_s"],

@@ -119,9 +119,10 @@ def _compare(config: dict, batch: Batch, loss_fn, keys: tuple[str, ...] | None =
     out = []
     for w in (shared, plain):
         w.model.train()
-        sums, *_ = w._loss_pass(batch, loss_fn, train=True)
-        out.append((sums, _grads(w)))
-    (s_sums, s_grads), (p_sums, p_grads) = out
+        sums, _, _, n_all, n_fwd = w._loss_pass(batch, loss_fn, train=True)
+        out.append((sums, _grads(w), n_all, n_fwd))
+    (s_sums, s_grads, n_all, s_fwd), (p_sums, p_grads, _, p_fwd) = out
+    assert s_fwd < min(p_fwd, n_all)  # the shared prefixes were forwarded once
     assert s_sums.keys() == p_sums.keys()
     for key in keys or s_sums:
         np.testing.assert_allclose(s_sums[key], p_sums[key], rtol=1e-5, atol=ATOL, err_msg=key)

@@ -407,7 +407,8 @@ class TorchPolicyWorker(PolicyWorker):
 
         Metrics: ``loss`` (the whole batch's), the loss's own metrics as loss-token-weighted
         means over micro-batches and ranks, ``grad_norm`` (before clipping), ``lr`` (the one this
-        step used), ``num_loss_tokens``, ``num_sequences``, ``tokens_per_s``,
+        step used), ``num_loss_tokens``, ``num_sequences``, ``num_tokens`` (real), ``num_tokens_forwarded`` (what the
+        forwards processed: padding included, a prefix tree once), ``tokens_per_s``,
         ``step_time_s``.
 
         A loss with ``teacher_topk = k`` (a distillation loss) also gets, per micro-batch,
@@ -421,7 +422,7 @@ class TorchPolicyWorker(PolicyWorker):
         """
         t0 = time.perf_counter()
         self.model.train()
-        sums, n_tok, n_seq, n_all = self._loss_pass(batch, loss_fn, train=True)
+        sums, n_tok, n_seq, n_all, n_fwd = self._loss_pass(batch, loss_fn, train=True)
         lr = float(self.optimizer.param_groups[0]["lr"])
         grad_norm = self._clip_and_step()
         metrics_out = self._reduce_metrics(sums, n_tok)
@@ -430,6 +431,8 @@ class TorchPolicyWorker(PolicyWorker):
             lr=lr,
             num_loss_tokens=n_tok,
             num_sequences=n_seq,
+            num_tokens=n_all,
+            num_tokens_forwarded=n_fwd,
             tokens_per_s=n_all / max(time.perf_counter() - t0, 1e-9),
             step_time_s=time.perf_counter() - t0,
         )
@@ -441,16 +444,17 @@ class TorchPolicyWorker(PolicyWorker):
         evaluation (the distillation driver's held-out KL)."""
         self.model.eval()
         with torch.no_grad():
-            sums, n_tok, n_seq, _ = self._loss_pass(batch, loss_fn, train=False)
+            sums, n_tok, n_seq, *_ = self._loss_pass(batch, loss_fn, train=False)
         out = self._reduce_metrics(sums, n_tok)
         out.update(num_loss_tokens=n_tok, num_sequences=n_seq)
         return out
 
     def _loss_pass(
         self, batch: Batch, loss_fn: LossFn, train: bool
-    ) -> tuple[dict[str, float], float, float, float]:
+    ) -> tuple[dict[str, float], float, float, float, float]:
         """The loss over this rank's micro-batches (backward with ``train``): the metric sums
-        and the global loss-token, sequence and token counts."""
+        and the global loss-token, sequence and token counts, and the tokens the forwards
+        processed (padding included; a prefix tree's nodes), summed over data-parallel rows."""
         ids = np.asarray(batch.input_ids, dtype=np.int64)
         lengths = sequence_lengths(batch.attention_mask)
         group = int(getattr(loss_fn, "rows_per_group", 1))  # rows the loss takes together
@@ -486,12 +490,14 @@ class TorchPolicyWorker(PolicyWorker):
         scale = float(self.dist.dp_size) if self.fsdp else 1.0
         fields = _batch_fields(batch)
         sums: dict[str, float] = {}
+        forwarded = 0
         for i in range(n_mb):
             if i >= len(plan):  # the collectives of a real micro-batch, in the same order
                 self._dummy_pass(train, teacher=bool(topk or n_lp))
                 continue
             idx = plan[i]
             fwd = self._forward(self.model, ids, lengths, idx)
+            forwarded += fwd[0].shape[0] * fwd[0].shape[1]
             lp = self._logprobs_of(fwd, lengths[idx])
             width = lp.shape[1]
             mb = {
@@ -517,7 +523,15 @@ class TorchPolicyWorker(PolicyWorker):
             for key, val in metrics.items():
                 if key != "loss" and not key.startswith("num_") and _is_scalar(val):
                     add_metric(sums, key, float(val), w)
-        return sums, n_tok, n_seq, n_all
+        return sums, n_tok, n_seq, n_all, self._sum_over_rows(forwarded)
+
+    def _sum_over_rows(self, x: float) -> float:
+        """``x`` summed over the data-parallel rows (a tp group counts once)."""
+        if not dist.is_initialized() or self.dist.world_size == 1:
+            return float(x)
+        t = torch.tensor([float(x) if self._counts_here else 0.0], device=self.device)
+        dist.all_reduce(t)
+        return float(t.item())
 
     def _teacher_fields(
         self, ids: np.ndarray, lengths: np.ndarray, idx: list[int], loss_mask: np.ndarray,
