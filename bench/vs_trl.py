@@ -494,15 +494,19 @@ def dockyard_result(run: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-STARTED = time.time()
+LAST_DOCKYARD: list[float] = []  # the previous dockyard run's (spawn, exit) times
 RAY_NAMES = ("raylet", "gcs_server", "ray::", "dashboard", "ray-")
 
 
-def settle(since: float, limit_s: float = 60.0) -> float:
-    """Wait (at most ``limit_s``) until no Ray process started after ``since`` is left: a
-    dockyard run's Ray daemons outlive its ``dockyard`` process for a few seconds after
-    ``ray.shutdown`` and would run beside the next system's start. Returns the seconds
-    waited."""
+def settle(window: list[float], limit_s: float = 60.0) -> float:
+    """Wait (at most ``limit_s``) until no Ray process started within ``window`` (the previous
+    dockyard run's spawn and exit; other sessions' Ray processes on a shared machine are not
+    waited for unless they started then) is left: a dockyard run's Ray daemons outlive its
+    ``dockyard`` process for a few seconds after ``ray.shutdown`` and would run beside the next
+    system's start. Returns the seconds waited."""
+    if not window:
+        return 0.0
+    since, until = window
     t0 = time.time()
     tick = os.sysconf("SC_CLK_TCK")
     with open("/proc/stat") as f:
@@ -517,7 +521,7 @@ def settle(since: float, limit_s: float = 60.0) -> float:
                 continue
             name = stat[stat.index("(") + 1 : stat.rindex(")")]
             start = boot + int(stat[stat.rindex(")") + 2 :].split()[19]) / tick
-            if start > since and any(name.startswith(n) for n in RAY_NAMES):
+            if since <= start <= until and any(name.startswith(n) for n in RAY_NAMES):
                 left.append(name)
         if not left:
             break
@@ -535,7 +539,7 @@ def run_system(
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     seed = args.seed + i  # run i of every system samples with seed --seed + i
-    waited = settle(STARTED)
+    waited = settle(LAST_DOCKYARD)
     if system == "trl":
         spec = trl_spec(regime, prep, args, run_dir, seed)
         run = launch(
@@ -547,6 +551,7 @@ def run_system(
     else:
         cmd = dockyard_command(cfg, system, run_dir, seed)
         run = launch(cmd, run_dir, run_dir / "logs" / "metrics.jsonl")
+        LAST_DOCKYARD[:] = [run["spawn"], run["exit"]]
         res = dockyard_result(run)
     heldout = read_jsonl(Path(prep["heldout"]))
     new = args.max_new_tokens or REGIMES[regime]["max_new_tokens"]
