@@ -646,9 +646,14 @@ def parse_args() -> argparse.Namespace:
         "--regime", choices=["a", "b", "c", "both", "all"], default="all", help="both: a and b"
     )
     ap.add_argument("--runs", type=int, default=3, help="runs per system (interleaved)")
-    ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: a 100, b 5)")
     ap.add_argument(
-        "--max-new-tokens", type=int, default=None, help="tokens per sample (default: a 8, b 128)"
+        "--steps", type=int, default=None, help="GRPO steps (default: a 100, b 5, c 10)"
+    )
+    ap.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens per sample (default: a 8, b 128, c 64)",
     )
     ap.add_argument(
         "--backend",
