@@ -1,7 +1,8 @@
 """dockyard GRPO vs TRL's ``GRPOTrainer`` (TRL 1.16), side by side on one toy task.
 
     ./dev bench --regime a                       # TRL installed beside dockyard, then this
-    .venv/bin/python bench/vs_trl.py --regime both --runs 3
+    .venv/bin/python bench/vs_trl.py --regime all --runs 3
+    .venv/bin/python bench/vs_trl.py --regime c --runs 1 --steps 3 --systems trl sync
     .venv/bin/python bench/vs_trl.py --regime a --runs 1 --steps 5              # a smoke run
     .venv/bin/python bench/vs_trl.py --regime b --runs 1 --steps 2 --max-new-tokens 32
 
@@ -20,12 +21,15 @@ Three systems, each run a subprocess of this script, interleaved (TRL run 1, doc
 
 ``--systems`` runs a subset (``--systems sync async``).
 
-The task: ``"347 + 8"`` (a < 1000, b in 5..9) answered with the number; 200 held-out problems,
-the rest trained on. The reward is one Python function for both systems: dockyard's math
-environment's ``score`` (math-verify on the last number of the response, ``reward/correct`` in
-{0, 1}); TRL's reward function calls it, dockyard's collector calls it as ``env.math``.
+The task and the reward (``bench/vs_trl_task.py``): ``"347 + 8"`` (a < 1000, b in 5..9)
+answered with the number; 200 held-out problems, the rest trained on. The reward is one Python
+function for both systems: dockyard's math environment's ``score`` (``reward/correct`` in
+{0, 1}); TRL's reward function calls it, dockyard's collector calls it as ``env.math``. It is
+the cheap exact-match reward: on this task the environment compares the response's last number
+with the answer as two plain numbers, without math-verify (``trl/reward_s`` shows its cost in
+TRL's step: ~1 ms for 64 samples). TRL's peer code is ``bench/vs_trl_peer.py``.
 
-Regimes (``--regime a|b|both``):
+Regimes (``--regime a|b|c|both|all``; both: a and b; all, the default: a, b and c):
 
 * ``a`` overhead-bound: a 2.9 M-parameter Qwen2 (hidden 256, 3 layers), SFT-warmed once
   (dockyard's SFT driver, 300 steps, lr 1e-3; reused by later runs of the script) on
@@ -36,6 +40,12 @@ Regimes (``--regime a|b|both``):
   head_dim 32 for vLLM-CPU), ``--max-new-tokens`` 128 (it rarely stops early), ``--steps`` 5.
   It earns no reward, so every advantage is 0 and the updates change nothing; both systems
   still run the whole step (generation, scoring, forward / backward, optimizer).
+* ``c`` long prompt (the agentic shape): every prompt starts with the same ~512-token system
+  prompt (the instruction and worked examples, ``long_system_prompt``), a random-initialised
+  2.9 M-parameter Qwen2 (regime a's shape, 1024 positions), ``--max-new-tokens`` 64,
+  ``--steps`` 10, G = 8. dockyard's trainer forwards each shared prefix once
+  (``policy.shared_prefix``, on by default) and vLLM caches prefixes; TRL forwards every
+  sequence whole. Rewards are 0 as in b.
 
 At lr 1e-5 (the quickstart uses 1e-3 for its tiny model) 100 steps barely move held-out
 accuracy: those columns check that no system breaks the policy on the way to its exported
@@ -56,8 +66,11 @@ Per run it measures: the median step time over the steps after the first (TRL: d
 end: TRL's stamp; dockyard: the moment this script saw the step's line in ``metrics.jsonl``,
 polled every 50 ms), wall (spawn → exit), exit lag (last step's end →
 exit: TRL's ``save_model``; dockyard's final checkpoint, HF export, shutdown), the mean
-completion length, TRL's generate-and-score share of a step, and dockyard's per-phase medians
-(``time/wait_generation_s``, ``time/train_s``, ``time/weight_sync_s`` ...). Every system ends
+completion length, TRL's generate-and-score share of a step, dockyard's per-phase medians
+(``time/wait_generation_s``, ``time/train_s``, ``time/weight_sync_s`` ...), and for both the
+tokens of a step, those the trainer forwarded (dockyard's ``train/num_tokens_forwarded``: a
+shared prefix once; TRL: every sequence whole) and the trainer's share of the step (dockyard
+``time/train_s`` / step; TRL the part after generation and scoring / step). Every system ends
 by writing a Hugging Face folder (TRL ``trainer.save_model``; dockyard
 ``checkpointing.export_hf``) and :func:`evaluate`, one function, scores each folder greedily
 with transformers on the held-out problems, as it scores the starting model.
@@ -80,6 +93,12 @@ What differs between the systems, beyond the engine and the asynchrony:
 * Start-up: TRL imports torch / transformers / TRL and loads the model in one process; dockyard
   starts Ray, its trainer actor and the vLLM engine (its own processes).
 
+Before each run the bench waits (``settle_s``, at most 60 s) until the Ray daemons a previous
+dockyard run started have exited: they outlive the ``dockyard`` process by seconds and would
+otherwise run beside the next system's start and first steps (TRL runs 2 and 3 follow a dockyard
+run). TRL's child records its torch thread count (``trl/torch_threads``) and inherited OpenMP
+variables.
+
 This script's own work (SFT, evaluation) runs on one torch thread and is not measured; run it
 on an otherwise idle machine (on a busy 2-core box two OpenMP threads ran a step 8× slower).
 
@@ -91,7 +110,6 @@ run; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -102,13 +120,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vs_trl_peer import EPSILON, MAX_GRAD_NORM, G, P, trl_main, trl_result
+from vs_trl_task import (
+    NUM_HELDOUT,
+    SYSTEM_PROMPT,
+    forgot_carry,
+    long_system_prompt,
+    prompt,
+    read_jsonl,
+    rewards,
+    split_tasks,
+    write_jsonl,
+)
+
 SYSTEMS = ("trl", "sync", "async")
-P, G = 8, 8  # prompts per step, samples per prompt
-SYSTEM_PROMPT = "Add the numbers."
 CORRECT_FRACTION = 0.35  # of the SFT demonstrations; the rest forget the carry
-NUM_HELDOUT = 200
-MAX_GRAD_NORM = 1.0
-EPSILON = 0.2
 REGIMES: dict[str, dict[str, Any]] = {
     "a": {
         "model": {"hidden_size": 256, "num_layers": 3, "num_heads": 8, "num_kv_heads": 4},
@@ -121,6 +147,13 @@ REGIMES: dict[str, dict[str, Any]] = {
         "sft": False,
         "steps": 5,
         "max_new_tokens": 128,
+    },
+    "c": {  # the agentic shape: a long shared prompt, G samples of 64 tokens
+        "model": {"hidden_size": 256, "num_layers": 3, "num_heads": 8, "num_kv_heads": 4},
+        "sft": False,
+        "steps": 10,
+        "max_new_tokens": 64,
+        "prompt_tokens": 512,
     },
 }
 PHASES = (
@@ -136,75 +169,6 @@ def say(msg: str) -> None:
     print(f"[vs_trl {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-# ----------------------------------------------------------------------------- the task
-
-
-def all_tasks() -> list[dict[str, Any]]:
-    """Every problem ``a + b`` with 0 <= a < 1000 and 5 <= b <= 9 (70% need a carry)."""
-    return [
-        {"id": f"add-{a}-{b}", "problem": f"{a} + {b}", "answer": str(a + b)}
-        for a in range(1000)
-        for b in range(5, 10)
-    ]
-
-
-def split_tasks(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(train, heldout)``: the problems shuffled with ``seed``; the first 200 held out.
-    ``train`` is in the order both systems train on it."""
-    tasks = all_tasks()
-    random.Random(seed).shuffle(tasks)
-    return tasks[NUM_HELDOUT:], tasks[:NUM_HELDOUT]
-
-
-def forgot_carry(task: dict[str, Any]) -> str:
-    """The slip of the SFT data: the ones digit right, the carry dropped (347 + 8 -> 345)."""
-    a, b = (int(x) for x in task["problem"].split(" + "))
-    return str(a - a % 10 + (a % 10 + b) % 10)
-
-
-_ENV: Any = None
-
-
-def environment() -> Any:
-    """The math environment both systems score with (dockyard builds the same one from
-    ``env.math``: ``type: math, options: {system_prompt: SYSTEM_PROMPT}``)."""
-    global _ENV
-    if _ENV is None:
-        from dockyard.envs.math.env import MathEnvironment
-
-        _ENV = MathEnvironment(system_prompt=SYSTEM_PROMPT)
-    return _ENV
-
-
-def prompt(task: dict[str, Any]) -> list[dict[str, str]]:
-    return environment().prompt(task)
-
-
-def rewards(tasks: list[dict[str, Any]], responses: list[str]) -> list[float]:
-    """The reward of each response: the environment's reward components, summed (dockyard
-    sums them with weight 1 each, ``env.<name>.reward_weights`` unset)."""
-    env = environment()
-
-    async def score_all() -> list[Any]:
-        return await asyncio.gather(
-            *(env.score(t, r) for t, r in zip(tasks, responses, strict=True))
-        )
-
-    return [float(sum(res.rewards.values())) for res in asyncio.run(score_all())]
-
-
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
 # ----------------------------------------------------------------------------- models
 
 
@@ -215,18 +179,25 @@ def prepare(regime: str, args: argparse.Namespace) -> dict[str, str]:
     work = Path(args.work) / regime
     train, heldout = split_tasks(args.seed)
     spec = REGIMES[regime]["model"]
+    long_prompt = REGIMES[regime].get("prompt_tokens", 0)
     base = build_tiny_model(
         work / "base_model",
         **spec,
         intermediate_size=3 * spec["hidden_size"],
         vocab_size=1024,
-        max_position_embeddings=512,
+        max_position_embeddings=1024 if long_prompt else 512,
         seed=args.seed,
     )
     model = (
         warm_start(base, work / "sft_model", train, args.seed) if REGIMES[regime]["sft"] else base
     )
+    system = SYSTEM_PROMPT
+    if long_prompt:
+        from transformers import AutoTokenizer
+
+        system = long_system_prompt(AutoTokenizer.from_pretrained(str(base)), long_prompt)
     return {
+        "system_prompt": system,
         "model": str(model),
         "train": str(write_jsonl(work / "train.jsonl", train)),
         "heldout": str(write_jsonl(work / "heldout.jsonl", heldout)),
@@ -283,7 +254,9 @@ def warm_start(base: Path, out: Path, train: list[dict[str, Any]], seed: int) ->
     return out
 
 
-def evaluate(folder: str | Path, tasks: list[dict[str, Any]], max_new_tokens: int) -> dict:
+def evaluate(
+    folder: str | Path, tasks: list[dict[str, Any]], max_new_tokens: int, system: str
+) -> dict:
     """Greedy held-out accuracy of the Hugging Face folder ``folder`` with transformers, and
     its mean completion length (tokens, the end-of-turn token included): the one scorer of
     every system's result and of the starting model."""
@@ -301,7 +274,7 @@ def evaluate(folder: str | Path, tasks: list[dict[str, Any]], max_new_tokens: in
     for i in range(0, len(tasks), 50):
         chunk = tasks[i : i + 50]
         texts = [
-            tok.apply_chat_template(prompt(t), add_generation_prompt=True, tokenize=False)
+            tok.apply_chat_template(prompt(t, system), add_generation_prompt=True, tokenize=False)
             for t in chunk
         ]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -342,7 +315,8 @@ def dockyard_config(regime: str, prep: dict[str, str], args: argparse.Namespace)
     cfg = {
         "policy": {
             "model_name": prep["model"],
-            "max_total_sequence_length": new + 48,  # prompts are ~25 tokens
+            # prompts are ~25 tokens, or prompt_tokens in the long-prompt regime
+            "max_total_sequence_length": new + 48 + REGIMES[regime].get("prompt_tokens", 0),
             "train_global_batch_size": P * G,
             "train_micro_batch_size": P * G,  # TRL: one forward/backward of 64 samples too
             "precision": "float32",
@@ -372,7 +346,7 @@ def dockyard_config(regime: str, prep: dict[str, str], args: argparse.Namespace)
             "val_at_start": False,
             "val_period": 0,
         },
-        "env": {"math": {"type": "math", "options": {"system_prompt": SYSTEM_PROMPT}}},
+        "env": {"math": {"type": "math", "options": {"system_prompt": prep["system_prompt"]}}},
         "data": {"train_path": prep["train"], "shuffle": False},
         "logger": {"tensorboard_enabled": False},
         "checkpointing": {"enabled": False},
@@ -389,7 +363,7 @@ def backend_of(regime: str, args: argparse.Namespace) -> str:
     parameters and a few tokens per sample; vLLM from tens of millions and long samples)."""
     if args.backend != "auto":
         return args.backend
-    return "transformers" if regime == "a" else "vllm"
+    return "transformers" if regime == "a" else "vllm"  # c: 64 x 64 tokens, prefix caching
 
 
 def dockyard_command(cfg: Path, system: str, run_dir: Path, seed: int) -> list[str]:
@@ -423,108 +397,9 @@ def trl_spec(
         "max_new_tokens": args.max_new_tokens or REGIMES[regime]["max_new_tokens"],
         "lr": args.lr,
         "seed": seed,
+        "system_prompt": prep["system_prompt"],
     }
     return write_jsonl(run_dir / "trl_spec.json", [spec])
-
-
-def trl_args(spec: dict[str, Any]) -> Any:
-    """TRL's ``GRPOConfig`` with the shared hyperparameters (see the module docstring)."""
-    from trl.trainer.grpo_config import GRPOConfig
-
-    return GRPOConfig(
-        output_dir=str(Path(spec["out"]).parent / "trl_output"),
-        per_device_train_batch_size=P * G,  # samples: one generation batch of 8 prompts × 8
-        gradient_accumulation_steps=1,
-        num_generations=G,
-        num_iterations=1,
-        max_completion_length=spec["max_new_tokens"],
-        max_steps=spec["steps"],
-        learning_rate=spec["lr"],
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        adam_beta1=0.9,
-        adam_beta2=0.999,
-        adam_epsilon=1e-8,
-        max_grad_norm=MAX_GRAD_NORM,
-        beta=0.0,
-        epsilon=EPSILON,
-        loss_type="dapo",
-        scale_rewards="group",
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        bf16=False,
-        fp16=False,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        model_init_kwargs={"dtype": "float32"},
-        shuffle_dataset=False,
-        seed=spec["seed"],
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        log_completions=False,
-    )
-
-
-def trl_main(spec_path: str) -> int:
-    """The ``trl`` system (a child process): GRPOTrainer on the spec's model and data; step
-    ends, logs and the generate-and-score time of each step go to ``spec["events"]``."""
-    spec = read_jsonl(Path(spec_path))[0]
-    events = Path(spec["events"])
-
-    def event(kind: str, **kw: Any) -> None:
-        with events.open("a") as f:
-            f.write(json.dumps({"event": kind, "t": time.time(), **kw}) + "\n")
-
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl.trainer.grpo_trainer import GRPOTrainer
-
-    tasks = read_jsonl(Path(spec["train"]))
-    by_id = {t["id"]: t for t in tasks}
-    data = Dataset.from_list([{"prompt": prompt(t), "task_id": t["id"]} for t in tasks])
-
-    def reward_fn(completions: list[Any], task_id: list[str], **_: Any) -> list[float]:
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        return rewards([by_id[i] for i in task_id], texts)
-
-    gen_s: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            event("train_begin")
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            event("step", step=state.global_step, gen_s=gen_s.pop() if gen_s else None)
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            event("log", step=state.global_step, logs=logs or {})
-
-    trainer = GRPOTrainer(
-        model=spec["model"],
-        reward_funcs=reward_fn,  # pyright: ignore[reportArgumentType]
-        args=trl_args(spec),
-        train_dataset=data,
-        processing_class=AutoTokenizer.from_pretrained(spec["model"]),
-        callbacks=[Clock()],
-    )
-    generate = trainer._generate_and_score_completions
-
-    def timed(*a: Any, **kw: Any) -> Any:  # generation + reward of a step (TRL's "phase")
-        t0 = time.perf_counter()
-        out = generate(*a, **kw)
-        gen_s.append(time.perf_counter() - t0)
-        return out
-
-    trainer._generate_and_score_completions = timed  # pyright: ignore[reportAttributeAccessIssue]
-    trainer.train()
-    trainer.save_model(spec["out"])
-    event("saved")
-    return 0
 
 
 # ----------------------------------------------------------------------------- runs
@@ -579,35 +454,6 @@ def seen(run: dict[str, Any], prefix: str) -> float | None:
     return next((t for t, x in run["output"] if x.startswith(prefix)), None)
 
 
-def trl_result(run: dict[str, Any]) -> dict[str, float]:
-    """Per-run measures of a TRL run from its callback's events (module docstring)."""
-    events = [json.loads(x) for _, x in run["lines"]]
-    steps = [e for e in events if e["event"] == "step"]
-    begin = next(e["t"] for e in events if e["event"] == "train_begin")
-    saved = next(e["t"] for e in events if e["event"] == "saved")
-    ends = [e["t"] for e in steps]
-    took = [b - a for a, b in zip([begin, *ends[:-1]], ends, strict=True)]
-    later = took[1:] or took  # the steps after the first (all, for a 1-step run)
-    gen = [e.get("gen_s") or 0.0 for e in steps][-len(later) :]
-    logs = [e["logs"] for e in events if e["event"] == "log" and "reward" in e["logs"]]
-    step_s = statistics.median(later)
-    return {
-        "step_s": step_s,
-        "steps_per_hour": 3600 / step_s,
-        "startup_s": ends[0] - run["spawn"],
-        "wall_s": run["exit"] - run["spawn"],
-        "exit_lag_s": run["exit"] - ends[-1],
-        "completion_len": statistics.mean(x["completions/mean_length"] for x in logs),
-        "reward_mean": statistics.mean(x["reward"] for x in logs),
-        "steps": float(len(steps)),
-        "trl/to_train_begin_s": begin - run["spawn"],  # imports, model, GRPOTrainer()
-        "exit/save_s": saved - ends[-1],  # trainer.save_model
-        "exit/after_s": run["exit"] - saved,  # the interpreter's exit
-        "trl/generate_score_s": statistics.median(gen),
-        "trl/rest_of_step_s": statistics.median(t - g for t, g in zip(later, gen, strict=True)),
-    }
-
-
 def dockyard_result(run: dict[str, Any]) -> dict[str, float]:
     """Per-run measures of a dockyard run from its ``metrics.jsonl`` (module docstring)."""
     stamped = [(t, json.loads(x)) for t, x in run["lines"]]
@@ -632,6 +478,11 @@ def dockyard_result(run: dict[str, Any]) -> dict[str, float]:
     }
     for k in PHASES:
         out[f"phase/{k.removeprefix('time/')}"] = statistics.median(r.get(k, 0.0) for r in later)
+    out["trainer_share"] = statistics.median(r.get("time/train_s", 0.0) for r in later) / step_s
+    for key, name in (("tokens_per_step", "num_tokens"), ("tokens_forwarded_per_step",
+                                                         "num_tokens_forwarded")):  # fmt: skip
+        if f"train/{name}" in rows[0]:
+            out[key] = statistics.median(r[f"train/{name}"] for r in rows)
     out.update({k: v for k, v in rows[0].items() if k.startswith("startup/")})
     if "time/since_process_start_s" in rows[0]:
         out["startup/reported_first_step_s"] = rows[0]["time/since_process_start_s"]
@@ -641,6 +492,41 @@ def dockyard_result(run: dict[str, Any]) -> dict[str, float]:
         out["exit/export_shutdown_s"] = logs - export  # HF export, plot, collector, Ray down
         out["exit/after_s"] = run["exit"] - logs  # the interpreter's exit
     return out
+
+
+LAST_DOCKYARD: list[float] = []  # the previous dockyard run's (spawn, exit) times
+RAY_NAMES = ("raylet", "gcs_server", "ray::", "dashboard", "ray-")
+
+
+def settle(window: list[float], limit_s: float = 60.0) -> float:
+    """Wait (at most ``limit_s``) until no Ray process started within ``window`` (the previous
+    dockyard run's spawn and exit; other sessions' Ray processes on a shared machine are not
+    waited for unless they started then) is left: a dockyard run's Ray daemons outlive its
+    ``dockyard`` process for a few seconds after ``ray.shutdown`` and would run beside the next
+    system's start. Returns the seconds waited."""
+    if not window:
+        return 0.0
+    since, until = window
+    t0 = time.time()
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        boot = next(float(x.split()[1]) for x in f if x.startswith("btime"))
+    while time.time() - t0 < limit_s:
+        left = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            start = boot + int(stat[stat.rindex(")") + 2 :].split()[19]) / tick
+            if since <= start <= until and any(name.startswith(n) for n in RAY_NAMES):
+                left.append(name)
+        if not left:
+            break
+        time.sleep(0.5)
+    return time.time() - t0
 
 
 def run_system(
@@ -653,6 +539,7 @@ def run_system(
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     seed = args.seed + i  # run i of every system samples with seed --seed + i
+    waited = settle(LAST_DOCKYARD)
     if system == "trl":
         spec = trl_spec(regime, prep, args, run_dir, seed)
         run = launch(
@@ -664,11 +551,13 @@ def run_system(
     else:
         cmd = dockyard_command(cfg, system, run_dir, seed)
         run = launch(cmd, run_dir, run_dir / "logs" / "metrics.jsonl")
+        LAST_DOCKYARD[:] = [run["spawn"], run["exit"]]
         res = dockyard_result(run)
     heldout = read_jsonl(Path(prep["heldout"]))
     new = args.max_new_tokens or REGIMES[regime]["max_new_tokens"]
-    ev = evaluate(run_dir / "hf", heldout, new)
+    ev = evaluate(run_dir / "hf", heldout, new, prep["system_prompt"])
     res["accuracy_after"], res["eval_len"] = ev["accuracy"], ev["mean_length"]
+    res["settle_s"] = waited
     return res
 
 
@@ -684,10 +573,16 @@ ROWS = (  # key, label, ratio against TRL shown
     ("reward_mean", "training reward (mean over steps)", False),
     ("accuracy_after", "held-out greedy accuracy after", False),
     ("eval_len", "held-out completion length after (tokens)", False),
+    ("tokens_per_step", "tokens per step (prompts + completions)", True),
+    ("tokens_forwarded_per_step", "tokens the trainer forwarded per step", True),
+    ("trainer_share", "trainer's share of a step", False),
     ("trl/generate_score_s", "TRL: generate + score, median (s)", False),
+    ("trl/reward_s", "TRL: its reward function, median (s)", False),
+    ("trl/torch_threads", "TRL: torch threads", False),
     ("trl/rest_of_step_s", "TRL: the rest of the step, median (s)", False),
     *((f"phase/{k.removeprefix('time/')}", f"dockyard: {k} (median)", False) for k in PHASES),
     ("staleness", "dockyard: staleness (mean age)", False),
+    ("settle_s", "bench: waited for the previous run's Ray to exit (s)", False),
     ("trl/to_train_begin_s", "TRL start-up: spawn -> on_train_begin (s)", False),
     ("exit/save_s", "TRL exit: save_model (s)", False),
     ("exit/to_export_s", "dockyard exit: last step -> 'exporting' line (s)", False),
@@ -747,11 +642,18 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--regime", choices=["a", "b", "both"], default="both")
-    ap.add_argument("--runs", type=int, default=3, help="runs per system (interleaved)")
-    ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: a 100, b 5)")
     ap.add_argument(
-        "--max-new-tokens", type=int, default=None, help="tokens per sample (default: a 8, b 128)"
+        "--regime", choices=["a", "b", "c", "both", "all"], default="all", help="both: a and b"
+    )
+    ap.add_argument("--runs", type=int, default=3, help="runs per system (interleaved)")
+    ap.add_argument(
+        "--steps", type=int, default=None, help="GRPO steps (default: a 100, b 5, c 10)"
+    )
+    ap.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens per sample (default: a 8, b 128, c 64)",
     )
     ap.add_argument(
         "--backend",
@@ -780,11 +682,14 @@ def main() -> int:
         "regimes": {},
     }
     say(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; systems {args.systems}")
-    for regime in ["a", "b"] if args.regime == "both" else [args.regime]:
+    regimes = {"both": ["a", "b"], "all": ["a", "b", "c"]}.get(args.regime, [args.regime])
+    for regime in regimes:
         prep = prepare(regime, args)
         cfg = dockyard_config(regime, prep, args)
         new = args.max_new_tokens or REGIMES[regime]["max_new_tokens"]
-        before = evaluate(prep["model"], read_jsonl(Path(prep["heldout"])), new)
+        before = evaluate(
+            prep["model"], read_jsonl(Path(prep["heldout"])), new, prep["system_prompt"]
+        )
         say(
             f"regime {regime}: starting model {prep['model']}: {100 * before['accuracy']:.1f}% held out"
         )

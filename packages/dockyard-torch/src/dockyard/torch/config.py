@@ -109,6 +109,14 @@ class TorchPolicyConfig(_Strict):
         description="how a distillation loss combines ``teachers`` (core "
         "loss_fn.teacher_combination)",
     )
+    shared_prefix: bool = Field(
+        True,
+        description="forward what a batch's sequences share once (a group's prompt, a DPO "
+        "pair's, the turns before trajectories diverge): micro-batches become prefix trees "
+        "with an ancestor attention mask (dockyard.torch.prefix); exact up to float rounding. "
+        "Used when it saves >= 1/8 of a batch's tokens and attn_implementation is sdpa or "
+        "eager (core policy.shared_prefix)",
+    )
     activation_checkpointing: bool = False
     attn_implementation: str = Field("sdpa", description="transformers attn_implementation")
     seed: int = 0
@@ -175,6 +183,7 @@ class TorchPolicyConfig(_Strict):
             scheduler=p.scheduler.model_copy(update={"total_steps": total}),
             sequence_packing=p.sequence_packing.model_dump(),
             dynamic_batching=p.dynamic_batching.model_dump(),
+            shared_prefix=p.shared_prefix is not False,
             fsdp={"cpu_offload": p.dtensor_cfg.cpu_offload},
             lora={
                 "enabled": p.lora.enabled,

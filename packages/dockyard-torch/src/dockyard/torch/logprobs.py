@@ -1,4 +1,4 @@
-"""Per-token logprobs and top-k logits from a causal LM's logits (torch).
+"""Per-token logprobs from a causal LM's logits, and unpacking a packed row (torch).
 
 Alignment (the ``PolicyWorker`` contract): for tokens ``y [b, T]`` and logits ``z [b, T, V]``
 (``z[:, t]`` predicts ``y[:, t+1]``),
@@ -6,8 +6,9 @@ Alignment (the ``PolicyWorker`` contract): for tokens ``y [b, T]`` and logits ``
     logprobs[b, t] = z'[b, t−1, y_bt] − logsumexp_v z'[b, t−1, v],   z' = z / τ,
 
 for t ≥ 1 and 0 at t = 0 — the generation temperature τ scales logits exactly as the engine
-does when it samples. Top-k logits use the same alignment (values at ``t`` describe the
-distribution of token t) and are *unscaled*: the distillation loss applies its own τ.
+does when it samples. The worker's top-k logits use the same alignment (values at ``t``
+describe the distribution of token t) and are *unscaled*: the distillation loss applies its own
+τ. A prefix-tree row's logprobs are :func:`dockyard.torch.prefix.tree_logprobs`.
 """
 
 from __future__ import annotations
@@ -25,14 +26,6 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     target = input_ids[:, 1:].unsqueeze(-1)
     picked = torch.gather(z, -1, target).squeeze(-1) - torch.logsumexp(z, dim=-1)
     return torch.nn.functional.pad(picked, (1, 0))
-
-
-def topk_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[b, T, V]`` -> ``(values [b, T, k] float32, indices [b, T, k] int64)``, shifted as above."""
-    values, indices = torch.topk(logits[:, :-1].float(), k, dim=-1)
-    values = torch.nn.functional.pad(values, (0, 0, 1, 0))
-    indices = torch.nn.functional.pad(indices, (0, 0, 1, 0))
-    return values, indices
 
 
 def unpack(packed: torch.Tensor, row: PackedRow, width: int) -> torch.Tensor:

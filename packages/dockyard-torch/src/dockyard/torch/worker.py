@@ -39,7 +39,7 @@ from dockyard.core.rl.metrics import add_metric, final_metrics, merge_metrics
 from dockyard.torch import checkpoint as ckpt
 from dockyard.torch.config import TorchPolicyConfig
 from dockyard.torch.export import bucketed, iter_hf_tensors
-from dockyard.torch.logprobs import token_logprobs, topk_logits, unpack
+from dockyard.torch.logprobs import token_logprobs, unpack
 from dockyard.torch.model import (
     compute_dtype,
     init_distributed,
@@ -56,6 +56,16 @@ from dockyard.torch.packing import (
     sequence_lengths,
 )
 from dockyard.torch.parallel import clip_grad_norm_
+from dockyard.torch.prefix import (
+    MIN_SAVING,
+    TreeRow,
+    build_tree,
+    gather_aligned,
+    lex_order,
+    tree_logprobs,
+    tree_mask,
+    tree_tokens,
+)
 
 _TOKEN_FIELDS = ("loss_mask", "advantages", "gen_logprobs", "prev_logprobs", "ref_logprobs")
 
@@ -93,6 +103,8 @@ class TorchPolicyWorker(PolicyWorker):
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler = build_optimizer(params, cfg.optimizer, cfg.scheduler)
         self._step = 0
+        self._tree = False  # this batch's layout (:meth:`_layout`)
+        self._ids = np.zeros((0, 0), dtype=np.int64)
 
     def _load_model(self, trainable: bool) -> torch.nn.Module:
         """The HF model this worker trains (``trainable``) or keeps frozen (the reference): a
@@ -135,6 +147,17 @@ class TorchPolicyWorker(PolicyWorker):
         groups = range(self.dist.dp_rank, n // group, self.dist.dp_size)
         return [g * group + j for g in groups for j in range(group)]
 
+    def _rows(self, ids: np.ndarray, lengths: np.ndarray, group: int = 1) -> list[int]:
+        """This data-parallel row's sequences. With ``shared_prefix`` and several rows: whole
+        runs of the groups sorted by their tokens (a prompt's samples stay on one rank, where
+        they share it), an equal number of groups per row; else :meth:`_shard`."""
+        mine = self._shard(ids.shape[0], group)
+        if not self.cfg.shared_prefix or self.dist.dp_size == 1:
+            return mine
+        order = lex_order(ids, lengths, list(range(0, ids.shape[0], group)))
+        part = np.array_split(np.asarray(order, dtype=np.int64), self.dist.dp_size)
+        return [int(g) + j for g in part[self.dist.dp_rank] for j in range(group)]
+
     @property
     def _counts_here(self) -> bool:
         """Whether this rank's per-row sums count in all-reduces (one rank per tp group)."""
@@ -149,6 +172,8 @@ class TorchPolicyWorker(PolicyWorker):
         size rounds down to whole groups (at least one)."""
         cfg = self.cfg
         units = [indices[j : j + group] for j in range(0, len(indices), group)]
+        if self._tree:
+            return self._plan_tree(lengths, units, train)
         if cfg.sequence_packing.enabled:
             sp = cfg.sequence_packing
             total = [int(lengths[u].sum()) for u in units]
@@ -162,6 +187,51 @@ class TorchPolicyWorker(PolicyWorker):
             plan = fixed_batches(len(units), max(size // group, 1))
         return [[i for j in mb for i in units[j]] for mb in plan]
 
+    def _plan_tree(
+        self, lengths: np.ndarray, units: list[list[int]], train: bool
+    ) -> list[list[int]]:
+        """Shared-prefix micro-batches: ``units`` in lexicographic order of their first row (a
+        group's sequences adjacent), cut after ``train_micro_batch_size`` (``logprob_batch_size``)
+        sequences, or with packing / dynamic batching when the next unit would take the tree
+        past the token budget (a unit alone may exceed it). Each becomes one tree row."""
+        cfg, ids = self.cfg, self._ids
+        order = lex_order(ids, lengths, [u[0] for u in units])
+        by_first = {u[0]: u for u in units}
+        budget = size = None
+        if cfg.sequence_packing.enabled or cfg.dynamic_batching.enabled:
+            tb = cfg.sequence_packing if cfg.sequence_packing.enabled else cfg.dynamic_batching
+            budget = tb.train_mb_tokens if train else tb.logprob_mb_tokens
+        else:
+            size = cfg.train_micro_batch_size if train else cfg.logprob_batch_size
+        plan: list[list[int]] = []
+        current: list[int] = []
+        for first in order:
+            unit = by_first[first]
+            if current and (
+                (size is not None and len(current) + len(unit) > size)
+                or (budget is not None and tree_tokens(ids, lengths, current + unit) > budget)
+            ):
+                plan.append(current)
+                current = []
+            current = current + unit
+        if current:
+            plan.append(current)
+        return plan
+
+    def _use_tree(self, ids: np.ndarray, lengths: np.ndarray, rows: list[int]) -> bool:
+        """Whether this batch is laid out as prefix trees (:mod:`dockyard.torch.prefix`): with
+        ``shared_prefix`` on, an attention that takes a custom mask, and at least
+        ``MIN_SAVING`` of this rank's tokens shared."""
+        if not self.cfg.shared_prefix or self.cfg.attn_implementation not in ("sdpa", "eager"):
+            return False
+        total = int(lengths[rows].sum())
+        return total > 0 and tree_tokens(ids, lengths, rows) <= (1 - MIN_SAVING) * total
+
+    def _layout(self, ids: np.ndarray, lengths: np.ndarray, rows: list[int]) -> None:
+        """Choose this batch's layout (trees or not) before planning its micro-batches."""
+        self._ids = ids
+        self._tree = self._use_tree(ids, lengths, rows)
+
     def _num_microbatches(self, plan: list[list[int]]) -> int:
         n = torch.tensor([len(plan)], dtype=torch.int64, device=self.device)
         if dist.is_initialized():
@@ -171,9 +241,19 @@ class TorchPolicyWorker(PolicyWorker):
     def _forward(
         self, model: torch.nn.Module, ids: np.ndarray, lengths: np.ndarray, idx: list[int]
     ) -> tuple[torch.Tensor, int, Any]:
-        """Logits of micro-batch ``idx``: ``([b|1, T_mb|N, V], T_mb, packed row or None)``."""
+        """Logits of micro-batch ``idx``: ``([b|1, T_mb|N, V], T_mb, (layout, input_ids))``; the
+        layout is a packed row, a tree row (shared prefixes) or None (padded)."""
         width = int(lengths[idx].max())
         with self._autocast():
+            if self._tree:
+                tree = build_tree(ids, lengths, idx)
+                input_ids = torch.as_tensor(tree.input_ids, device=self.device)[None]
+                position_ids = torch.as_tensor(tree.position_ids, device=self.device)[None]
+                eager = self.cfg.attn_implementation == "eager"
+                mask = tree_mask(tree, self.device, self.dtype if eager else None)
+                out = model(input_ids=input_ids, position_ids=position_ids,
+                            attention_mask=mask, use_cache=False)  # fmt: skip
+                return out.logits, width, (tree, input_ids)
             if self.cfg.sequence_packing.enabled:
                 row = pack_rows(ids, lengths, idx)
                 input_ids = torch.as_tensor(row.input_ids, device=self.device)[None]
@@ -195,6 +275,8 @@ class TorchPolicyWorker(PolicyWorker):
         """``[b, T_mb]`` logprobs from :meth:`_forward`'s output (``lens``: the rows' lengths)."""
         logits, width, (row, input_ids) = fwd
         tau = self.cfg.generation_temperature
+        if isinstance(row, TreeRow):
+            return tree_logprobs(logits[0], row, width, tau)
         if row is not None:
             return unpack(token_logprobs(logits, input_ids, tau)[0], row, width)
         return token_logprobs(logits, input_ids, tau) * self._valid(width, lens)
@@ -213,22 +295,28 @@ class TorchPolicyWorker(PolicyWorker):
         keep = self._valid(width, lens).to(x.dtype)
         return x * keep.view(*keep.shape, *([1] * (x.dim() - 2)))
 
+    def _next_token(self, x: torch.Tensor, row: Any, width: int, lens: np.ndarray) -> torch.Tensor:
+        """Per-position values ``[b|1, T_mb|N, ...]`` describing the *next* token (logits, their
+        top-k) as ``[b, T_mb, ...]`` aligned like the logprobs (position t: token t)."""
+        if isinstance(row, TreeRow):
+            return gather_aligned(x[0], row, width)
+        pad = (0, 0) * (x.dim() - 2) + (1, 0)
+        return self._per_token(torch.nn.functional.pad(x[:, :-1], pad), row, width, lens)
+
     def _aligned_logits(self, fwd: tuple[torch.Tensor, int, Any], lens: np.ndarray):
         """``[b, T_mb, V] float32`` logits aligned like the logprobs (position t: the
         distribution of token t; 0 at t = 0 and on padding), differentiable; unscaled."""
         logits, width, (row, _) = fwd
-        shifted = torch.nn.functional.pad(logits[:, :-1].float(), (0, 0, 1, 0))
-        return self._per_token(shifted, row, width, lens)
+        return self._next_token(logits.float(), row, width, lens)
 
     def _mb_topk(self, model, ids, lengths, idx, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``model``'s top-k logits of micro-batch ``idx`` (no gradient): ``(values [b, T_mb,
         k] float32, indices [b, T_mb, k] int64)``, aligned like the logprobs, 0 on padding."""
         with torch.no_grad():
             logits, width, (row, _) = self._forward(model, ids, lengths, idx)
-            v, j = topk_logits(logits, k)
-            return self._per_token(v, row, width, lengths[idx]), self._per_token(
-                j, row, width, lengths[idx]
-            )
+            v, j = torch.topk(logits.float(), k, dim=-1)
+            lens = lengths[idx]
+            return self._next_token(v, row, width, lens), self._next_token(j, row, width, lens)
 
     def _dummy_pass(self, train: bool, teacher: bool = False) -> None:
         """A zero-weighted forward (then, with ``train``, backward) that keeps FSDP collectives
@@ -261,7 +349,9 @@ class TorchPolicyWorker(PolicyWorker):
         lengths = sequence_lengths(batch.attention_mask)
         B, T = ids.shape
         out = np.zeros((B, T), dtype=np.float32)
-        plan = self._plan(lengths, self._shard(B), train=False)
+        mine = self._rows(ids, lengths)
+        self._layout(ids, lengths, mine)
+        plan = self._plan(lengths, mine, train=False)
         n_mb = self._num_microbatches(plan)
         model.eval()
         with torch.no_grad():
@@ -296,7 +386,9 @@ class TorchPolicyWorker(PolicyWorker):
         B, T = ids.shape
         values = np.zeros((B, T, k), dtype=np.float32)
         indices = np.zeros((B, T, k), dtype=np.int64)
-        plan = self._plan(lengths, self._shard(B), train=False)
+        mine = self._rows(ids, lengths)
+        self._layout(ids, lengths, mine)
+        plan = self._plan(lengths, mine, train=False)
         n_mb = self._num_microbatches(plan)
         self.model.eval()
         with torch.no_grad():
@@ -315,7 +407,8 @@ class TorchPolicyWorker(PolicyWorker):
 
         Metrics: ``loss`` (the whole batch's), the loss's own metrics as loss-token-weighted
         means over micro-batches and ranks, ``grad_norm`` (before clipping), ``lr`` (the one this
-        step used), ``num_loss_tokens``, ``num_sequences``, ``tokens_per_s``,
+        step used), ``num_loss_tokens``, ``num_sequences``, ``num_tokens`` (real), ``num_tokens_forwarded`` (what the
+        forwards processed: padding included, a prefix tree once), ``tokens_per_s``,
         ``step_time_s``.
 
         A loss with ``teacher_topk = k`` (a distillation loss) also gets, per micro-batch,
@@ -329,7 +422,7 @@ class TorchPolicyWorker(PolicyWorker):
         """
         t0 = time.perf_counter()
         self.model.train()
-        sums, n_tok, n_seq, n_all = self._loss_pass(batch, loss_fn, train=True)
+        sums, n_tok, n_seq, n_all, n_fwd = self._loss_pass(batch, loss_fn, train=True)
         lr = float(self.optimizer.param_groups[0]["lr"])
         grad_norm = self._clip_and_step()
         metrics_out = self._reduce_metrics(sums, n_tok)
@@ -338,6 +431,8 @@ class TorchPolicyWorker(PolicyWorker):
             lr=lr,
             num_loss_tokens=n_tok,
             num_sequences=n_seq,
+            num_tokens=n_all,
+            num_tokens_forwarded=n_fwd,
             tokens_per_s=n_all / max(time.perf_counter() - t0, 1e-9),
             step_time_s=time.perf_counter() - t0,
         )
@@ -349,16 +444,17 @@ class TorchPolicyWorker(PolicyWorker):
         evaluation (the distillation driver's held-out KL)."""
         self.model.eval()
         with torch.no_grad():
-            sums, n_tok, n_seq, _ = self._loss_pass(batch, loss_fn, train=False)
+            sums, n_tok, n_seq, *_ = self._loss_pass(batch, loss_fn, train=False)
         out = self._reduce_metrics(sums, n_tok)
         out.update(num_loss_tokens=n_tok, num_sequences=n_seq)
         return out
 
     def _loss_pass(
         self, batch: Batch, loss_fn: LossFn, train: bool
-    ) -> tuple[dict[str, float], float, float, float]:
+    ) -> tuple[dict[str, float], float, float, float, float]:
         """The loss over this rank's micro-batches (backward with ``train``): the metric sums
-        and the global loss-token, sequence and token counts."""
+        and the global loss-token, sequence and token counts, and the tokens the forwards
+        processed (padding included; a prefix tree's nodes), summed over data-parallel rows."""
         ids = np.asarray(batch.input_ids, dtype=np.int64)
         lengths = sequence_lengths(batch.attention_mask)
         group = int(getattr(loss_fn, "rows_per_group", 1))  # rows the loss takes together
@@ -376,7 +472,7 @@ class TorchPolicyWorker(PolicyWorker):
                 f"this loss (the OPD advantage) needs {n_lp} teachers' log-probabilities, but "
                 f"the worker has {have}: set teachers (core: grpo.adv_estimator.teachers)"
             )
-        mine = self._shard(ids.shape[0], group)
+        mine = self._rows(ids, lengths, group)
         loss_mask = np.asarray(batch.loss_mask, dtype=bool)
         counts = torch.tensor(
             [loss_mask[mine].sum(), (loss_mask[mine].sum(axis=1) > 0).sum(), lengths[mine].sum()],
@@ -388,17 +484,20 @@ class TorchPolicyWorker(PolicyWorker):
                 counts.zero_()
             dist.all_reduce(counts)
         n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
+        self._layout(ids, lengths, mine)
         plan = self._plan(lengths, mine, train=train, group=group)
         n_mb = self._num_microbatches(plan)
         scale = float(self.dist.dp_size) if self.fsdp else 1.0
         fields = _batch_fields(batch)
         sums: dict[str, float] = {}
+        forwarded = 0
         for i in range(n_mb):
             if i >= len(plan):  # the collectives of a real micro-batch, in the same order
                 self._dummy_pass(train, teacher=bool(topk or n_lp))
                 continue
             idx = plan[i]
             fwd = self._forward(self.model, ids, lengths, idx)
+            forwarded += fwd[0].shape[0] * fwd[0].shape[1]
             lp = self._logprobs_of(fwd, lengths[idx])
             width = lp.shape[1]
             mb = {
@@ -424,7 +523,15 @@ class TorchPolicyWorker(PolicyWorker):
             for key, val in metrics.items():
                 if key != "loss" and not key.startswith("num_") and _is_scalar(val):
                     add_metric(sums, key, float(val), w)
-        return sums, n_tok, n_seq, n_all
+        return sums, n_tok, n_seq, n_all, self._sum_over_rows(forwarded)
+
+    def _sum_over_rows(self, x: float) -> float:
+        """``x`` summed over the data-parallel rows (a tp group counts once)."""
+        if not dist.is_initialized() or self.dist.world_size == 1:
+            return float(x)
+        t = torch.tensor([float(x) if self._counts_here else 0.0], device=self.device)
+        dist.all_reduce(t)
+        return float(t.item())
 
     def _teacher_fields(
         self, ids: np.ndarray, lengths: np.ndarray, idx: list[int], loss_mask: np.ndarray,

@@ -27,7 +27,10 @@
 ``collector/*``            ``gen_tokens``, ``gen_wall_s``, ``gen_busy_fraction`` (above);
                            ``gen_latency_s`` the summed per-group generation latencies
                            (÷ ``groups``: the mean latency); ``env_s``, ``group_s`` summed per
-                           group; ``requeued``, ``engine_failures``, ``errors``
+                           group; ``requeued``, ``engine_failures``, ``errors``;
+                           ``prefix_cache_hit_rate`` the samples' prompt tokens the engines
+                           reused from a prefix cache (vLLM's, the transformers engine's
+                           group prefill), of all their prompt tokens
 ``val/*``                  ``pass_rate``, ``reward``, ``samples`` of a validation
                            (``grpo.val_samples_per_prompt`` samples per held-out task at
                            ``grpo.val_temperature``); logged at the step whose weights it

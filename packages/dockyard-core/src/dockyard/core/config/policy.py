@@ -238,6 +238,13 @@ class PolicyConfig(ConfigModel):
     """Sequence packing of training and logprob micro-batches (torch trainer)."""
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig)
     """Token-budget micro-batches (torch trainer)."""
+    shared_prefix: bool | None = None
+    """Train what sequences share once: a group's prompt, a DPO pair's, the turns before
+    multi-turn trajectories diverge are forwarded a single time and every continuation attends
+    to them (a prefix tree per micro-batch; equal logprobs, losses and gradients up to float
+    rounding). null: on where exact (the torch trainer, when a batch shares >= 1/8 of its
+    tokens); false: off; true: required (pre-flight refuses a trainer that cannot: the JAX
+    trainer does not share yet). ``docs/packages/torch.md``."""
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     """Rollout generation."""
 
@@ -266,6 +273,13 @@ class PolicyConfig(ConfigModel):
                 "policy.sequence_packing / policy.dynamic_batching are torch-trainer options; "
                 "the JAX trainer uses fixed micro-batches: set them to false with "
                 "policy.jax_cfg.enabled"
+            )
+        if self.jax_cfg.enabled and self.shared_prefix:
+            errors.append(
+                "policy.shared_prefix is true, but the JAX trainer does not share prefixes yet "
+                "(its micro-batches are fixed [b, T] arrays without a per-row attention mask, "
+                "so each sequence is trained in full: same result, more work): set it to null "
+                "or false with policy.jax_cfg.enabled, or train with policy.dtensor_cfg"
             )
         if self.train_global_batch_size % self.train_micro_batch_size:
             errors.append(

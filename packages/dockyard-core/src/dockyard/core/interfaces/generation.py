@@ -37,6 +37,9 @@ class GenerationResult:
         text: the decoded completion.
         finish_reason: ``"stop"``, ``"length"`` or ``"abort"``.
         policy_versions: ``[L] int32`` the policy version that produced each token.
+        cached_prompt_tokens: prompt tokens the engine reused from its prefix cache instead of
+            computing them (vLLM's ``num_cached_tokens``; the transformers engine's shared
+            group prefill); 0 where the engine does not say.
     """
 
     token_ids: np.ndarray
@@ -44,6 +47,7 @@ class GenerationResult:
     text: str
     finish_reason: str
     policy_versions: np.ndarray
+    cached_prompt_tokens: int = 0
 
 
 class GenerationEngine(ABC):

@@ -73,6 +73,7 @@ class _Sample:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     reason: str | None = None
+    shared: int = 0  # prompt tokens it took from another sample's prefill (its group's first)
 
     @property
     def done(self) -> bool:
@@ -320,6 +321,9 @@ class TransformersEngine(GenerationEngine):
             use_cache=True,
             logits_to_keep=1,
         )
+        for t, ss in groups:  # each group's tokens were encoded once, for its first sample
+            for s in ss[1:]:
+                s.shared = len(t)
         cache, samples = out.past_key_values, [s for _, ss in groups for s in ss]
         index = torch.tensor(
             [g for g, (_, ss) in enumerate(groups) for _ in ss], device=self.device
@@ -415,6 +419,7 @@ class TransformersEngine(GenerationEngine):
             text=text,
             finish_reason=s.reason or "length",
             policy_versions=np.asarray(s.versions, dtype=np.int32),
+            cached_prompt_tokens=s.shared,
         )
 
     # -- pausing and weights ----------------------------------------------------------------

@@ -186,6 +186,10 @@ class VLLMEngine(GenerationEngine):
         except ImportError as e:
             raise ImportError(_INSTALL) from e
         kw = dict(self.engine_kwargs)
+        # a group's n samples, and every prompt that starts with the same system prompt, share
+        # their prompt's KV blocks (on by default in vLLM's V1 engine; named here, as dockyard
+        # relies on it: each result's cached_prompt_tokens reports the hits)
+        kw.setdefault("enable_prefix_caching", True)
         gmu = self.gpu_memory_utilization
         if gmu is None:
             gmu = 0.1 if _on_cpu() else 0.85
@@ -277,6 +281,7 @@ class VLLMEngine(GenerationEngine):
         logprobs: list[float] = []
         versions: list[np.ndarray] = []
         text = ""
+        cached, first = 0, True  # prompt tokens from the prefix cache (the first request's)
         while True:
             await self._resumed.wait()
             epoch = self._abort_epoch
@@ -289,6 +294,8 @@ class VLLMEngine(GenerationEngine):
                 request_id=uuid.uuid4().hex,
             ):
                 c = out.outputs[0]  # DELTA: the tokens new since the last output
+                if first and out.num_cached_tokens:  # set once the prompt is scheduled
+                    cached = max(cached, int(out.num_cached_tokens))
                 ids += c.token_ids
                 logprobs += [
                     float(lp[t].logprob)
@@ -297,6 +304,7 @@ class VLLMEngine(GenerationEngine):
                 text += c.text
                 self.tokens_generated += len(c.token_ids)
             assert c is not None
+            first = False
             tokens += ids
             versions.append(versions_from_spans(c.weight_versions, len(ids), self._version))
             reason = finish_reason(c.finish_reason)
@@ -321,6 +329,7 @@ class VLLMEngine(GenerationEngine):
             policy_versions=np.concatenate(versions).astype(np.int32)
             if versions
             else np.zeros(0, np.int32),
+            cached_prompt_tokens=cached,
         )
 
     # -- weight updates -------------------------------------------------------------------

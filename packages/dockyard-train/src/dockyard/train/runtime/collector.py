@@ -90,6 +90,7 @@ class GenerationClock:
         self.since = 0.0  # when ``active`` last went from 0 to 1
         self.busy = 0.0
         self.tokens = 0
+        self.prompt_tokens = self.cached_tokens = 0  # of the samples; from the prefix cache
         self.window = time.perf_counter()  # the start of the current read window
 
     def wrap(self, engine: Any) -> TimedEngine:
@@ -107,7 +108,9 @@ class GenerationClock:
 
     def read(self) -> dict[str, float]:
         """``collector/gen_tokens``, ``collector/gen_wall_s`` and ``collector/gen_busy_fraction``
-        (of the wall time since the last read) since the last read; starts the next window."""
+        (of the wall time since the last read) since the last read, and
+        ``collector/prefix_cache_hit_rate`` (the samples' prompt tokens the engines took from a
+        prefix cache); starts the next window."""
         now = time.perf_counter()
         busy = self.busy + (now - self.since if self.active else 0.0)
         window = now - self.window
@@ -116,7 +119,10 @@ class GenerationClock:
             "collector/gen_wall_s": busy,
             "collector/gen_busy_fraction": busy / window if window > 0 else 0.0,
         }
+        if self.prompt_tokens:
+            out["collector/prefix_cache_hit_rate"] = self.cached_tokens / self.prompt_tokens
         self.busy, self.tokens, self.window = 0.0, 0, now
+        self.prompt_tokens = self.cached_tokens = 0
         if self.active:
             self.since = now
         return out
@@ -135,6 +141,8 @@ class TimedEngine:
         finally:
             self.clock.stop()
         self.clock.tokens += sum(len(r.token_ids) for r in results)
+        self.clock.prompt_tokens += len(prompt_ids) * len(results)
+        self.clock.cached_tokens += sum(getattr(r, "cached_prompt_tokens", 0) for r in results)
         return results
 
 
