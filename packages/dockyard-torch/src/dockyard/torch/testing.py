@@ -9,7 +9,7 @@ Stable API (other packages' tests build on it):
   ``<|im_end|>`` (2, eos).
 * :func:`build_tiny_model` ``(path=None, *, family="qwen2", hidden_size=64, num_layers=2,
   num_heads=2, num_kv_heads=1, ...) -> Path`` builds a random-initialised causal LM of family
-  ``"qwen2"``, ``"qwen3"``, ``"llama"`` or ``"qwen3_moe"`` and saves it as a plain HF safetensors folder *with the
+  ``"qwen2"``, ``"qwen3"``, ``"llama"``, ``"qwen3_moe"``, ``"gemma2"`` or ``"gemma3_text"`` and saves it as a plain HF safetensors folder *with the
   tokenizer files beside it*, so ``AutoModelForCausalLM.from_pretrained(p)``,
   ``AutoTokenizer.from_pretrained(p)`` and ``vllm.LLM(p)`` all work on the returned folder.
   ``head_dim = hidden_size // num_heads`` must be >= 32 (vLLM's CPU attention kernels reject 16).
@@ -62,7 +62,7 @@ PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
 SPECIAL_TOKENS = (PAD_TOKEN, IM_START, EOS_TOKEN)
-FAMILIES = ("qwen2", "qwen3", "llama", "qwen3_moe")
+FAMILIES = ("qwen2", "qwen3", "llama", "qwen3_moe", "gemma2", "gemma3_text")
 
 # Qwen2's pre-tokenisation regex (transformers/models/qwen2/tokenization_qwen2.py).
 _QWEN2_REGEX = (
@@ -277,9 +277,34 @@ def _model_config(family: str, a: dict[str, Any], vocab_size: int, ids: dict[str
             moe_intermediate_size=a["moe_intermediate_size"],
             norm_topk_prob=True,
         )
+    if family in ("gemma2", "gemma3_text"):
+        return _gemma_config(family, common, a)
     from transformers import LlamaConfig
 
     return LlamaConfig(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
+
+
+def _gemma_config(family: str, common: dict[str, Any], a: dict[str, Any]):
+    """Gemma 2 / Gemma 3 (text): layers alternate sliding-window (``sliding_window`` = 16
+    tokens, so test sequences cross it) and global attention; Gemma 2 soft-caps attention
+    (50) and final logits (30). Embeddings are always tied, as in every Gemma (vLLM's Gemma
+    models have no separate LM head)."""
+    common = {**common, "tie_word_embeddings": True}
+    head_dim = a["hidden_size"] // a["num_heads"]
+    layer_types = [
+        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(a["num_layers"])
+    ]
+    gemma = {"head_dim": head_dim, "query_pre_attn_scalar": head_dim, "sliding_window": 16,
+             "layer_types": layer_types}  # fmt: skip
+    if family == "gemma2":
+        from transformers import Gemma2Config
+
+        return Gemma2Config(
+            **common, **gemma, attn_logit_softcapping=50.0, final_logit_softcapping=30.0
+        )
+    from transformers import Gemma3TextConfig
+
+    return Gemma3TextConfig(**common, **gemma)
 
 
 def build_tiny_model(
@@ -308,7 +333,8 @@ def build_tiny_model(
     ``qwen3_moe``: every layer is a Mixture-of-Experts block of ``num_experts`` SwiGLU experts
     of width ``moe_intermediate_size`` (default ``hidden_size // 2``), ``num_experts_per_tok``
     chosen per token (renormalised gates). The other ``num_experts*`` arguments are ignored
-    for dense families.
+    for dense families. ``gemma2`` / ``gemma3_text`` (Gemma 3's text model): see
+    :func:`_gemma_config`.
     """
     if family not in FAMILIES:
         raise ValueError(f"family={family!r}: expected one of {FAMILIES}")
