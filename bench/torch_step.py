@@ -157,10 +157,10 @@ def spread(ts: list[float]) -> str:
     return f"{statistics.median(ts):.3f} [{min(ts):.3f}-{max(ts):.3f}]"
 
 
-def overhead(size: str, batch: Batch, repeats: int) -> dict:
+def overhead(size: str, batch: Batch, repeats: int, family: str = "qwen2") -> dict:
     from transformers import AutoModelForCausalLM
 
-    path = build_tiny_model(family="qwen2", **SIZES[size])
+    path = build_tiny_model(family=family, **SIZES[size])
     cfg = {
         "model_name": str(path),
         "reference_policy": False,
@@ -287,7 +287,7 @@ def overhead_table(args: argparse.Namespace, batch: Batch) -> None:
         f"{'worker tok/s':>13} {'plain tok/s':>12}"
     )
     for size in args.sizes.split(","):
-        r = overhead(size.strip(), batch, args.repeats)
+        r = overhead(size.strip(), batch, args.repeats, args.family)
         print(
             f"{r['size']:>6} {r['params'] / 1e6:>7.1f}M {spread(r['times']['worker']):>22} "
             f"{spread(r['times']['plain']):>22} {r['worker'] / r['plain']:>5.2f}× "
@@ -323,6 +323,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--sizes", default="1m,10m,50m", help=f"of {', '.join(SIZES)}")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--family",
+        default="qwen2",
+        help="part 1's model family (dockyard.torch.testing.FAMILIES; qwen3_moe: the worker's "
+        "grouped-GEMM MoE against transformers' own)",
+    )
     parser.add_argument(
         "--shape", choices=("tail", "short"), default="tail", help="see the module docstring"
     )

@@ -14,6 +14,14 @@ LoRA (peft) models export either
 * ``adapters``: only ``…q_proj.lora_A.weight`` / ``…lora_B.weight`` under peft's saved names
   (``base_model.model.…``, without the adapter name), as in ``adapter_model.safetensors``.
 
+Fused MoE experts (``transformers`` 5 keeps each layer's experts as ``mlp.experts.gate_up_proj
+[E, 2I, H]`` and ``mlp.experts.down_proj [E, H, I]``) are exported per expert, under the names
+``save_pretrained`` writes and vLLM's Qwen3-MoE ``load_weights`` reads:
+``mlp.experts.{e}.gate_proj.weight = gate_up[e, :I]``, ``….up_proj.weight = gate_up[e, I:]``,
+``….down_proj.weight = down[e]``. The aux-loss-free router bias (``mlp.expert_bias``) is trainer
+state: Qwen3-MoE has no such tensor, so it is not exported (docs/packages/torch.md says what that
+means for engine/trainer agreement).
+
 A module peft trains in full (``modules_to_save``: the ``score`` head of a ``SEQ_CLS`` model)
 exports its trained copy, under its HF name (``score.weight``) or, with ``adapters``, peft's
 saved one (``base_model.model.score.weight``); peft's frozen original is left out.
@@ -28,6 +36,7 @@ import torch
 
 _PEFT_PREFIX = "base_model.model."
 _SAVED = ".modules_to_save.default."  # peft's trainable copy of a ``modules_to_save`` module
+_GATE_UP, _DOWN, _BIAS = ".mlp.experts.gate_up_proj", ".mlp.experts.down_proj", ".mlp.expert_bias"
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -67,7 +76,8 @@ def iter_hf_tensors(
             continue  # tied weight: exported once, under its first name
         seen.add(id(tensor))
         if not is_peft:
-            yield name, _to_numpy(_full(tensor), dtype, copy)
+            for out_name, part in hf_names(name, _full(tensor)):
+                yield out_name, _to_numpy(part, dtype, copy)
             continue
         if ".original_module." in name:
             continue  # peft's frozen copy of a module that trains in full (below)
@@ -86,7 +96,28 @@ def iter_hf_tensors(
             a = _full(state[f"{module}.lora_A.default.weight"])
             b = _full(state[f"{module}.lora_B.default.weight"])
             full = full + scaling[module] * (b.float() @ a.float()).to(full.dtype)
-        yield hf_name, _to_numpy(full, dtype, copy)
+        for out_name, part in hf_names(hf_name, full):
+            yield out_name, _to_numpy(part, dtype, copy)
+
+
+def hf_names(name: str, full: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+    """The checkpoint names and tensors of state-dict entry ``name`` (the module docstring's
+    experts map; nothing for the router bias; else ``name`` itself)."""
+    if name.endswith(_BIAS):
+        return
+    if name.endswith(_GATE_UP) and full.dim() == 3:
+        prefix = name.removesuffix("gate_up_proj")
+        for e, w in enumerate(full):
+            gate, up = w.chunk(2, dim=0)
+            yield f"{prefix}{e}.gate_proj.weight", gate
+            yield f"{prefix}{e}.up_proj.weight", up
+        return
+    if name.endswith(_DOWN) and full.dim() == 3:
+        prefix = name.removesuffix("down_proj")
+        for e, w in enumerate(full):
+            yield f"{prefix}{e}.down_proj.weight", w
+        return
+    yield name, full
 
 
 def _lora_scaling(model: torch.nn.Module) -> dict[str, float]:

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from dockyard.torch.config import TorchPolicyConfig
+from dockyard.torch.moe import check_expert_parallel, install_moe, moe_blocks, shard_experts
 from dockyard.torch.parallel import SINGLE_PROCESS, MeshInfo, apply_tensor_parallel, mesh_info
 
 
@@ -144,6 +145,7 @@ def load_hf_model(
         )
         _set_pad_token(model.config, cfg)
         model.config.architectures = [type(model).__name__]  # what the exported folder holds
+    install_moe(model, cfg.moe)  # Qwen3-MoE blocks -> dockyard.torch.moe.MoEBlock
     model = model.to(device)
     model.config.use_cache = False
     if trainable and cfg.lora.enabled:
@@ -205,9 +207,11 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def shard_model(model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig, fsdp: bool) -> Any:
-    """Split decoder layers over ``tp`` (when ``tp_size > 1``), then, with ``fsdp``, apply FSDP2
-    ``fully_shard`` over ``dp`` per decoder layer and at the root."""
+    """Split decoder layers over ``tp`` (when ``tp_size > 1``) and MoE experts over ``dp``
+    (``moe.expert_parallel_size > 1``), then, with ``fsdp``, apply FSDP2 ``fully_shard`` over
+    ``dp`` per decoder layer and at the root (expert shards excluded)."""
     layers = decoder_layers(model)
+    ignored = _expert_parallel(model, info, cfg)
     if info.tp_size > 1:
         if cfg.lora.enabled:
             raise ValueError(
@@ -220,10 +224,27 @@ def shard_model(model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig, 
     from torch.distributed.fsdp import fully_shard
 
     kwargs = fsdp_kwargs(cfg, info)
+    if ignored:
+        kwargs["ignored_params"] = ignored
     for layer in layers:
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
     return model
+
+
+def _expert_parallel(
+    model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig
+) -> set[torch.nn.Parameter]:
+    """Shard MoE experts over the ``dp`` axis when ``moe.expert_parallel_size > 1``; returns
+    the expert parameters FSDP must leave alone (empty otherwise)."""
+    blocks = moe_blocks(model)
+    if not blocks:
+        return set()
+    ep = cfg.moe.expert_parallel_size
+    check_expert_parallel(cfg.moe, blocks[0].num_experts, info.dp_size, info.tp_size)
+    if ep == 1:
+        return set()
+    return shard_experts(model, info.mesh.mesh["dp"], ep)
 
 
 def fsdp_kwargs(cfg: TorchPolicyConfig, info: DistInfo) -> dict[str, Any]:

