@@ -243,3 +243,23 @@ def test_tensor_parallel_over_gloo_equals_one_unshared_process(tmp_path):
     for bucket in plain.export_weights(bucket_bytes=1 << 30):
         for name, value in bucket.items():  # 3e-5: Adam's step amplifies the reduction order
             np.testing.assert_allclose(got[f"w/{name}"], value, rtol=0, atol=3e-5, err_msg=name)
+
+
+def test_sliding_window_models_stay_unshared(tmp_path):
+    """Gemma 2's sliding-window layers: one ancestor mask would let a token see past its window,
+    so the worker lays such a model's batches out unshared (its logprobs then equal the plain
+    worker's); forced into a tree, the same batch comes out wrong — the gate is what holds."""
+    from dockyard.torch.testing import build_tiny_model
+
+    path = build_tiny_model(family="gemma2")  # a 16-token window, 2 layers
+    config = _config(str(path), attn_implementation="eager")
+    batch = grpo_batch(n_prompts=2, group=3, prompt_len=30, seed=4)  # prefixes past the window
+    shared = TorchPolicyWorker({**config, "shared_prefix": True})
+    plain = TorchPolicyWorker({**config, "shared_prefix": False})
+    lp = plain.get_logprobs(batch)
+    np.testing.assert_allclose(shared.get_logprobs(batch), lp, rtol=0, atol=ATOL)
+    assert not shared._tree
+    shared._tree_exact = True  # what the gate prevents
+    forced = shared.get_logprobs(batch)
+    assert shared._tree
+    assert np.abs(forced - lp).max() > 1e-3

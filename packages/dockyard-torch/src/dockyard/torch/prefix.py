@@ -162,3 +162,19 @@ def tree_logprobs(
     picked = z[src, target] - torch.logsumexp(z, dim=-1)[src]
     out = z.new_zeros((len(tree.where), width))
     return out.index_put((seq, col), picked)
+
+
+def sliding_window(config: object) -> int | None:
+    """The sliding window of a model config whose layers (some or all) attend through one, else
+    None: Gemma 2 / 3's ``sliding_window`` with ``layer_types`` naming sliding layers, or
+    ``use_sliding_window`` (Qwen2 / Mistral style). A tree's ancestor mask would let such a
+    layer see tokens beyond its window, so these models are never laid out as trees."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return int(window) if any("sliding" in str(t) for t in types) else None
+    if getattr(config, "use_sliding_window", True) is False:
+        return None
+    return int(window)

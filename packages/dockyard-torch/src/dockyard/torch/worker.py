@@ -25,6 +25,7 @@ ranks. Collective methods (everything but ``step``) must be called on all ranks.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -63,6 +64,7 @@ from dockyard.torch.prefix import (
     build_tree,
     gather_aligned,
     lex_order,
+    sliding_window,
     tree_logprobs,
     tree_mask,
     tree_tokens,
@@ -92,6 +94,16 @@ class TorchPolicyWorker(PolicyWorker):
         self.model = self._load_model(trainable=True)
         shard_model(self.model, self.dist, cfg, self.fsdp)
         self.moe = MoE.of(self.model, cfg.moe)  # None for a dense model
+        # one ancestor mask cannot express a sliding window (Gemma 2/3, Mistral-style): such a
+        # model's batches are laid out unshared, exactly as before (prefix.sliding_window)
+        self._tree_exact = sliding_window(self.model.config) is None
+        if cfg.shared_prefix and not self._tree_exact and self.dist.rank == 0:
+            print(
+                f"dockyard: shared-prefix training off for {cfg.model_name}: its sliding-window "
+                "attention layers cannot share a prefix through one mask (computed unshared)",
+                file=sys.stderr,
+                flush=True,
+            )
         self.reference = None
         if cfg.reference_policy and not cfg.lora.enabled:
             self.reference = self._load_model(trainable=False)
@@ -222,9 +234,11 @@ class TorchPolicyWorker(PolicyWorker):
 
     def _use_tree(self, ids: np.ndarray, lengths: np.ndarray, rows: list[int]) -> bool:
         """Whether this batch is laid out as prefix trees (:mod:`dockyard.torch.prefix`): with
-        ``shared_prefix`` on, an attention that takes a custom mask, and at least
+        ``shared_prefix`` on, an attention that takes a custom mask, no sliding window, and at least
         ``MIN_SAVING`` of this rank's tokens shared."""
         if not self.cfg.shared_prefix or self.cfg.attn_implementation not in ("sdpa", "eager"):
+            return False
+        if not self._tree_exact:
             return False
         total = int(lengths[rows].sum())
         return total > 0 and tree_tokens(ids, lengths, rows) <= (1 - MIN_SAVING) * total
