@@ -187,6 +187,22 @@ def _server() -> tuple[Any, Any, Any] | None:
     return uvicorn, ServiceConfig, create_app
 
 
+def _isolation(args: argparse.Namespace) -> Any:
+    """The isolation ``--isolation`` resolves to (its warning printed in a banner); None, with
+    the reason printed, where it cannot be had."""
+    from dockyard.sandbox.isolation import IsolationError, resolve
+
+    try:
+        isolation = resolve(args.isolation, args.unsafe_ok)
+    except IsolationError as e:
+        print(f"dockyard-sandbox: {e}", file=sys.stderr)
+        return None
+    if isolation.warning:
+        banner = "!" * 100
+        print(f"{banner}\n{isolation.warning}\n{banner}", file=sys.stderr, flush=True)
+    return isolation
+
+
 def serve(args: argparse.Namespace) -> int:
     token = None
     if args.token_file:
@@ -201,21 +217,17 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from dockyard.sandbox import egress
-    from dockyard.sandbox.isolation import IsolationError, resolve
-
-    try:
-        isolation = resolve(args.isolation, args.unsafe_ok)
-    except IsolationError as e:
-        print(f"dockyard-sandbox: {e}", file=sys.stderr)
-        return 2
-    if isolation.warning:
-        banner = "!" * 100
-        print(f"{banner}\n{isolation.warning}\n{banner}", file=sys.stderr, flush=True)
-    server = _server()
+    server = _server()  # before anything else of the service: the extra may be missing
     if server is None:
         return 2
     uvicorn, ServiceConfig, create_app = server
+    from dockyard.sandbox import egress
+
+    isolation = _isolation(args)
+    if isolation is None:
+        return 2
+
+    from dockyard.sandbox.isolation import IsolationError
     from dockyard.sandbox.lifecycle import WorkDirInUse
 
     logging.basicConfig(

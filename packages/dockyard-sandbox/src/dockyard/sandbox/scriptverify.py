@@ -43,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import LOGS_MOUNT, TESTS_MOUNT, ScriptTests
@@ -115,6 +116,26 @@ def _write_tests(dest: Path, files: dict[str, str]) -> None:
         os.chmod(dirpath, 0o755)
 
 
+def _verifier_jail(
+    c: Any, ws: Path, logs: Path, tests: Path, uid: int, env: Provisioned | None,
+    script: ScriptTests, limits: Limits, timeout_s: float, network: bool, tag: str,
+) -> JailSpec:  # fmt: skip
+    """The verifier's jail over the copied workspace ``ws``: ``tests`` read-only at /tests,
+    ``logs`` writable at /logs, the environment's mounts and variables (its workdir the cwd)."""
+    ro = [(str(tests), TESTS_MOUNT)]
+    rw = [(str(logs), LOGS_MOUNT)]
+    jenv: dict[str, str] = {}
+    cwd = WORKSPACE
+    if env is not None:
+        ero, erw = env.binds(ws)
+        ro, rw, jenv, cwd = ro + ero, rw + erw, env.jail_env(), env.spec.workdir
+    return JailSpec(
+        argv=["/bin/sh", "-c", script.command], workspace=ws, uid=uid, limits=limits,
+        timeout_s=timeout_s, network=network, cwd=cwd, ro_binds=ro, binds=rw, env=jenv,
+        name=f"v-{tag}", isolation=c.isolation,
+    )  # fmt: skip
+
+
 def run_script(
     ctx: object,
     *,
@@ -161,37 +182,16 @@ def run_script(
             (logs / d).mkdir()
             os.chown(logs / d, uid, uid)
         _write_tests(tests, script.files)
-        ro = [(str(tests), TESTS_MOUNT)]
-        rw = [(str(logs), LOGS_MOUNT)]
-        jenv: dict[str, str] = {}
-        cwd = WORKSPACE
-        if env is not None:
-            ero, erw = env.binds(ws)
-            ro, rw, jenv, cwd = ro + ero, rw + erw, env.jail_env(), env.spec.workdir
-        argv = ["/bin/sh", "-c", script.command]
+        spec = _verifier_jail(c, ws, logs, tests, uid, env, script, limits, timeout_s, network,
+                              tag)  # fmt: skip
         if script.egress:  # the registries and the installer table only (module docstring)
             proxy = egress.Proxy(c.trusted_root / f"egress-{tag}", uid,  # type: ignore[attr-defined]
                                  egress.Allowlist.build(getattr(c, "registries", ())))  # fmt: skip
-            ro, jenv = [*ro, proxy.bind()], jenv | egress.jail_env()
-            argv = egress.wrap_argv(sys.executable, argv)
+            spec.ro_binds.append(proxy.bind())
+            spec.env |= egress.jail_env()
+            spec.argv = egress.wrap_argv(sys.executable, spec.argv)
         t1 = time.monotonic()
-        o = jail_run(
-            JailSpec(
-                argv=argv,
-                workspace=ws,
-                uid=uid,
-                limits=limits,
-                timeout_s=timeout_s,
-                network=network,
-                cwd=cwd,
-                ro_binds=ro,
-                binds=rw,
-                env=jenv,
-                name=f"v-{tag}",
-                isolation=c.isolation,  # type: ignore[attr-defined]
-            ),
-            c.probe,  # type: ignore[attr-defined]
-        )
+        o = jail_run(spec, c.probe)  # type: ignore[attr-defined]
         timings = Timings(test_s=o.duration_s, setup_s=t1 - t0, total_s=time.monotonic() - t0)
         common = {
             "exit_code": o.exit_code,
