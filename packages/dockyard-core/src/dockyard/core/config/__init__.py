@@ -55,6 +55,7 @@ from dockyard.core.config.sections import (
     EnvConfig,
     HttpTransportConfig,
     LoggerConfig,
+    RolloutLogConfig,
     ShmTransportConfig,
     WandbConfig,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "JudgeConfig",
     "LoRAConfig",
     "LoggerConfig",
+    "RolloutLogConfig",
     "MasterConfig",
     "NLLLossConfig",
     "OptimizerConfig",

@@ -75,6 +75,7 @@ from dockyard.train.recovery import (
     restore_run,
     save_run,
 )
+from dockyard.train.rollouts import RolloutLog
 
 if TYPE_CHECKING:
     from dockyard.train.runtime.trainer import TrainerLost
@@ -172,6 +173,9 @@ def train(
                                 view = trainer_view(batch)
                                 batch.ref_logprobs = trainer.get_reference_logprobs(view)
 
+                    with timer("rollout_log"):  # logger.rollouts.trainer_logprobs: π_prev
+                        run.rollout_logprobs(batch)
+
                     # 3. the optimizer step(s), one per train_global_batch_size: version step ->
                     #    step + 1
                     with timer("train"):
@@ -267,6 +271,8 @@ class _Run:
     restarts: int = 0
     distill: Any = None  # the distillation loss (validation adds its held-out KL), else None
     val: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/* metrics
+    rollouts: Any = None  # the RolloutLog (logger.rollouts), else None
+    _trainer_lp: Any = None  # this step's trainer logprobs for the rollout log
     startup: dict[str, float] = field(default_factory=dict)  # `startup/*`: the first step's
     _val_at_start: tuple[float, Any] | None = None  # (its start, its ObjectRef) until settled
 
@@ -309,12 +315,29 @@ class _Run:
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
         run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
         run.startup = startup
+        run.rollouts = RolloutLog.open(
+            cfg.logger.rollouts,
+            cfg.logger.log_dir,
+            tokenizer=cfg.policy.tokenizer.name or cfg.policy.model_name,
+            seed=g.seed,
+            env=",".join(cfg.env),
+            initial_step=start,
+        )
         run.distill = loss_fn if getattr(loss_fn, "teacher_topk", None) else None
         if val_tasks and g.val_at_start and start == 0 and run.distill is not None:
             run._settle(time.perf_counter(), run.validate())
         elif val_tasks and g.val_at_start and start == 0:  # beside step 1, until its push
             run._val_at_start = (time.perf_counter(), _validate_ref(collector, val_tasks, cfg))
         return run
+
+    def rollout_logprobs(self, batch: Any) -> None:
+        """The trainer's logprobs of ``batch`` for the rollout log, where it asks for them
+        (``logger.rollouts.trainer_logprobs``): π_prev's, when the step computed them, else one
+        logprob pass of the weights about to be trained."""
+        self._trainer_lp = batch.prev_logprobs
+        want = self.rollouts is not None and self.rollouts.cfg.trainer_logprobs
+        if want and self._trainer_lp is None:
+            self._trainer_lp = self.stack.trainer.get_logprobs(trainer_view(batch))
 
     def settle_start_validation(self) -> None:
         """Wait for the validation before training (``grpo.val_at_start``), which ran beside
@@ -393,6 +416,9 @@ class _Run:
                     ray.get(self.collector.stop.remote())
                 self.val[step] = self.validate()
                 metrics.update(self.val[step])
+        if self.rollouts is not None:  # the trajectories it trained on, as Parquet
+            with timer("rollout_log"):
+                self.rollouts.write_step(step, groups, batch.advantages, self._trainer_lp)
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
         metrics["time/since_process_start_s"] = process_age_s()
@@ -434,6 +460,8 @@ class _Run:
                 lost = again
                 continue
             self.logger.rewind(start)
+            if self.rollouts is not None:
+                self.rollouts.rewind(start)
             return start
 
     def final_validation(self) -> float | None:
