@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ class RolloutLog:
         tokenizer: the policy's tokenizer name or folder (the log holds decoded text).
         seed: seeds which groups are sampled.
         env: the environment's name, a column of every row.
-        initial_step: the step a resumed run starts from (0: a fresh run).
+        initial_step: the step a resumed run starts from (0: a fresh run; None: the folder's
+            step files are left alone, as an evaluation does).
     """
 
     def __init__(
@@ -57,14 +59,15 @@ class RolloutLog:
         tokenizer: str,
         seed: int = 0,
         env: str = "",
-        initial_step: int = 0,
+        initial_step: int | None = 0,
     ) -> None:
         self.cfg, self.seed, self.env = cfg, seed, env
         self.dir = Path(log_dir) / FOLDER
         self.dir.mkdir(parents=True, exist_ok=True)
         self._decode = Decoder(tokenizer)
         self.seconds = 0.0  # spent writing, in all
-        self.rewind(initial_step)
+        if initial_step is not None:
+            self.rewind(initial_step)
 
     @classmethod
     def open(cls, cfg: Any, log_dir: str | Path, **kwargs: Any) -> RolloutLog | None:
@@ -94,8 +97,34 @@ class RolloutLog:
         """
         t0 = time.perf_counter()
         why = self.select(step, groups)
+        rows = self._rows(groups, why, step, "train", "", advantages, trainer_logprobs)
+        out = write_rows(self.dir / step_file(step), rows)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def write_eval(self, label: str, groups: list[Any]) -> Path:
+        """Log every sample of an evaluated model (``label``) as ``eval_<label>.parquet``."""
+        why = {
+            (gi, si): ["eval"] for gi, g in enumerate(groups) for si in range(len(g.trajectories))
+        }
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", label)
+        return write_rows(
+            self.dir / f"eval_{safe}.parquet", self._rows(groups, why, 0, "eval", label)
+        )
+
+    def _rows(
+        self,
+        groups: list[Any],
+        why: dict[tuple[int, int], list[str]],
+        step: int,
+        kind: str,
+        label: str,
+        advantages: np.ndarray | None = None,
+        trainer_logprobs: np.ndarray | None = None,
+    ) -> list[dict[str, Any]]:
         rows, b = [], 0
         for gi, g in enumerate(groups):
+            task_id = _task_id(g)
             for si, t in enumerate(g.trajectories):
                 if (gi, si) in why:
                     tlp = None if trainer_logprobs is None else trainer_logprobs[b]
@@ -105,22 +134,21 @@ class RolloutLog:
                             self._decode,
                             self.cfg.max_text_chars,
                             step=step,
-                            kind="train",
-                            run_label="",
+                            kind=kind,
+                            run_label=label,
+                            task_id=task_id,
                             group=gi,
                             sample=si,
                             env=self.env,
                             logged_because=why[(gi, si)],
-                            staleness=step - 1 - t.min_version,
+                            staleness=step - 1 - t.min_version if kind == "train" else 0,
                             advantage=_mean_advantage(advantages, b),
                             trainer_logprobs=tlp,
                             gen_s=float(g.metadata.get("gen_s", 0.0)),
                         )
                     )
                 b += 1
-        out = write_rows(self.dir / step_file(step), rows)
-        self.seconds += time.perf_counter() - t0
-        return out
+        return rows
 
     def select(self, step: int, groups: list[Any]) -> dict[tuple[int, int], list[str]]:
         """``(group, sample) -> why it is logged`` (see the module docstring)."""
@@ -146,6 +174,16 @@ class RolloutLog:
             if t.finish_reason == "length":
                 why.setdefault((gi, si), []).append("truncated")
         return why
+
+
+def _task_id(group: Any) -> str:
+    """The group's task id as its environment reported it (any sample's ``task_id`` or
+    ``instance_id``: some verdicts leave it out), else the group's uid."""
+    for t in group.trajectories:
+        tid = t.metadata.get("task_id") or t.metadata.get("instance_id")
+        if tid:
+            return str(tid)
+    return str(group.prompt_id)
 
 
 def _mean_advantage(adv: np.ndarray | None, row: int) -> float:

@@ -155,7 +155,7 @@ def trajectory_row(
         decode: a :class:`~dockyard.train.rollouts.log.Decoder` (``text(ids)``, ``tokens(ids)``).
         limit: :func:`bounded`'s bound on each text.
         context: the columns the trajectory does not know: ``step``, ``kind``, ``run_label``,
-            ``group``, ``sample``, ``env``, ``logged_because``, ``staleness``, ``advantage``,
+            ``group``, ``sample``, ``task_id``, ``env``, ``logged_because``, ``staleness``, ``advantage``,
             ``trainer_logprobs`` (``[T] float32`` or None), ``gen_s``.
     """
     ids = np.asarray(t.token_ids).astype(np.int64).tolist()
