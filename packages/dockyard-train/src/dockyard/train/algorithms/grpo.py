@@ -335,7 +335,7 @@ class _Run:
         (``logger.rollouts.trainer_logprobs``): π_prev's, when the step computed them, else one
         logprob pass of the weights about to be trained."""
         self._trainer_lp = batch.prev_logprobs
-        want = self.rollouts is not None and self.rollouts.cfg.trainer_logprobs
+        want = self.rollouts is not None and self.rollouts.trainer_logprobs
         if want and self._trainer_lp is None:
             self._trainer_lp = self.stack.trainer.get_logprobs(trainer_view(batch))
 

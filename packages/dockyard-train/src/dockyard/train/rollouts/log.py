@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dockyard.core.config import RolloutLogConfig
 from dockyard.train.rollouts.record import FLAG_KEYS, SCHEMA, trajectory_row
 
 FOLDER = "rollouts"
@@ -54,14 +55,17 @@ class RolloutLog:
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: RolloutLogConfig,
         log_dir: str | Path,
         tokenizer: str,
         seed: int = 0,
         env: str = "",
         initial_step: int | None = 0,
     ) -> None:
-        self.cfg, self.seed, self.env = cfg, seed, env
+        self.seed, self.env = seed, env
+        self.sample_fraction = cfg.sample_fraction
+        self.max_text_chars = cfg.max_text_chars
+        self.trainer_logprobs = cfg.trainer_logprobs  # the driver reads it: a logprob pass
         self.dir = Path(log_dir) / FOLDER
         self.dir.mkdir(parents=True, exist_ok=True)
         self._decode = Decoder(tokenizer)
@@ -70,7 +74,7 @@ class RolloutLog:
             self.rewind(initial_step)
 
     @classmethod
-    def open(cls, cfg: Any, log_dir: str | Path, **kwargs: Any) -> RolloutLog | None:
+    def open(cls, cfg: RolloutLogConfig, log_dir: str | Path, **kwargs: Any) -> RolloutLog | None:
         """The log ``cfg`` (``logger.rollouts``) asks for, or None when it is off."""
         return cls(cfg, log_dir, **kwargs) if cfg.enabled else None
 
@@ -132,7 +136,7 @@ class RolloutLog:
                         trajectory_row(
                             t,
                             self._decode,
-                            self.cfg.max_text_chars,
+                            self.max_text_chars,
                             step=step,
                             kind=kind,
                             run_label=label,
@@ -153,7 +157,7 @@ class RolloutLog:
     def select(self, step: int, groups: list[Any]) -> dict[tuple[int, int], list[str]]:
         """``(group, sample) -> why it is logged`` (see the module docstring)."""
         rng = random.Random(f"{self.seed}/{step}")
-        frac = self.cfg.sample_fraction
+        frac = self.sample_fraction
         why: dict[tuple[int, int], list[str]] = {}
         trajs = [(gi, si, t) for gi, g in enumerate(groups) for si, t in enumerate(g.trajectories)]
         for gi, g in enumerate(groups):
