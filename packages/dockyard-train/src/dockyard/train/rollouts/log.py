@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ class RolloutLog:
         self.dir = Path(log_dir) / FOLDER
         self.dir.mkdir(parents=True, exist_ok=True)
         self._decode = Decoder(tokenizer)
+        # pyarrow imports pandas at its first table (0.5-7 s here): done now, in the
+        # background, while the driver waits for its first groups
+        threading.Thread(target=pa.Table.from_pylist, args=([], SCHEMA), daemon=True).start()
         self.seconds = 0.0  # spent writing, in all
         if initial_step is not None:
             self.rewind(initial_step)
