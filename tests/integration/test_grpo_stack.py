@@ -140,6 +140,9 @@ def test_sync_resume_reproduces_the_uninterrupted_run(
     train(resumed, resume=True, progress=False)
     rows = _rows(resumed)
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # the rollout log too: one file per step, none lost or doubled by the resume
+    steps = sorted(p.name for p in (tmp_path / "part" / "rollouts").iterdir())
+    assert steps == [f"step_00000{s}.parquet" for s in (1, 2, 3, 4)]
     _same_run(uninterrupted_sync, rows, first_redone=3)
 
 

@@ -215,6 +215,17 @@ def test_dockyard_eval_a_checkpoint_and_its_model_in_one_table(
     assert (out / "table.md").read_text().count("|") > 20
     assert (out / "plot.png").stat().st_size > 10_000
     assert (out / "models").is_dir()  # where the checkpoint was exported
+    # every sample also in the rollout log's format, one file per model (dockyard view OUT)
+    import pandas as pd
+
+    logged = pd.read_parquet(out / "rollouts")
+    assert sorted(logged.run_label.unique()) == sorted(labels)
+    assert (logged.kind == "eval").all()
+    for m, part in zip(results["models"], (a, b), strict=True):
+        rows = logged[logged.run_label == m["label"]]
+        assert len(rows) == 4
+        for row, s in zip(rows.itertuples(), part, strict=True):
+            assert s["response"] in row.turns[-1]["text"]  # the log keeps special tokens
 
 
 @pytest.mark.slow

@@ -55,6 +55,7 @@ from dockyard.core.config.sections import (
     EnvConfig,
     HttpTransportConfig,
     LoggerConfig,
+    RolloutLogConfig,
     ShmTransportConfig,
     WandbConfig,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "RLOOAdvConfig",
     "ReinforcePPAdvConfig",
     "RewardShapingConfig",
+    "RolloutLogConfig",
     "SchedulerConfig",
     "SglangConfig",
     "ShmTransportConfig",

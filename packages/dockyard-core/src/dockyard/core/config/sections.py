@@ -119,6 +119,20 @@ class WandbConfig(ConfigModel):
     """``offline`` writes locally (sync later with ``wandb sync``)."""
 
 
+class RolloutLogConfig(ConfigModel):
+    """The rollout log: each step's trajectories as Parquet under ``log_dir/rollouts/`` (read by
+    ``dockyard view``, pandas, DuckDB, HF ``datasets``)."""
+
+    enabled: bool = True
+    """Write each step's trajectories to ``log_dir/rollouts/step_<n>.parquet`` (eval runs: ``eval_<n>.parquet``)."""
+    sample_fraction: float = Field(default=1.0, ge=0.0, le=1.0)
+    """Fraction of each step's groups logged whole (chosen by ``grpo.seed`` and the step); every outlier trajectory is logged besides: the step's highest and lowest reward, infra errors, integrity flags, truncations."""
+    max_text_chars: PositiveInt = 16000
+    """Bound on each logged text (a turn, the verifier's output, a diff, a produced file): longer text keeps its head and tail around a ``[... N chars cut ...]`` marker."""
+    trainer_logprobs: bool = False
+    """Log the trainer's logprob of each generated token beside the engine's (the viewer colours their mismatch): one extra logprob pass over the batch per step, unless the step computes π_prev anyway (several optimizer steps per batch)."""
+
+
 class LoggerConfig(ConfigModel):
     log_dir: str = "logs"
     """Folder for this run's logs (metrics.jsonl, tensorboard/, wandb/)."""
@@ -132,6 +146,8 @@ class LoggerConfig(ConfigModel):
     """Weights & Biases settings (``wandb_enabled`` only)."""
     print_period: PositiveInt = 10
     """Print a line of the main metrics (reward, pass rate, loss, throughput, masked share) every this many steps, under the progress bar."""
+    rollouts: RolloutLogConfig = Field(default_factory=RolloutLogConfig)
+    """The rollout log of every step's trajectories (``log_dir/rollouts/``; ``dockyard view LOG_DIR``)."""
 
     @model_validator(mode="after")
     def _wandb_set(self) -> LoggerConfig:

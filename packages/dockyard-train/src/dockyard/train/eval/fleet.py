@@ -50,7 +50,7 @@ class Evaluator(CollectorHost):
         """``n`` samples of each task at ``temperature`` (per-task seeds from ``seed``), at
         most ``concurrency`` tasks in flight; one record per task whose prompt fits the context:
         ``{"id", "index" (in ``tasks``), "samples": [{"correct", "reward", "answer",
-        "infra_error", "finish_reason", "response", "tokens"}]}``."""
+        "infra_error", "finish_reason", "response", "tokens"}], "rollouts": the Group}``."""
         params = replace(self.params, n=n, temperature=temperature)
         sem = asyncio.Semaphore(concurrency)
         kept = self.tokenizer.filter_tasks(self.env, tasks, what="evaluation")
@@ -81,7 +81,8 @@ class Evaluator(CollectorHost):
                         "tokens": len(ids),
                     }
                 )
-            return {"id": str(task.get("id", i)), "index": index[id(task)], "samples": samples}
+            rec = {"id": str(task.get("id", i)), "index": index[id(task)], "samples": samples}
+            return {**rec, "rollouts": group}  # the Group, for the rollout log
 
         return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(kept))))
 
