@@ -175,13 +175,7 @@ def train(
                     #    stop_grad(log π) from the step's own forward; a pass only for several
                     batch = build_batch(groups, opts)
                     n_opt = max(1, len(batch.input_ids) // cfg.policy.train_global_batch_size)
-                    if n_opt > 1 or need_ref:
-                        with timer("logprobs"):
-                            if n_opt > 1:
-                                batch.prev_logprobs = trainer.get_logprobs(trainer_view(batch))
-                            if need_ref:
-                                view = trainer_view(batch)
-                                batch.ref_logprobs = trainer.get_reference_logprobs(view)
+                    _logprob_passes(trainer, batch, n_opt, need_ref, timer)
 
                     with timer("rollout_log"):  # logger.rollouts.trainer_logprobs: π_prev
                         run.rollout_logprobs(batch)
@@ -254,6 +248,18 @@ LOOP_LOSSES: dict[str, LoopLoss] = {
 }
 """``loss_fn.type`` -> the loss this loop trains; the other types are other drivers'
 (:mod:`.drivers`)."""
+
+
+def _logprob_passes(trainer: Any, batch: Any, n_opt: int, need_ref: bool, timer: _Timer) -> None:
+    """π_prev's logprobs when the batch takes several optimizer steps (with one, the loss takes
+    stop_grad(log π) from the step's own forward), and π_ref's when the KL term needs them."""
+    if n_opt <= 1 and not need_ref:
+        return
+    with timer("logprobs"):
+        if n_opt > 1:
+            batch.prev_logprobs = trainer.get_logprobs(trainer_view(batch))
+        if need_ref:
+            batch.ref_logprobs = trainer.get_reference_logprobs(trainer_view(batch))
 
 
 def _loss_for(cfg: Any) -> tuple[Any, LoopLoss]:
