@@ -151,3 +151,37 @@ def test_finish_while_the_terminal_churns_files(sandbox: SandboxClient) -> None:
             assert sandbox.finish(sid, FinishRequest(script=REWARD_0)).verdict == Verdict.failed
     finally:
         sandbox.delete_session(sid)
+
+
+@pytest.mark.parametrize(
+    ("step", "created"),
+    [
+        (DEEP_TREE, False),  # past the 128-level walk bound: 422 provision_failed, the reason
+        ("mkfifo p && ln -s c2 c1 && ln -s c1 c2", True),  # the FIFO left out (logged)
+        (BAD_NAME, True),
+        ("python3 -c \"import os\nfor _ in range(30): os.mkdir('p' * 200); os.chdir('p' * 200)\n"
+         "open('x', 'w').close()\"", True),  # a path past PATH_MAX: copied by fds
+    ],
+    ids=["deep", "special-and-cycle", "bad-name", "past-path-max"],
+)  # fmt: skip
+def test_build_step_content(sandbox: SandboxClient, step: str, created: bool) -> None:
+    """A provisioning step's own output (the prefix builder copies it by fds): a session or a
+    422 naming the reason — never a 5xx, never a host path in the message (it was both for a
+    path past PATH_MAX, and host paths for a FIFO)."""
+    from dockyard.sandbox.envspec import EnvSpec
+
+    spec = EnvSpec.model_validate({"steps": [{"run": step}]})
+    if not created:
+        with pytest.raises(SandboxRequestError) as e:
+            sandbox.create_session(SessionCreate(environment=spec))
+        detail = str(e.value.detail)
+        assert e.value.status == 422
+        assert "deeper than 128" in detail
+        assert "/work/" not in detail
+        assert "/tmp/" not in detail
+        return
+    sid = sandbox.create_session(SessionCreate(environment=spec))
+    try:
+        assert sandbox.exec(sid, "true").exit_code == 0
+    finally:
+        sandbox.delete_session(sid)

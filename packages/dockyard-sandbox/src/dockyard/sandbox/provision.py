@@ -61,8 +61,10 @@ from dockyard.sandbox.layers.bases import BaseError
 from dockyard.sandbox.layers.build import Builder, BuildFailed, BuiltImage
 from dockyard.sandbox.layers.store import Store
 from dockyard.sandbox.models import Limits
+from dockyard.sandbox.paths import UnsafePath
 from dockyard.sandbox.repos import RepoError, safe_extract
 from dockyard.sandbox.toolchain import WORKSPACE, sandbox_path_env
+from dockyard.sandbox.trees import TreeTooLarge, copy_tree, walk
 
 BUILD_LIMITS = Limits.model_validate(
     {"memory_mb": 4096, "pids": 1024, "disk_mb": 4096, "inodes": 500_000, "cpu_s": 7200}
@@ -185,15 +187,16 @@ def _chown_tree(root: Path, uid: int) -> None:
 
 
 def _freeze(root: Path) -> None:
-    """Root-owned, readable by all, writable by none but root (mounted read-only anyway)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.chown(dirpath, 0, 0)
-        os.chmod(dirpath, 0o755)
-        for n in dirnames + filenames:
-            p = os.path.join(dirpath, n)
-            os.chown(p, 0, 0, follow_symlinks=False)
-            if not os.path.islink(p) and os.path.isfile(p):
-                os.chmod(p, 0o755 if os.stat(p).st_mode & 0o111 else 0o644)
+    """Root-owned, readable by all, writable by none but root (mounted read-only anyway); by
+    fds (trees.py), so a path past PATH_MAX or a deep tree is no failure."""
+    os.chown(root, 0, 0)
+    os.chmod(root, 0o755)
+    for e in walk(root, allow_bad_names=True):
+        os.chown(e.name, 0, 0, dir_fd=e.dir_fd, follow_symlinks=False)
+        if e.kind == "d":
+            os.chmod(e.name, 0o755, dir_fd=e.dir_fd)
+        elif e.kind == "f":
+            os.chmod(e.name, 0o755 if e.st.st_mode & 0o111 else 0o644, dir_fd=e.dir_fd)
 
 
 class Provisioner:
@@ -343,16 +346,20 @@ class Provisioner:
             (prefix / "bin" / "pip").unlink()  # episodes have no pip (and no network)
             (prefix / "bin" / "pip3").unlink()
             tmp.mkdir()
-            shutil.copytree(tree, tmp / "tree", symlinks=True)
-            shutil.copytree(prefix, tmp / "prefix", symlinks=True)
+            for name, src in (("tree", tree), ("prefix", prefix)):  # the build's jail is dead
+                (tmp / name).mkdir()
+                left_out = copy_tree(src, tmp / name, uid=0, gid=0)  # by fds: links as links
+                if left_out:
+                    log.append(f"## {name}: special files left out: {', '.join(left_out[:20])}\n")
             _freeze(tmp)
             (tmp / "env.json").write_text(spec.model_dump_json())
             (tmp / "log.txt").write_text("".join(log)[-LOG_CAP:])
             (tmp / "ok").write_text(key)
             os.rename(tmp, self.root / key)
-        except OSError as e:
-            raise ProvisionFailed(
-                f"provisioning ran out of room or failed: {e}", "".join(log)
+        except (OSError, TreeTooLarge, UnsafePath) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise ProvisionFailed(  # no host path in what the client reads
+                f"provisioning ran out of room or failed: {why}", "".join(log)
             ) from e
         finally:
             if proxy is not None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import hashlib
 import io
 import os
@@ -38,10 +37,12 @@ from urllib.parse import unquote, urlsplit
 
 from dockyard.sandbox.models import RepoSpec
 from dockyard.sandbox.paths import UnsafePath, check_rel
+from dockyard.sandbox.trees import TreeTooLarge, copy_tree
 
 # Trees up to this many entries / bytes are copied from an in-memory snapshot (see copy_to).
 SNAPSHOT_MAX_ENTRIES = 2000
 SNAPSHOT_MAX_BYTES = 16 << 20
+SNAPSHOT_MAX_PATH = 3072  # a snapshot is written by name: longer paths are copied by fds
 SNAPSHOT_CACHE = 32  # cache entries whose snapshot is kept
 
 _GIT_ENV = {
@@ -382,25 +383,15 @@ class RepoCache:
     def copy_to(self, tree: Path, dest: Path, uid: int) -> None:
         """A private, writable copy of ``tree`` in ``dest`` owned by ``uid``. Small trees are
         written from an in-memory snapshot taken once per cache entry (no walk, no stat per
-        task); large ones are copied with ``cp --reflink=auto`` (a reflink where the file
-        system has it). Hard links are not used: they would let a task edit the cache."""
+        task); large ones, and trees with paths too long to write by name, are copied by fds
+        (:func:`~dockyard.sandbox.trees.copy_tree`, ``copy_file_range``: a reflink where the file
+        system has one). Hard links are not used: they would let a task edit the cache."""
         snap = self._snapshot(tree)
-        if snap is None:
-            r = subprocess.run(
-                ["cp", "-a", "--reflink=auto", f"{tree}/.", str(dest)],
-                capture_output=True,
-                timeout=600,
-            )
-            if r.returncode != 0:
-                err = r.stderr.decode(errors="replace")[:300]
-                if "No space left on device" in err or "Disk quota exceeded" in err:
-                    raise OSError(errno.ENOSPC, f"copying the repository: {err}")
-                raise RepoError(f"copying the repository failed: {err}")
-            r = subprocess.run(
-                ["chown", "-R", "-h", f"{uid}:{uid}", str(dest)], capture_output=True, timeout=600
-            )
-            if r.returncode != 0:
-                raise RepoError(f"chown of the workspace failed: {r.stderr.decode()[:300]}")
+        if snap is None:  # by fds (trees.py): any depth or path length, links as links
+            try:
+                copy_tree(tree, dest, uid=uid, gid=uid)
+            except (TreeTooLarge, UnsafePath) as e:
+                raise RepoError(f"copying the repository failed: {e}") from e
             return
         base = str(dest) + "/"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -438,6 +429,9 @@ class RepoCache:
             for name in [*dirnames, *filenames]:
                 src = os.path.join(dirpath, name)
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if len(src) > SNAPSHOT_MAX_PATH:  # written by name later: copy by fds instead
+                    out = None
+                    break
                 lst = os.lstat(src)
                 if stat.S_ISLNK(lst.st_mode):
                     out.append((rel, "l", 0, os.readlink(src), 0))
