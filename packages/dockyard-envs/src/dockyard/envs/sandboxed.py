@@ -78,6 +78,9 @@ def tests_fraction(result: TaskResult) -> float:
     return sum(1 for o in result.tests.values() if o == "passed") / len(result.tests)
 
 
+OUTPUT_TAIL = 2000  # characters of the verifier's stdout and stderr kept in a step's metadata
+
+
 def verdict_to_step(result: TaskResult, mode: str = "binary", **metadata: Any) -> StepResult:
     """See the module docstring. ``metadata`` is merged into the step's metadata."""
     verdict = Verdict(result.verdict)
@@ -85,6 +88,11 @@ def verdict_to_step(result: TaskResult, mode: str = "binary", **metadata: Any) -
         return infra_failure(
             result.detail or "sandbox infra_error", verdict=verdict.value, **metadata
         )
+    if verdict == Verdict.needs_network:  # a task declaring the internet, refused a host here:
+        return infra_failure(  # what this node cannot give, never a 0 (masked, named)
+            f"needs_network: {result.detail}", verdict=verdict.value, needs_network=True,
+            **metadata,
+        )  # fmt: skip
     integrity = bool(result.tests_tampered) or verdict == Verdict.patch_rejected
     if integrity:
         reward = 0.0
@@ -105,6 +113,8 @@ def verdict_to_step(result: TaskResult, mode: str = "binary", **metadata: Any) -
             "integrity_violation": integrity,
             "sandbox_s": result.timings.total_s,
             "detail": result.detail[:500],
+            "stdout": result.stdout[-OUTPUT_TAIL:],  # bounded: the rollout log keeps them
+            "stderr": result.stderr[-OUTPUT_TAIL:],
             **metadata,
         },
     )

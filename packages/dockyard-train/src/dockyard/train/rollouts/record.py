@@ -35,7 +35,7 @@ FLAG_KEYS = (
 # metadata keys lifted into their own columns (the rest goes to ``metadata_json``)
 _TEXT_KEYS = {"stdout": "verifier_stdout", "stderr": "verifier_stderr", "detail": "verifier_detail"}
 _DIFF_KEYS = ("patch", "diff")
-_DROPPED = {"tool_messages", "files", *FLAG_KEYS, *_TEXT_KEYS, *_DIFF_KEYS}
+_DROPPED = {"tool_messages", "files", *FLAG_KEYS, *_TEXT_KEYS, *_TEXT_KEYS.values(), *_DIFF_KEYS}
 
 # one span of the token layout: a role, its decoded text, its tokens [start, end)
 _TURN = pa.struct(
@@ -181,7 +181,7 @@ def trajectory_row(
         "infra_error": bool(t.infra_error),
         "flags": [k for k in FLAG_KEYS if md.get(k) is True],
         "verdict": str(md.get("verdict") or md.get("infra_reason") or ""),
-        **{col: bounded(md.get(key), limit) for key, col in _TEXT_KEYS.items()},
+        **{col: bounded(md.get(key) or md.get(col), limit) for key, col in _TEXT_KEYS.items()},
         "diff": bounded(next((md[k] for k in _DIFF_KEYS if md.get(k)), ""), limit),
         "files": _files(md.get("files"), limit),
         "metadata_json": bounded(json.dumps(rest, default=str, ensure_ascii=False), limit),
