@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from dockyard.train.cli.sandbox_args import add_network_arguments, service_args
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -27,16 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     v.add_argument(
         "--out", default="harbor_validate.json", help="JSON report (default %(default)s)"
     )
-    v.add_argument(
-        "--allow-network", action="store_true",
-        help="let provisioning steps (pip install) reach the network (the started service only)",
-    )  # fmt: skip
-    v.add_argument(
-        "--registry", action="append", default=[], metavar="HOST",
-        help="a package registry the started service's provisioning may reach, passed on as its "
-        "--registry (repeatable): needed where a registry's name resolves to a private or "
-        "special-purpose address (an internal mirror)",
-    )  # fmt: skip
+    add_network_arguments(
+        v,
+        "let provisioning steps (pip install) reach the network (the started service only)",
+    )
     e = sub.add_parser("export", help="write the tasks as JSONL (for data.train_path)")
     e.add_argument("dir", metavar="DIR")
     e.add_argument("out", metavar="OUT")
@@ -78,8 +74,7 @@ def _validate(args: argparse.Namespace, tasks: list[dict]) -> int:
         if url is None:
             from dockyard.sandbox.launch import start_service
 
-            extra = ["--allow-network"] if args.allow_network else []
-            extra += [f"--registry={host}" for host in args.registry]
+            extra = service_args(args)
             svc = stack.enter_context(
                 start_service(workers=max(2, args.concurrency), extra_args=extra)
             )

@@ -21,6 +21,8 @@ import logging
 import sys
 from pathlib import Path
 
+from dockyard.train.cli.sandbox_args import add_network_arguments, service_args
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="swe_command", metavar="SUBCOMMAND", required=True)
@@ -35,17 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="sandbox tasks at once")
     p.add_argument("--timeout-s", type=float, default=120.0, help="per test run")
     p.add_argument("--limit", type=int, default=None, help="only the first N instances")
-    p.add_argument(
-        "--allow-network", action="store_true",
-        help="let provisioning steps (pip install) reach the package index (the started service "
+    add_network_arguments(
+        p,
+        "let provisioning steps (pip install) reach the package index (the started service "
         "runs with --allow-network; a --sandbox-url service must have it)",
-    )  # fmt: skip
-    p.add_argument(
-        "--registry", action="append", default=[], metavar="HOST",
-        help="a package registry the started service's provisioning may reach, passed on as its "
-        "--registry (repeatable): needed where a registry's name resolves to a private or "
-        "special-purpose address (an internal mirror)",
-    )  # fmt: skip
+    )
 
 
 def _tasks(dataset: str) -> list[dict]:
@@ -80,8 +76,7 @@ def run(args: argparse.Namespace) -> int:
             from dockyard.sandbox.launch import start_service
 
             print("dockyard swe validate: starting a local sandbox service", flush=True)
-            extra = ["--allow-network"] if args.allow_network else []
-            extra += [f"--registry={host}" for host in args.registry]
+            extra = service_args(args)
             svc = stack.enter_context(
                 start_service(workers=max(1, args.concurrency), extra_args=extra)
             )
