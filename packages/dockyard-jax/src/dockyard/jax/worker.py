@@ -191,9 +191,11 @@ class JaxPolicyWorker(PolicyWorker):
         counts = {"num_loss_tokens": jnp.float32(n_tok), "num_sequences": jnp.float32(n_seq)}
         grads = None
         sums: dict[str, float] = {}
+        forwarded = 0  # padding included; JAX forwards every row whole (no prefix trees)
         for idx in self._chunks(B, self.cfg.train_micro_batch_size):
             width = self._width(lengths[idx])
             ids, mask = self._micro(batch, idx, width)
+            forwarded += ids.shape[0] * ids.shape[1]
             mb = {k: self._put(_fit(v[idx], width) if v.ndim == 2 else v[idx])
                   for k, v in fields.items()}  # fmt: skip
             g, loss, metrics = grad_fn(self.params, ids, mask, {**mb, **counts})
@@ -214,6 +216,8 @@ class JaxPolicyWorker(PolicyWorker):
             lr=lr,
             num_loss_tokens=n_tok,
             num_sequences=n_seq,
+            num_tokens=float(lengths.sum()),
+            num_tokens_forwarded=float(forwarded),
             tokens_per_s=float(lengths.sum()) / max(elapsed, 1e-9),
             step_time_s=elapsed,
         )
