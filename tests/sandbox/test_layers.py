@@ -102,9 +102,27 @@ def test_store_evicts_least_recently_used_with_descendants(tmp_path: Path) -> No
 
 # -- the real service ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def client(layers_sandbox):
+def _module_client(layers_sandbox):
     with layers_sandbox.client() as c:
         yield c
+
+
+@pytest.fixture
+def client(_module_client, monkeypatch):
+    """The module's client; the sessions a test opens are deleted when it ends (the service
+    is the whole run's: a session left open keeps its terminal's processes until its TTL)."""
+    opened: list[str] = []
+    create = _module_client.create_session
+
+    def create_session(spec=None):
+        sid = create(spec)
+        opened.append(sid)
+        return sid
+
+    monkeypatch.setattr(_module_client, "create_session", create_session)
+    yield _module_client
+    for sid in opened:
+        _module_client.delete_session(sid)
 
 
 def _stats(svc) -> dict:
