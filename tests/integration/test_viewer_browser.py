@@ -37,7 +37,7 @@ FILE = "<img src=x onerror=window.__pwned='file'>.py"
 
 @pytest.fixture(scope="module")
 def run_dir(module_quickstart_cfg, ray_session) -> Path:
-    """The log folder of 2 asynchronous quickstart steps, trainer logprobs logged."""
+    """The log folder of 2 asynchronous quickstart steps, trainer logprobs and entropies logged."""
     from dockyard.train.algorithms.grpo import train
 
     cfg = module_quickstart_cfg(
@@ -45,6 +45,7 @@ def run_dir(module_quickstart_cfg, ray_session) -> Path:
         "grpo.val_at_end=false",
         "checkpointing.enabled=false",
         "logger.rollouts.trainer_logprobs=true",
+        "logger.rollouts.entropy=true",
     )
     train(cfg, progress=False)
     return Path(cfg.logger.log_dir)
@@ -57,11 +58,14 @@ def test_a_real_run_logs_every_trajectory(run_dir: Path) -> None:
     for r in df.itertuples():
         n = len(r.token_ids)
         assert len(r.token_texts) == len(r.gen_logprobs) == len(r.trainer_logprobs) == n
+        assert len(r.entropy) == n
         mask = np.asarray(r.policy_mask)
         assert mask.sum() == r.response_tokens > 0
         gen, tr = np.asarray(r.gen_logprobs)[mask], np.asarray(r.trainer_logprobs)[mask]
         assert (gen < 0).all()
         assert np.isfinite(tr).all()
+        h = np.asarray(r.entropy)[mask]
+        assert (np.isfinite(h) & (h > 0)).all(), h  # values: tests/jax/test_policy_worker_contract
         assert r.turns[-1]["role"] == "assistant"
         assert r.turns[-1]["text"] == "".join(r.token_texts[r.turns[-1]["start"] :])
     # the trainer's logprobs are the same policy's, versions apart by the age bound at most
@@ -69,6 +73,14 @@ def test_a_real_run_logs_every_trajectory(run_dir: Path) -> None:
     gen = np.concatenate(df.gen_logprobs.map(np.asarray).tolist())[mask]
     tr = np.concatenate(df.trainer_logprobs.map(np.asarray).tolist())[mask]
     assert np.abs(gen - tr).mean() < 0.5
+    # the step's metric is the mean of its logged entropies over the policy's tokens
+    one = df[df.step == 1]
+    m1 = np.concatenate(one.policy_mask.map(np.asarray).tolist())
+    h1 = np.concatenate(one.entropy.map(np.asarray).tolist())[m1]
+    lines = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    logged = [m["policy/entropy"] for m in lines if m.get("step") == 1 and "policy/entropy" in m]
+    assert logged, "no policy/entropy metric at step 1"
+    assert abs(logged[0] - h1.mean()) < 1e-4 * h1.mean(), (logged, h1.mean())
     assert df.verdict.isin(["passed", "failed", "rejected", "timeout", "error"]).all()
 
 
@@ -232,6 +244,14 @@ def test_open_an_episode_and_its_tokens(page, run_dir: Path, shots) -> None:
     after = page.locator("#tokens span.tok").evaluate_all("s => s.map(x => x.style.background)")
     assert len(after) == len(before)
     assert after != before  # coloured by |trainer − engine| now
+    page.select_option("#token-mode", "entropy")
+    by_h = page.locator("#tokens span.tok").evaluate_all("s => s.map(x => x.style.background)")
+    assert len(by_h) == len(before)
+    assert by_h not in (before, after)  # coloured by entropy now
+    assert page.locator("#token-missing").count() == 0  # the run logged them
+    titles = page.locator("#tokens span.tok").evaluate_all("s => s.map(x => x.title)")
+    assert all(" nats" in t for t in titles)
+    shots(page.locator("#tokens"), "viewer-tokens-entropy.png")
 
 
 def test_hostile_text_is_shown_as_text_and_never_runs(page, shots) -> None:

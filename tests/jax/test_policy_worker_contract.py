@@ -2,7 +2,7 @@
 
 Every test here runs once per backend with the same assertions (what the GRPO driver and
 ``PolicyHost`` rely on): logprob alignment and padding, the frozen reference, top-k shapes,
-train-step metric keys, export by HF name in bounded buckets, checkpoint round trips that
+token entropies, train-step metric keys, export by HF name in bounded buckets, checkpoint round trips that
 restore the optimizer, HF export, and weights sent through a real transport by ``PolicyHost``.
 """
 
@@ -105,6 +105,34 @@ def test_logprobs_alignment_reference_and_topk(backend, model_dir) -> None:
     assert np.all(np.diff(values[batch.attention_mask], axis=-1) <= 0)  # sorted, largest first
     assert indices.min() >= 0
     assert indices.max() < VOCAB
+
+
+def test_token_entropy_is_the_policys_at_its_temperature(backend, model_dir) -> None:
+    """Checked against transformers' own logits of each row alone: H = −Σ p log p of the
+    distribution token t was drawn from (τ = 0.7), 0 at t = 0 and on padding."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dockyard.train.runtime.hosts import load_object
+
+    tau = 0.7
+    worker = load_object(FACTORIES[backend])({**_config(model_dir), "generation_temperature": tau})
+    batch = testing.random_batch(7, 24, vocab_size=VOCAB, seed=3)
+    h = worker.get_token_entropy(batch)
+    assert h.dtype == np.float32
+    assert h.shape == batch.shape
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    want = np.zeros(batch.shape, np.float32)
+    for b, n in enumerate(batch.attention_mask.sum(axis=1)):
+        with torch.no_grad():
+            z = hf(torch.as_tensor(batch.input_ids[b : b + 1, :n])).logits[0, :-1].double() / tau
+        p = torch.softmax(z, -1)
+        want[b, 1:n] = (-(p * torch.log(p)).sum(-1)).numpy()
+    np.testing.assert_allclose(h, want, rtol=1e-4, atol=1e-4)
+    inside = batch.attention_mask.copy()
+    inside[:, 0] = False
+    assert (h[inside] > 0).all()
+    assert (h[inside] < np.log(VOCAB)).all()
 
 
 def test_train_step_metrics_and_frozen_reference(backend, model_dir) -> None:

@@ -77,6 +77,19 @@ def make_logprob_fn(graphdef: nnx.GraphDef, temperature: float) -> Callable[...,
     return _memo(("logprobs", graphdef, temperature), lambda: jax.jit(fn))
 
 
+def make_entropy_fn(graphdef: nnx.GraphDef, temperature: float) -> Callable[..., jax.Array]:
+    """``fn(params, ids, mask) -> [b, T] float32``: the entropy (nats) of the distribution of
+    each token at temperature τ, aligned like the logprobs (0 at t = 0 and where ``mask`` is
+    False)."""
+
+    def fn(params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
+        z = apply(graphdef, params, ids, mask)[:, :-1].astype(jnp.float32) / temperature
+        h = jax.nn.logsumexp(z, axis=-1) - jnp.sum(jax.nn.softmax(z, axis=-1) * z, axis=-1)
+        return jnp.where(mask, jnp.pad(h, ((0, 0), (1, 0))), 0.0)
+
+    return _memo(("entropy", graphdef, temperature), lambda: jax.jit(fn))
+
+
 def make_topk_fn(graphdef: nnx.GraphDef, k: int) -> Callable[..., tuple[jax.Array, jax.Array]]:
     """``fn(params, ids, mask) -> (values [b, T, k] float32, indices [b, T, k] int32)``."""
 

@@ -37,6 +37,7 @@ from dockyard.jax.models.config import ModelConfig
 from dockyard.jax.models.hf import abstract_model, iter_hf_weights, load_hf_params, save_hf
 from dockyard.jax.optim import build_optimizer
 from dockyard.jax.step import (
+    make_entropy_fn,
     make_grad_fn,
     make_logprob_fn,
     make_topk_fn,
@@ -140,14 +141,16 @@ class JaxPolicyWorker(PolicyWorker):
         return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
 
     def _logprobs(self, params: Any, batch: Batch) -> np.ndarray:
+        return self._per_token(self._logprob_fn, params, batch)
+
+    def _per_token(self, fn: Any, params: Any, batch: Batch) -> np.ndarray:
+        """``[B, T] float32`` from ``fn(params, ids, mask) -> [b, width]``, chunk by chunk."""
         B, T = batch.shape
         lengths = np.asarray(batch.attention_mask, dtype=bool).sum(axis=1)
         out = np.zeros((B, T), np.float32)
         for idx in self._chunks(B, self.cfg.logprob_batch_size):
-            width = self._width(lengths[idx])
-            ids, mask = self._micro(batch, idx, width)
-            lp = np.asarray(self._logprob_fn(params, ids, mask))
-            out[idx] = _fit(lp, T)
+            ids, mask = self._micro(batch, idx, self._width(lengths[idx]))
+            out[idx] = _fit(np.asarray(fn(params, ids, mask)), T)
         return out
 
     # -------------------------------------------------------------- interface
@@ -175,6 +178,11 @@ class JaxPolicyWorker(PolicyWorker):
             values[idx] = _fit(np.asarray(v), T)
             indices[idx] = _fit(np.asarray(j), T)
         return values, indices
+
+    def get_token_entropy(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32`` entropy of each token's distribution (as the torch worker's)."""
+        fn = make_entropy_fn(self.graphdef, self.cfg.generation_temperature)
+        return self._per_token(fn, self.params, batch)
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         """One optimizer step over ``batch``; metrics as the torch worker reports them."""

@@ -28,6 +28,17 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     return torch.nn.functional.pad(picked, (1, 0))
 
 
+def position_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``[..., V]`` logits -> ``[...] float32``: the entropy (nats) of each position's
+    next-token distribution at temperature τ, ``logsumexp z' − Σ_v softmax(z')_v z'_v``. Not
+    shifted: position t describes token t + 1 (the worker aligns it like the logprobs)."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    lse = torch.logsumexp(z, dim=-1)
+    return lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+
+
 def unpack(packed: torch.Tensor, row: PackedRow, width: int) -> torch.Tensor:
     """Scatter a packed row's per-token values ``[N, ...]`` into ``[n, width, ...]`` (zeros pad).
 

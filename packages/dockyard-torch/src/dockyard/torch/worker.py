@@ -40,7 +40,7 @@ from dockyard.core.rl.metrics import add_metric, final_metrics, merge_metrics
 from dockyard.torch import checkpoint as ckpt
 from dockyard.torch.config import TorchPolicyConfig
 from dockyard.torch.export import bucketed, iter_hf_tensors
-from dockyard.torch.logprobs import token_logprobs, unpack
+from dockyard.torch.logprobs import position_entropy, token_logprobs, unpack
 from dockyard.torch.model import (
     compute_dtype,
     init_distributed,
@@ -399,11 +399,34 @@ class TorchPolicyWorker(PolicyWorker):
 
     def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(values [B, T, k], indices [B, T, k])``, aligned like logprobs, 0 on padding."""
+        values, indices = self._per_token_pass(
+            batch,
+            lambda ids, lengths, idx: self._mb_topk(self.model, ids, lengths, idx, k),
+            [((k,), np.float32), ((k,), np.int64)],
+        )
+        return values, indices
+
+    def get_token_entropy(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32``: the entropy (nats) of the distribution each token was drawn
+        from, temperature-scaled as in generation, aligned like the logprobs (0 at t = 0 and
+        on padding)."""
+        tau = self.cfg.generation_temperature
+
+        def entropy(ids: np.ndarray, lengths: np.ndarray, idx: list[int]) -> tuple[torch.Tensor]:
+            logits, width, (row, _) = self._forward(self.model, ids, lengths, idx)
+            return (self._next_token(position_entropy(logits, tau), row, width, lengths[idx]),)
+
+        (out,) = self._per_token_pass(batch, entropy, [((), np.float32)])
+        return out
+
+    def _per_token_pass(self, batch: Batch, fn, outputs) -> list[np.ndarray]:
+        """Run ``fn(ids, lengths, idx) -> tensors [b, T_mb, *shape]`` over this rank's
+        micro-batches of ``batch`` (no gradient, eval mode) and return one ``[B, T, *shape]``
+        array per ``(shape, dtype)`` of ``outputs``, every rank's rows gathered, 0 elsewhere."""
         ids = np.asarray(batch.input_ids, dtype=np.int64)
         lengths = sequence_lengths(batch.attention_mask)
         B, T = ids.shape
-        values = np.zeros((B, T, k), dtype=np.float32)
-        indices = np.zeros((B, T, k), dtype=np.int64)
+        out = [np.zeros((B, T, *shape), dtype=dtype) for shape, dtype in outputs]
         mine = self._rows(ids, lengths)
         self._layout(ids, lengths, mine)
         plan = self._plan(lengths, mine, train=False)
@@ -411,14 +434,13 @@ class TorchPolicyWorker(PolicyWorker):
         self.model.eval()
         with torch.no_grad():
             for i in range(n_mb):
-                if i >= len(plan):
+                if i >= len(plan):  # the collectives of a real micro-batch, in the same order
                     self.model(input_ids=torch.zeros((1, 2), dtype=torch.int64, device=self.device))
                     continue
                 idx = plan[i]
-                v, j = self._mb_topk(self.model, ids, lengths, idx, k)
-                values[idx, : v.shape[1]] = v.cpu().numpy()
-                indices[idx, : j.shape[1]] = j.cpu().numpy()
-        return self._gather_rows(values), self._gather_rows(indices)
+                for arr, t in zip(out, fn(ids, lengths, idx), strict=True):
+                    arr[idx, : t.shape[1]] = t.cpu().numpy()
+        return [self._gather_rows(arr) for arr in out]
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         """One optimizer step over ``batch``.

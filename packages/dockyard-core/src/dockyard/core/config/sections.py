@@ -131,6 +131,8 @@ class RolloutLogConfig(ConfigModel):
     """Bound on each logged text (a turn, the verifier's output, a diff, a produced file): longer text keeps its head and tail around a ``[... N chars cut ...]`` marker."""
     trainer_logprobs: bool = False
     """Log the trainer's logprob of each generated token beside the engine's (the viewer colours their mismatch): one extra logprob pass over the batch per step, unless the step computes π_prev anyway (several optimizer steps per batch)."""
+    entropy: bool = False
+    """Log the entropy (nats, at the generation temperature) of the trainer's distribution at each token of the batch (the viewer colours by it): one extra forward over the batch per step."""
 
 
 class LoggerConfig(ConfigModel):

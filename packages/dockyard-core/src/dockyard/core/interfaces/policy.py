@@ -57,6 +57,15 @@ class PolicyWorker(ABC):
     def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k logits for distillation: ``(values [B, T, k] float32, indices [B, T, k] int64)``."""
 
+    def get_token_entropy(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32``: the entropy (nats) of the distribution each token was drawn
+        from, temperature-scaled like the logprobs and aligned like them (0 at t = 0 and on
+        padding). Optional: the rollout log asks for it (``logger.rollouts.entropy``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not compute token entropies: set "
+            "logger.rollouts.entropy=false"
+        )
+
     @abstractmethod
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         """One optimizer step over ``batch`` (micro-batched with gradient accumulation)."""

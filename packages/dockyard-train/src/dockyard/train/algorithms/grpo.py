@@ -177,7 +177,7 @@ def train(
                     n_opt = max(1, len(batch.input_ids) // cfg.policy.train_global_batch_size)
                     _logprob_passes(trainer, batch, n_opt, need_ref, timer)
 
-                    with timer("rollout_log"):  # logger.rollouts.trainer_logprobs: π_prev
+                    with timer("rollout_log"):  # logger.rollouts.trainer_logprobs, .entropy
                         run.rollout_logprobs(batch)
 
                     # 3. the optimizer step(s), one per train_global_batch_size: version step ->
@@ -319,6 +319,7 @@ class _Run:
     val: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/* metrics
     rollouts: Any = None  # the RolloutLog (logger.rollouts), else None
     _trainer_lp: Any = None  # this step's trainer logprobs for the rollout log
+    _entropy: Any = None  # and its token entropies
     startup: dict[str, float] = field(default_factory=dict)  # `startup/*`: the first step's
     _val_at_start: tuple[float, Any] | None = None  # (its start, its ObjectRef) until settled
 
@@ -384,11 +385,15 @@ class _Run:
     def rollout_logprobs(self, batch: Any) -> None:
         """The trainer's logprobs of ``batch`` for the rollout log, where it asks for them
         (``logger.rollouts.trainer_logprobs``): π_prev's, when the step computed them, else one
-        logprob pass of the weights about to be trained."""
-        self._trainer_lp = batch.prev_logprobs
-        want = self.rollouts is not None and self.rollouts.trainer_logprobs
-        if want and self._trainer_lp is None:
+        logprob pass of the weights about to be trained; and their token entropies where it
+        asks for them (``logger.rollouts.entropy``: one forward)."""
+        self._trainer_lp, self._entropy = batch.prev_logprobs, None
+        if self.rollouts is None:
+            return
+        if self.rollouts.trainer_logprobs and self._trainer_lp is None:
             self._trainer_lp = self.stack.trainer.get_logprobs(trainer_view(batch))
+        if self.rollouts.entropy:
+            self._entropy = self.stack.trainer.get_token_entropy(trainer_view(batch))
 
     def settle_start_validation(self) -> None:
         """Wait for the validation before training (``grpo.val_at_start``), which ran beside
@@ -465,9 +470,14 @@ class _Run:
                     ray.get(self.collector.stop.remote())
                 self.val[step] = self.validate()
                 metrics.update(self.val[step])
+        if self._entropy is not None:  # the policy's mean entropy over its own tokens
+            mask = np.asarray(batch.loss_mask, dtype=bool)
+            metrics["policy/entropy"] = float(self._entropy[mask].mean()) if mask.any() else 0.0
         if self.rollouts is not None:  # the trajectories it trained on, as Parquet
             with timer("rollout_log"):
-                self.rollouts.write_step(step, groups, batch.advantages, self._trainer_lp)
+                self.rollouts.write_step(
+                    step, groups, batch.advantages, self._trainer_lp, self._entropy
+                )
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
         metrics["time/since_process_start_s"] = process_age_s()

@@ -67,6 +67,7 @@ class RolloutLog:
         self.sample_fraction = cfg.sample_fraction
         self.max_text_chars = cfg.max_text_chars
         self.trainer_logprobs = cfg.trainer_logprobs  # the driver reads it: a logprob pass
+        self.entropy = cfg.entropy  # and this: a forward for the token entropies
         self.dir = Path(log_dir) / FOLDER
         self.dir.mkdir(parents=True, exist_ok=True)
         self._decode = Decoder(tokenizer)
@@ -95,6 +96,7 @@ class RolloutLog:
         groups: list[Any],
         advantages: np.ndarray | None = None,
         trainer_logprobs: np.ndarray | None = None,
+        entropy: np.ndarray | None = None,
     ) -> Path:
         """Log the trajectories training step ``step`` (1-based) trained on.
 
@@ -102,10 +104,11 @@ class RolloutLog:
             groups: the step's groups, in batch order.
             advantages: ``[B, T] float32`` the batch's advantages (0 off the loss mask).
             trainer_logprobs: ``[B, T] float32`` the trainer's logprobs of the batch, or None.
+            entropy: ``[B, T] float32`` the trainer's token entropies of the batch, or None.
         """
         t0 = time.perf_counter()
         why = self.select(step, groups)
-        rows = self._rows(groups, why, step, "train", "", advantages, trainer_logprobs)
+        rows = self._rows(groups, why, step, "train", "", advantages, trainer_logprobs, entropy)
         out = write_rows(self.dir / step_file(step), rows)
         self.seconds += time.perf_counter() - t0
         return out
@@ -129,6 +132,7 @@ class RolloutLog:
         label: str,
         advantages: np.ndarray | None = None,
         trainer_logprobs: np.ndarray | None = None,
+        entropy: np.ndarray | None = None,
     ) -> list[dict[str, Any]]:
         rows, b = [], 0
         for gi, g in enumerate(groups):
@@ -136,6 +140,7 @@ class RolloutLog:
             for si, t in enumerate(g.trajectories):
                 if (gi, si) in why:
                     tlp = None if trainer_logprobs is None else trainer_logprobs[b]
+                    ent = None if entropy is None else entropy[b]
                     rows.append(
                         trajectory_row(
                             t,
@@ -152,6 +157,7 @@ class RolloutLog:
                             staleness=step - 1 - t.min_version if kind == "train" else 0,
                             advantage=_mean_advantage(advantages, b),
                             trainer_logprobs=tlp,
+                            entropy=ent,
                             gen_s=float(g.metadata.get("gen_s", 0.0)),
                         )
                     )

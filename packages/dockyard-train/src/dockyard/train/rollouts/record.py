@@ -88,6 +88,7 @@ SCHEMA = pa.schema(
         ("policy_mask", pa.list_(pa.bool_())),  # [T]
         ("gen_logprobs", pa.list_(pa.float32())),  # [T] the engine's, 0 off the mask
         ("trainer_logprobs", pa.list_(pa.float32())),  # [T] or null (logger.rollouts)
+        ("entropy", pa.list_(pa.float32())),  # [T] the trainer's, nats, or null (logger.rollouts)
         ("policy_versions", pa.list_(pa.int32())),  # [T] -1 off the mask
         ("response_tokens", pa.int32()),
         ("env_s", pa.float64()),
@@ -156,7 +157,7 @@ def trajectory_row(
         limit: :func:`bounded`'s bound on each text.
         context: the columns the trajectory does not know: ``step``, ``kind``, ``run_label``,
             ``group``, ``sample``, ``task_id``, ``env``, ``logged_because``, ``staleness``, ``advantage``,
-            ``trainer_logprobs`` (``[T] float32`` or None), ``gen_s``.
+            ``trainer_logprobs`` and ``entropy`` (``[T] float32`` or None), ``gen_s``.
     """
     ids = np.asarray(t.token_ids).astype(np.int64).tolist()
     mask = np.asarray(t.policy_mask, dtype=bool)
@@ -169,6 +170,7 @@ def trajectory_row(
     versions = np.asarray(t.policy_versions)[mask]
     rest = {k: v for k, v in md.items() if k not in _DROPPED}
     tlp = context.pop("trainer_logprobs", None)
+    ent = context.pop("entropy", None)
     row: dict[str, Any] = {
         "uid": t.prompt_id,
         "task_id": str(md.get("task_id") or md.get("instance_id") or t.prompt_id),
@@ -195,6 +197,7 @@ def trajectory_row(
         "trainer_logprobs": None
         if tlp is None
         else np.asarray(tlp, np.float32)[: len(ids)].tolist(),
+        "entropy": None if ent is None else np.asarray(ent, np.float32)[: len(ids)].tolist(),
         "policy_versions": np.asarray(t.policy_versions).astype(np.int32).tolist(),
         "response_tokens": int(mask.sum()),
         "env_s": float(md.get("env_s", 0.0)),

@@ -111,6 +111,9 @@ class PolicyHost:
     def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.worker.get_topk_logits(batch, k)
 
+    def get_token_entropy(self, batch: Batch) -> np.ndarray:
+        return self.worker.get_token_entropy(batch)
+
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         return self.worker.train_step(batch, loss_fn)
 

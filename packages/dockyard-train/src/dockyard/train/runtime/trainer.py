@@ -136,6 +136,10 @@ class TrainerClient:
         """``(values [B, T, k] float32, indices [B, T, k] int64)``: top-k logits."""
         return _rank0([a.get_topk_logits.remote(batch, k) for a in self.actors])
 
+    def get_token_entropy(self, batch: Batch) -> np.ndarray:
+        """``[B, T] float32``: the entropy of each token's distribution (the rollout log's)."""
+        return _rank0([a.get_token_entropy.remote(batch) for a in self.actors])
+
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         """One optimizer step over ``batch`` (version ``s`` -> ``s + 1``); its metrics."""
         return _rank0([a.train_step.remote(batch, loss_fn) for a in self.actors])

@@ -242,11 +242,16 @@ function verifier(ep) {
   return out;
 }
 
-// token colours: logprob (red = unlikely), mismatch |trainer − engine| (purple = far)
-function tokenColour(mode, lp, tlp) {
+// token colours: logprob (red = unlikely), entropy (orange = uncertain; 2 nats and more is
+// full colour), mismatch |trainer − engine| (purple = 0.5 apart and more)
+function tokenColour(mode, lp, tlp, h) {
   if (mode === "logprob") {
     const p = Math.exp(lp);
     return `rgba(220, 40, 40, ${(1 - p).toFixed(3)})`;
+  }
+  if (mode === "entropy") {
+    if (h === null || h === undefined) return "transparent";
+    return `rgba(235, 140, 0, ${Math.min(h / 2, 1).toFixed(3)})`;
   }
   if (tlp === null || tlp === undefined) return "transparent";
   const d = Math.min(Math.abs(tlp - lp) / 0.5, 1);
@@ -256,13 +261,19 @@ function tokenColour(mode, lp, tlp) {
 function tokenView(ep, mode) {
   const box = el("div", { id: "tokens" });
   const tlp = ep.trainer_logprobs;
+  const ent = ep.entropy;
+  const missing = { mismatch: [tlp, "trainer logprobs were not logged for this run: set logger.rollouts.trainer_logprobs=true"],
+                    entropy: [ent, "token entropies were not logged for this run: set logger.rollouts.entropy=true"] }[mode];
+  if (missing && !missing[0]) box.append(el("p", { class: "legend", id: "token-missing" }, missing[1]));
   (ep.token_texts || []).forEach((text, i) => {
     if (!ep.policy_mask[i]) { box.append(el("span", { class: "ctx" }, text)); return; }
     const lp = ep.gen_logprobs[i];
     const t = tlp ? tlp[i] : null;
-    const title = `token ${ep.token_ids[i]} · engine logprob ${fmt(lp)}` + (t === null ? "" : ` · trainer ${fmt(t)} · Δ ${fmt(t - lp)}`) + ` · version ${ep.policy_versions[i]}`;
+    const h = ent ? ent[i] : null;
+    const title = `token ${ep.token_ids[i]} · engine logprob ${fmt(lp)}` + (t === null ? "" : ` · trainer ${fmt(t)} · Δ ${fmt(t - lp)}`)
+      + (h === null ? "" : ` · entropy ${fmt(h)} nats`) + ` · version ${ep.policy_versions[i]}`;
     const span = el("span", { class: "tok", title }, text);
-    span.style.background = tokenColour(mode, lp, t);
+    span.style.background = tokenColour(mode, lp, t, h);
     box.append(span);
   });
   return box;
@@ -272,7 +283,7 @@ async function showEpisode(rid, key, row) {
   const run = state.runs.find((r) => r.id === rid);
   const ep = await api(`/api/runs/${rid}/steps/${key}/${row}`);
   crumbs([run.name, `#/run/${rid}`], [stepLabel(key), `#/run/${rid}/step/${key}`], [`episode ${ep.group}.${ep.sample}`, location.hash]);
-  const modes = [["logprob", "engine logprob"], ["mismatch", "trainer − engine mismatch"]];
+  const modes = [["logprob", "engine logprob"], ["entropy", "entropy"], ["mismatch", "trainer − engine mismatch"]];
   const tokenBox = el("div", {});
   const modeSel = el("select", { id: "token-mode", onchange: () => tokenBox.replaceChildren(tokenView(ep, modeSel.value)) },
     ...modes.map(([v, l]) => el("option", { value: v }, l)));
