@@ -537,3 +537,18 @@ def test_a_loss_the_grpo_driver_cannot_train(tmp_path, model) -> None:
     assert "loss_fn.type" not in problems("loss_fn={type: bradley_terry}", driver=None)  # rm
     dpo_line = "which the DPO driver (dockyard dpo) does not train (it trains one of 'dpo', "
     assert dpo_line in problems(driver="dpo")  # the default loss_fn is clipped_pg
+
+
+def test_cluster_num_nodes_and_gpus_per_node_are_checked(tmp_path, model) -> None:
+    local = problems_of(tmp_path, model, "cluster.num_nodes=2")
+    assert "cluster.num_nodes: 2 machines planned, but cluster.address is null" in local
+    assert "cluster.address=auto" in local  # the next step
+    assert "cluster.num_nodes" not in problems_of(
+        tmp_path, model, "cluster.num_nodes=2", "cluster.address=auto"
+    )
+    # 2 trainer ranks + 1 engine of 1 GPU do not fit 1 node × 2 GPUs; they fit 2 nodes
+    gpus = ("cluster.gpus_per_node=2", "cluster.trainer_ranks=2", "cluster.address=auto")
+    short = problems_of(tmp_path, model, *gpus)
+    assert "cluster.gpus_per_node: the run needs 3 GPUs" in short
+    assert "is 2" in short
+    assert "gpus_per_node" not in problems_of(tmp_path, model, *gpus, "cluster.num_nodes=2")

@@ -447,6 +447,32 @@ def check_sandbox(cfg: Any, load: bool) -> list[str]:
     return problems
 
 
+def check_cluster(cfg: Any, load: bool) -> list[str]:
+    """``cluster.num_nodes`` and ``gpus_per_node`` against what the run will start: several
+    machines need a cluster to join; the GPUs must hold the trainer's ranks and the engines.
+    (Joining, the runtime checks the cluster's alive nodes: ``runtime.cluster.shape_problems``.)"""
+    from dockyard.train.runtime.cluster import LOCAL_IS_ONE_NODE
+
+    c = cfg.cluster
+    problems = []
+    if c.num_nodes > 1 and not c.address:
+        problems.append(LOCAL_IS_ONE_NODE.format(n=c.num_nodes))
+    if c.gpus_per_node:
+        from dockyard.serve.config import EngineConfig
+
+        e = EngineConfig.from_master(cfg)
+        need = c.trainer_ranks + int(e.num_engines * e.gpus)
+        have = c.num_nodes * c.gpus_per_node
+        if need > have:
+            problems.append(
+                f"cluster.gpus_per_node: the run needs {need} GPUs ({c.trainer_ranks} trainer "
+                f"rank(s), {e.num_engines} engine(s) of {e.gpus:g} GPU(s)) and "
+                f"cluster.num_nodes × gpus_per_node is {have}: add nodes, or lower "
+                "cluster.trainer_ranks or the engines (policy.generation.vllm_cfg.num_engines)"
+            )
+    return problems
+
+
 def check_transport(cfg: Any, load: bool) -> list[str]:
     """``shm``: the segments' folder exists and is writable."""
     t = cfg.data_plane.weight_transport
@@ -504,6 +530,7 @@ CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
     "engine": check_engine,
     "sandbox": check_sandbox,
     "transport": check_transport,
+    "cluster": check_cluster,
     "outputs": check_outputs,
 }
 """The deep checks by name, in the order they run (see the module docstring)."""

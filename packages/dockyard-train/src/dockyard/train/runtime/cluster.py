@@ -2,7 +2,10 @@
 
 * ``cluster.address`` null: a local Ray instance sized to this machine (all CPUs unless
   ``cluster.cpus_per_node``; GPUs from ``cluster.gpus_per_node``), dashboard and usage stats off.
-* ``cluster.address`` set (``auto``, ``ray://head:10001``): join that cluster.
+* ``cluster.address`` set (``auto``, ``ray://head:10001``): join that cluster, which must have
+  ``cluster.num_nodes`` alive nodes with ``cluster.gpus_per_node`` GPUs each
+  (:func:`shape_problems`; a local instance is one node). The fleets' CPU shares are planned on
+  the smallest node (:func:`node_cpus`): an actor never asks for more than one node has.
 
 Node roles for multi-node runs: start each node's raylet with ``DOCKYARD_FLEET_ROLE`` set to
 ``trainer``, ``inference`` or ``sandbox`` (comma-separate several) and the node advertises the
@@ -29,6 +32,12 @@ ROLE_ENV = "DOCKYARD_FLEET_ROLE"
 ROLES = ("trainer", "inference", "sandbox")
 INSTALL_HINT = "the Ray runtime needs Ray: pip install dockyard-train"
 UV_HOOK_ENV = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+LOCAL_IS_ONE_NODE = (
+    "cluster.num_nodes: {n} machines planned, but cluster.address is null, which starts a "
+    "one-machine Ray instance here: start Ray on each machine (`ray start --head` on one, "
+    "`ray start --address=<head>:6379` on the others) and set cluster.address=auto, or set "
+    "cluster.num_nodes=1"
+)
 
 
 def require_ray() -> Any:
@@ -93,6 +102,38 @@ def node_resources(roles: tuple[str, ...] | None = None) -> dict[str, float]:
     return {f"fleet:{r}": 1000.0 for r in (roles or fleet_roles())}
 
 
+def shape_problems(nodes: list[dict[str, Any]], cluster: Any) -> list[str]:
+    """What keeps the Ray cluster described by ``nodes`` (``ray.nodes()``) from being the one
+    ``cluster`` (a ``ClusterConfig``) plans for: fewer alive nodes than ``num_nodes``, or fewer
+    nodes with ``gpus_per_node`` GPUs. Each problem names the key and the next step."""
+    want_nodes = int(getattr(cluster, "num_nodes", 1) or 1)
+    want_gpus = int(getattr(cluster, "gpus_per_node", 0) or 0)
+    alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
+    fit = [n for n in alive if float(n.get("Resources", {}).get("GPU", 0)) >= want_gpus]
+    gpus = sorted(float(n.get("Resources", {}).get("GPU", 0)) for n in alive)
+    if len(fit) >= want_nodes:
+        return []
+    if want_gpus and len(alive) >= want_nodes:
+        return [
+            f"cluster.gpus_per_node: {want_nodes} node(s) with {want_gpus} GPU(s) each planned, "
+            f"but the Ray cluster's {len(alive)} alive node(s) have {gpus} GPUs: start Ray "
+            "with `--num-gpus` on the GPU nodes, or set cluster.gpus_per_node / num_nodes to "
+            "what the cluster has"
+        ]
+    return [
+        f"cluster.num_nodes: {want_nodes} node(s) planned, but the Ray cluster has "
+        f"{len(alive)} alive node(s): run `ray start --address=<head>:6379` on the others "
+        f"(`ray status` lists them), or set cluster.num_nodes={len(alive)}"
+    ]
+
+
+def node_cpus() -> float:
+    """CPUs of the smallest alive node: the most one actor can be given wherever it lands."""
+    ray = require_ray()
+    cpus = [float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive", False)]
+    return min(cpus) if cpus else float(ray.cluster_resources().get("CPU", 1))
+
+
 def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, Any]:
     """Start (or join) Ray per a ``ClusterConfig``; returns ``ray.cluster_resources()``.
 
@@ -111,7 +152,12 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
     if address:
         ray.init(address=address, namespace=namespace, log_to_driver=log_to_driver)
         check_worker_interpreter(ray)
+        if problems := shape_problems(ray.nodes(), cluster):  # what the fleets are planned on
+            ray.shutdown()
+            raise RuntimeError(f"the Ray cluster at {address!r}: " + "; ".join(problems))
         return ray.cluster_resources()
+    if int(getattr(cluster, "num_nodes", 1) or 1) > 1:  # the pre-flight says so first
+        raise RuntimeError(LOCAL_IS_ONE_NODE.format(n=cluster.num_nodes))
     cpus = getattr(cluster, "cpus_per_node", None) or os.cpu_count() or 1
     gpus = getattr(cluster, "gpus_per_node", 0) or 0
     store_gb = getattr(cluster, "object_store_memory_gb", None)

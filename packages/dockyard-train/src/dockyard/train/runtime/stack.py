@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 from dockyard.serve.config import EngineConfig, WeightSync
-from dockyard.train.runtime.cluster import init_ray, require_ray
+from dockyard.train.runtime.cluster import init_ray, node_cpus, require_ray
 from dockyard.train.runtime.hosts import ENGINE_FACTORY, EngineHost, remote_buffer
 from dockyard.train.runtime.placement import Fleet, FleetSpec
 from dockyard.train.runtime.trainer import TrainerClient, TrainerLost, _EngineLost, gather_ranks
@@ -97,7 +97,7 @@ class Stack:
             raise
         self.model_path = cfg.policy.model_name
         reserve_cpus += JUDGE_CPUS * len(self.judge_engines)  # a judge fleet's share
-        cpus = float(self.ray.cluster_resources().get("CPU", 1)) - reserve_cpus
+        cpus = node_cpus() - reserve_cpus  # an actor's share fits on one node
         floor = 0.25 if reserve_cpus else 0.5
         share = max(cpus / 2.0, floor) if cfg.cluster.gpus_per_node == 0 else 1.0
         try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
