@@ -128,9 +128,11 @@ def shape_problems(nodes: list[dict[str, Any]], cluster: Any) -> list[str]:
 
 
 def node_cpus() -> float:
-    """CPUs of the smallest alive node: the most one actor can be given wherever it lands."""
+    """CPUs of the smallest alive node that has any (a KubeRay head often has none): the most
+    one actor can be given wherever it lands."""
     ray = require_ray()
     cpus = [float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive", False)]
+    cpus = [c for c in cpus if c > 0]
     return min(cpus) if cpus else float(ray.cluster_resources().get("CPU", 1))
 
 
