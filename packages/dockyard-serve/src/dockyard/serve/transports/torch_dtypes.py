@@ -1,7 +1,8 @@
-"""numpy <-> torch conversion by dtype name, including bfloat16 (``ml_dtypes`` on the numpy side).
+"""numpy <-> torch conversion by dtype name, including bfloat16 and the float8 formats of a
+block-FP8 push (``ml_dtypes`` on the numpy side).
 
-``torch.from_numpy`` rejects ``ml_dtypes.bfloat16``; both directions go through a 16-bit integer
-view instead (no copy).
+``torch.from_numpy`` rejects ``ml_dtypes`` arrays and ``Tensor.numpy`` these torch dtypes; both
+directions go through an integer view of the same width instead (no copy).
 """
 
 from __future__ import annotations
@@ -22,24 +23,32 @@ def torch_dtype(name: str) -> Any:
     return dt
 
 
+_VIA_INT = {"bfloat16": "int16", "float8_e4m3fn": "int8", "float8_e5m2": "int8"}
+"""Dtypes numpy knows only through ``ml_dtypes``: carried as the integer of the same width."""
+
+
 def from_numpy(a: np.ndarray) -> Any:
-    """A torch tensor sharing ``a``'s memory (bfloat16 included)."""
+    """A torch tensor sharing ``a``'s memory (bfloat16 and float8 included)."""
     import torch
 
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    via = _VIA_INT.get(a.dtype.name)
+    if via is not None:
+        return torch.from_numpy(a.view(via)).view(getattr(torch, a.dtype.name))
     return torch.from_numpy(a)
 
 
 def to_numpy(t: Any) -> np.ndarray:
-    """A numpy array sharing ``t``'s memory when it is on the CPU (bfloat16 -> ml_dtypes)."""
+    """A numpy array sharing ``t``'s memory when it is on the CPU (bfloat16 and float8 ->
+    ml_dtypes)."""
     import torch
 
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    if t.dtype == torch.bfloat16:
+    name = str(t.dtype).removeprefix("torch.")
+    via = _VIA_INT.get(name)
+    if via is not None:
         import ml_dtypes
 
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return t.view(getattr(torch, via)).numpy().view(getattr(ml_dtypes, name))
     return t.numpy()
