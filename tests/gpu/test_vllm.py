@@ -9,7 +9,6 @@ extension loading buckets into a model on the GPU.
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -106,29 +105,13 @@ def test_generation_on_gpu_matches_torch(served, gpu_report) -> None:
 def test_weight_update_switches_the_policy(served, tmp_path, gpu_report) -> None:
     """Perturbed weights sent through the shm transport become version 1: new samples carry
     version 1 and their logprobs match the new weights, not the old."""
-    from dockyard.serve.testing import perturbed_weights, write_weights
-    from dockyard.serve.transports.shm import ShmReceiver, ShmSender
+    from dockyard.serve.testing import perturbed_weights, shm_push, write_weights
 
     loop, engine, folder = served
     weights = perturbed_weights(folder, scale=0.08, seed=1)
     v1 = write_weights(tmp_path / "v1", folder, weights)
-    sock = str(tmp_path / "w1.sock")
-    errors: list[BaseException] = []
-
-    def trainer() -> None:
-        try:
-            sender = ShmSender(sock, timeout_s=120, bucket_bytes=256 << 10, checksum=True)
-            sender.send([weights], 1)
-            sender.close()
-        except BaseException as e:
-            errors.append(e)
-
-    rx = ShmReceiver(sock, timeout_s=120)
-    thread = threading.Thread(target=trainer)
-    thread.start()
-    loop.run_until_complete(asyncio.wait_for(engine.update_weights(rx, 1), 300))
-    thread.join(120)
-    assert not errors, errors
+    with shm_push(str(tmp_path / "w1.sock"), [weights], 1) as rx:
+        loop.run_until_complete(asyncio.wait_for(engine.update_weights(rx, 1), 300))
     assert engine.policy_version == 1
     results = generate_all(loop, engine, seed=5)
     assert all(np.all(r.policy_versions == 1) for _, r in results)

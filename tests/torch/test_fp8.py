@@ -139,9 +139,7 @@ def test_a_saved_fp8_folder_holds_the_push_and_the_config(tmp_path) -> None:
 def test_an_fp8_push_travels_bit_exact_through_the_shm_transport(tmp_path) -> None:
     """The trainer side converts the push to numpy (float8 via ml_dtypes), the real shm
     transport carries it, the engine side gets torch float8 tensors with the same bytes."""
-    import threading
-
-    from dockyard.serve.transports.shm import ShmReceiver, ShmSender
+    from dockyard.serve.testing import shm_push
     from dockyard.serve.transports.torch_dtypes import from_numpy, to_numpy
 
     w = _weights(2)
@@ -149,29 +147,12 @@ def test_an_fp8_push_travels_bit_exact_through_the_shm_transport(tmp_path) -> No
     pushed = dict(fp8.fp8_weights(named))
     bucket = {n: to_numpy(t) for n, t in pushed.items()}
     assert {a.dtype.name for a in bucket.values()} == {"float8_e4m3fn", "float32"}
-    sock = str(tmp_path / "fp8.sock")
-    errors: list[BaseException] = []
-
-    def trainer() -> None:
-        try:
-            sender = ShmSender(sock, timeout_s=60, bucket_bytes=64 << 10, checksum=True)
-            sender.send([bucket], 1)
-            sender.close()
-        except BaseException as e:
-            errors.append(e)
-
-    rx = ShmReceiver(sock, timeout_s=60)
-    thread = threading.Thread(target=trainer)
-    thread.start()
     got: dict[str, torch.Tensor] = {}
-    try:
+    with shm_push(str(tmp_path / "fp8.sock"), [bucket], 1, bucket_bytes=64 << 10) as rx:
         for b in rx.receive():
             assert b.version == 1
             got.update({n: from_numpy(a).clone() for n, a in b.tensors.items()})
-    finally:
-        thread.join(60)
         rx.close()
-    assert not errors, errors
     assert got.keys() == pushed.keys()
     for n, t in pushed.items():
         assert got[n].dtype == t.dtype, n

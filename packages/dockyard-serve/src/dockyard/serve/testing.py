@@ -1,4 +1,5 @@
-"""Tiny models for tests and benchmarks, built locally (no hub).
+"""Tiny models for tests and benchmarks, built locally (no hub); :func:`shm_push`, a weight
+push through the real shm transport from a thread standing in for the trainer.
 
 :func:`tiny_model_dir` writes a Hugging Face folder (``config.json``, ``model.safetensors``,
 tokenizer files with a chat template) for a randomly initialised Qwen2 with ``head_dim = 32``
@@ -10,7 +11,10 @@ Needs ``pip install "dockyard-serve[transformers]"`` (torch, transformers, token
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +137,31 @@ def write_weights(folder: str | Path, src: str | Path, tensors: dict[str, Any]) 
     shutil.copytree(src, folder, dirs_exist_ok=True)
     save_file(dict(tensors.items()), str(folder / "model.safetensors"))
     return folder
+
+
+@contextlib.contextmanager
+def shm_push(
+    sock: str, buckets: list[dict[str, Any]], version: int, bucket_bytes: int = 256 << 10
+) -> Iterator[Any]:
+    """A trainer thread sending ``buckets`` as ``version`` through the real shm transport at
+    ``sock``; yields the receiver (the engine's side) and, when the block ends, joins the
+    thread and raises what it raised."""
+    from dockyard.serve.transports.shm import ShmReceiver, ShmSender
+
+    errors: list[BaseException] = []
+
+    def trainer() -> None:
+        try:
+            sender = ShmSender(sock, timeout_s=120, bucket_bytes=bucket_bytes, checksum=True)
+            sender.send(buckets, version)
+            sender.close()
+        except BaseException as e:
+            errors.append(e)
+
+    rx = ShmReceiver(sock, timeout_s=120)
+    thread = threading.Thread(target=trainer, daemon=True)
+    thread.start()
+    yield rx
+    thread.join(120)
+    if errors:
+        raise errors[0]
