@@ -71,8 +71,16 @@ def test_grpo_steps_match_torch(model, tmp_path) -> None:
         assert mj["loss"] == pytest.approx(mt["loss"], rel=1e-5, abs=1e-6), step
         assert mj["grad_norm"] == pytest.approx(mt["grad_norm"], rel=1e-5), step
         assert mj["num_loss_tokens"] == mt["num_loss_tokens"]
+        assert mj["num_tokens"] == mt["num_tokens"]
         norms.append(mt["grad_norm"])
-        for key in set(mt) & set(mj) - {"lr", "step_time_s", "tokens_per_s"}:
+        # timings, and the tokens each layout forwarded (torch: a prefix tree or packed rows;
+        # JAX: padded rows) are not parity metrics
+        for key in set(mt) & set(mj) - {
+            "lr",
+            "step_time_s",
+            "tokens_per_s",
+            "num_tokens_forwarded",
+        }:
             assert mj[key] == pytest.approx(mt[key], rel=1e-4, abs=1e-6), key
     assert max(norms) > CONFIG["max_grad_norm"]  # clipping was exercised
     print(
