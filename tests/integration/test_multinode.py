@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -231,6 +232,7 @@ def cluster():
         for n in nodes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 n.proc.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
         if auth is None:
             os.environ.pop("RAY_AUTH_MODE", None)
         else:
