@@ -165,7 +165,12 @@ class Stack:
 
         gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
         self.judge_fleet = start_judge_fleet(
-            j.model_name, j.num_engines, gpus=gpus, cpus=JUDGE_CPUS, seed=cfg.grpo.seed
+            j.model_name,
+            j.num_engines,
+            gpus=gpus,
+            cpus=JUDGE_CPUS,
+            seed=cfg.grpo.seed,
+            strategy=self.strategies["inference"],
         )
         return list(self.judge_fleet.actors)
 
