@@ -114,6 +114,12 @@ RECIPE_CASES = [
         "set it to 16",
     ),
     (
+        "strict spread trainer on fewer nodes than ranks",
+        _set("overrides", ["cluster.placement.trainer=STRICT_SPREAD"]),
+        "recipe.ray.trainer.nodes",
+        "STRICT_SPREAD with cluster.trainer_ranks = 16",
+    ),
+    (
         "cpus_per_node",
         _set("overrides", ["cluster.cpus_per_node=128"]),
         "recipe.ray.trainer.cpu",

@@ -293,6 +293,21 @@ def fleet_shape(recipe: Recipe, config: dict[str, Any]) -> FleetShape:
     )
 
 
+def check_strict_spread(config: dict[str, Any], trainer_nodes: int) -> None:
+    """``cluster.placement.trainer: STRICT_SPREAD`` puts each trainer rank on its own node of
+    the trainer worker group (Ray custom resource ``fleet:trainer``): refuse a group with fewer
+    pods than ``cluster.trainer_ranks`` here rather than leave the placement group pending."""
+    ranks = _config_int(config, "cluster.trainer_ranks", 1)
+    strict = get_dotted(config, "cluster.placement.trainer") == "STRICT_SPREAD"
+    if strict and ranks and ranks > trainer_nodes:
+        raise SpecError(
+            "recipe.ray.trainer.nodes",
+            f"{trainer_nodes} trainer node(s), but cluster.placement.trainer is "
+            f"STRICT_SPREAD with cluster.trainer_ranks = {ranks} (one node per rank): add "
+            "trainer nodes or choose SPREAD",
+        )
+
+
 def fit_trainer_ranks(config: dict[str, Any], shape: FleetShape) -> None:
     """One FSDP rank per trainer GPU: ``cluster.trainer_ranks`` is derived from the trainer
     fleet when the config leaves it out, and must agree with it when set. (Not for the JAX
@@ -362,6 +377,7 @@ def build_context(recipe: Recipe, infra: Infra, recipe_dir: Path) -> Context:
     config = resolve_config(recipe, recipe_dir, sandbox_url)
     shape = fleet_shape(recipe, config)
     fit_trainer_ranks(config, shape)
+    check_strict_spread(config, shape.trainer_nodes)
     ctx = Context(recipe=recipe, infra=infra, config=config, shape=shape)
     assert sandbox_url is None or sandbox_url == ctx.sandbox_url
     check_combination(ctx)

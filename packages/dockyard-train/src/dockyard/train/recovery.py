@@ -54,10 +54,11 @@ def new_collector(stack: Any, config: CollectorConfig, tasks: list[dict[str, Any
     import ray
 
     from dockyard.train.runtime.collector import CollectorHost
+    from dockyard.train.runtime.placement import on_driver_node
 
     return (
         ray.remote(CollectorHost)
-        .options(num_cpus=0, max_concurrency=1000)
+        .options(num_cpus=0, max_concurrency=1000, scheduling_strategy=on_driver_node())
         .remote(
             config,
             stack.engines.actors,

@@ -56,6 +56,38 @@ class DataConfig(ConfigModel):
     """Shuffle the training tasks each epoch (seeded by ``grpo.seed``)."""
 
 
+PLACEMENT_STRATEGIES = ("SPREAD", "PACK", "STRICT_PACK", "STRICT_SPREAD")
+"""Ray placement group strategies a fleet may be placed with."""
+
+
+def _strategy(v: Any, info: Any) -> Any:
+    if v not in PLACEMENT_STRATEGIES:
+        raise ValueError(
+            f"cluster.placement.{info.field_name}: {v!r} is not a Ray placement strategy; use "
+            f"one of {', '.join(PLACEMENT_STRATEGIES)} (PACK: as few nodes as possible; "
+            "SPREAD: as many as possible; STRICT_*: refuse to place otherwise)"
+        )
+    return v
+
+
+Strategy = Annotated[
+    Literal["SPREAD", "PACK", "STRICT_PACK", "STRICT_SPREAD"], BeforeValidator(_strategy)
+]
+
+
+class PlacementConfig(ConfigModel):
+    """The Ray placement group strategy of each fleet's actors (``cluster.placement``). Every
+    bundle also asks for its role's node resource ``fleet:<role>`` (nodes started with
+    ``DOCKYARD_FLEET_ROLE``), so a strategy spreads or packs over that role's nodes."""
+
+    trainer: Strategy = "SPREAD"
+    """Trainer ranks (one bundle each): ``SPREAD`` over the trainer nodes; ``STRICT_PACK`` keeps every rank on one node (shared memory between ranks); ``STRICT_SPREAD`` one rank per node."""
+    inference: Strategy = "PACK"
+    """Inference engines (one bundle each): ``PACK`` fills a node before the next; ``SPREAD`` one engine per node where there are enough."""
+    sandbox: Strategy = "SPREAD"
+    """Started sandbox services (one bundle each): ``SPREAD`` over the sandbox nodes."""
+
+
 class ClusterConfig(ConfigModel):
     num_nodes: PositiveInt = 1
     """Machines in the Ray cluster."""
@@ -85,6 +117,8 @@ class ClusterConfig(ConfigModel):
     """Directories on the sandbox nodes under which a dataset's ``repo_path`` / server-path ``repo_git`` may lie (each started service's ``--repo-root``; none: repositories travel as tarballs). Only what every user of the node could read is copied into a task."""
     sandbox_git_schemes: list[str] = Field(default_factory=list)
     """URL schemes a dataset's ``repo_git`` may use on the started services (``https``, ``ssh``, …: ``--allow-git-scheme``; none by default)."""
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    """Each fleet's Ray placement strategy (``SPREAD``, ``PACK``, ``STRICT_PACK``, ``STRICT_SPREAD``): docs/deployment.md, multi-node."""
 
     @field_validator("trainer_cpus", "inference_cpus", mode="before")
     @classmethod

@@ -463,9 +463,11 @@ def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None
     """
     from dockyard.core.buffer import AsyncReplayBuffer
     from dockyard.train.runtime.cluster import require_ray
+    from dockyard.train.runtime.placement import on_driver_node
 
     ray = require_ray()
     opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_concurrency": 64}
+    opts["scheduling_strategy"] = on_driver_node()  # the run's state stays with the driver
     if name is not None:
         opts["name"] = name
     return ray.remote(AsyncReplayBuffer).options(**opts).remote(max_age, capacity)

