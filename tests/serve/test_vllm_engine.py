@@ -314,14 +314,17 @@ def check_engine_processes(actor_pid: int) -> None:
 
     # the engine core renames itself (setproctitle) as it starts: on a loaded machine that can
     # land after the actor's readiness reply (one CI run saw no VLLM child yet), so wait for it
-    deadline = time.monotonic() + 30
+    # (one CI run at load ~10 still saw two plain `python` children after 30 s: 90 s now, and
+    # a failure prints their command lines)
+    deadline = time.monotonic() + 90
     while True:
         children = psutil.Process(actor_pid).children(recursive=True)
         vllm = [p for p in children if "VLLM" in p.name()]
         if vllm or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert [p.name() for p in vllm] == ["VLLM::EngineCore"], [p.name() for p in children]
+    seen = [(p.pid, p.name(), " ".join(p.cmdline())[:200]) for p in children]
+    assert [p.name() for p in vllm] == ["VLLM::EngineCore"], seen
     env = environ(vllm[0])
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == str(max(1, thread_count() - 1))
 
