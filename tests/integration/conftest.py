@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def sft_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The quickstart's tiny model after a short SFT warm start (shared by the session)."""
+    """The quickstart's tiny model after a short SFT warm start (shared by the session; a
+    test's own pytest process gets the outer session's through ``DOCKYARD_TEST_SFT_MODEL``)."""
+    if given := os.environ.get("DOCKYARD_TEST_SFT_MODEL"):
+        return Path(given)
     from dockyard.train.cli.quickstart import warm_start
     from dockyard.train.cli.quickstart_common import build_model
 
