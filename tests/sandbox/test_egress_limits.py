@@ -30,31 +30,42 @@ FD_BOUND = MAX_CONNECTIONS + 32  # fds it may gain: the capped connections, the 
 FLOOD = f"""
 import collections, json, select, socket, time
 t0 = time.monotonic()
-socks, failed = [], 0
+
+def answer(s):
+    try:
+        return s.recv(64)[:12].decode("latin-1")
+    except OSError as e:
+        return type(e).__name__
+
+socks, failed, closed = [], 0, {{}}
 while len(socks) + failed < {N}:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(5)
     try:
         s.connect("{MOUNT}/{SOCKET}")
-        s.send(b"G")  # the start of a request head that never ends
-        socks.append(s)
     except BlockingIOError:  # the listen backlog is full: try again, for 10 s at most
         s.close()
         if time.monotonic() - t0 > 10:
             failed += 1
         time.sleep(0.01)
+        continue
     except OSError:
         failed += 1
         s.close()
+        continue
+    socks.append(s)
+    try:
+        s.send(b"G")  # the start of a request head that never ends
+    except OSError:  # the proxy answered (503 over its cap) and closed before this byte
+        closed[len(socks) - 1] = (time.monotonic() - t0, answer(s))
 opened_s = time.monotonic() - t0
-closed = {{}}
 while len(closed) < len(socks) and time.monotonic() - t0 < {WATCH_S}:
     for i, s in enumerate(socks):
         if i in closed:
             continue
         try:
             if select.select([s], [], [], 0)[0]:  # an answer or EOF: the proxy let go
-                closed[i] = (time.monotonic() - t0, s.recv(64)[:12].decode("latin-1"))
+                closed[i] = (time.monotonic() - t0, answer(s))
             else:
                 s.send(b"E")
         except OSError as e:
