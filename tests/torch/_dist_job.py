@@ -15,7 +15,7 @@ import numpy as np
 import torch.distributed as dist
 
 from dockyard.core.rl import PolicyLoss
-from dockyard.torch.testing import random_batch
+from dockyard.torch.testing import end_gloo_job, random_batch
 from dockyard.torch.worker import TorchPolicyWorker
 
 
@@ -50,8 +50,7 @@ def main() -> None:
         np.savez(out / "w2.npz", **w2)
         np.save(out / "lp.npy", lp)
         (out / "results.json").write_text(json.dumps(results))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_gloo_job()
 
 
 if __name__ == "__main__":

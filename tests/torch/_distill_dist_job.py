@@ -15,7 +15,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from dockyard.core.rl import DistillationLoss, OnPolicyDistillationLoss
-from dockyard.torch.testing import random_batch
+from dockyard.torch.testing import end_gloo_job, random_batch
 from dockyard.torch.worker import TorchPolicyWorker
 
 
@@ -31,8 +31,7 @@ def main() -> None:
     step = worker.train_step(batch, loss)
     if worker.rank == 0:
         (out / "results.json").write_text(json.dumps({"before": before, "step": step}))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_gloo_job()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import numpy as np
 import torch.distributed as dist
 
 from dockyard.core.rl import PolicyLoss
-from dockyard.torch.testing import random_batch
+from dockyard.torch.testing import end_gloo_job, random_batch
 from dockyard.torch.worker import TorchPolicyWorker
 
 
@@ -41,8 +41,7 @@ def main() -> None:
         np.savez(out / "weights.npz", **weights)
         np.save(out / "lp.npy", lp)
         (out / "results.json").write_text(json.dumps(results))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_gloo_job()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ OUT MODEL CONFIG_JSON``. Rank 0 writes the scores before and after one step, and
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import torch.distributed as dist
 
 from dockyard.core.rl import BradleyTerryPairsLoss
 from dockyard.torch.reward import TorchRewardWorker
+from dockyard.torch.testing import end_gloo_job
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_reward_worker import pair_batch
@@ -30,13 +30,7 @@ def main() -> None:
     if worker.rank == 0:
         results = {"before": before.tolist(), "after": after.tolist(), **m}
         (out / "results.json").write_text(json.dumps(results))
-    dist.barrier()
-    dist.destroy_process_group()
-    # In 3 runs of ~100 on a 2-core box (one in CI) rank 0 aborted after its results were written
-    # ("terminate called without an active exception": a C++ thread torn down at exit, not
-    # found); the interpreter's teardown is not what this job checks, so it is skipped.
-    sys.stdout.flush()
-    os._exit(0)
+    end_gloo_job()
 
 
 if __name__ == "__main__":
