@@ -226,4 +226,8 @@ def test_engine_and_sandbox_sigkill_recover(quickstart_cfg, ray_session) -> None
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert sum(r.get("collector/engine_failures", 0) for r in rows) >= 1
     assert sum(r.get("collector/requeued", 0) for r in rows) >= 1
+    # the rows count the restarts: none before the kills, the engine's and the service's after
+    assert [rows[0]["engines/restarts"], rows[0]["sandbox/restarts"]] == [0, 0]
+    assert rows[-1]["engines/restarts"] >= 1
+    assert rows[-1]["sandbox/restarts"] >= 1
     assert all(r["trajectories"] == 64 for r in rows)  # every step trained on whole groups

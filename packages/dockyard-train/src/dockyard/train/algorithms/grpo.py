@@ -480,6 +480,11 @@ class _Run:
                 )
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
+        # engines and sandbox services this process has restarted (found dead by the collector,
+        # a weight push or a health check): a recovery shows in the curves, not only the log
+        metrics["engines/restarts"] = float(self.stack.engines.restarts)
+        if self.stack.sandbox is not None:
+            metrics["sandbox/restarts"] = float(self.stack.sandbox.restarts)
         metrics["time/since_process_start_s"] = process_age_s()
         if self.startup:  # the first step of this process: where its start-up went
             metrics.update(self.startup)
