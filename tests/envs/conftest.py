@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from dockyard.sandbox.egress import non_public_registries
 from dockyard.sandbox.launch import ServiceHandle, start_service
 from dockyard.sandbox.testing import layer_cache_dir
 
@@ -31,6 +32,8 @@ def layers_sandbox_url() -> Iterator[str]:
     if shutil.which("mmdebstrap") is None:
         pytest.fail("mmdebstrap is not installed: apt-get install -y mmdebstrap")
     args = ["--allow-network", "--env-cache-dir", layer_cache_dir()]
+    for host in non_public_registries():  # this host's mirrors: named, as an operator would
+        args += ["--registry", host]
     with start_service(workers=4, extra_args=args) as svc:
         yield svc.url
 

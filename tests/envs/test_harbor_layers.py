@@ -199,6 +199,33 @@ def test_gpus_refused_at_load(tmp_path: Path) -> None:
         load_tasks(_task(tmp_path, "[environment]\ngpus = 1\n"))
 
 
+def test_multi_container_tasks_refused_at_load(tmp_path: Path) -> None:
+    d = _task(tmp_path, "[environment]\n")
+    (d / "environment" / "docker-compose.yaml").write_text("services:\n  tools:\n    build: .\n")
+    with pytest.raises(HarborFormatError, match=r"docker-compose\.yaml: a multi-container task"):
+        load_tasks(d)
+
+
+def test_binary_test_files_travel_as_bytes(tmp_path: Path) -> None:
+    """A published task's test fixtures may be images: they travel base64 beside the texts
+    (the verifier gets the same bytes at /tests); a binary solution file is still refused."""
+    d = _task(tmp_path, "[environment]\n")
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    (d / "tests" / "masks").mkdir()
+    (d / "tests" / "masks" / "a.png").write_bytes(png)
+    (task,) = load_tasks(d)
+    assert set(task["tests"]) == {"test.sh"}
+    assert base64.b64decode(task["tests_binary"]["masks/a.png"]) == png
+    req = HarborEnvironment("http://127.0.0.1:9").finish_request(task)
+    assert req.script is not None
+    assert req.script.binary_files == task["tests_binary"]
+    assert req.script.egress  # a layered image's verifier reaches the registries
+    (d / "solution").mkdir()
+    (d / "solution" / "solve.sh").write_bytes(b"\xff\xfe")
+    with pytest.raises(HarborFormatError, match="solution/ files travel as text"):
+        load_tasks(d)
+
+
 SHIPPED_TB2_TASKS = load_tasks(SHIPPED_TB2)
 
 
@@ -215,7 +242,9 @@ def test_shipped_tb2_tasks_have_the_published_shape() -> None:
     for t in SHIPPED_TB2_TASKS:
         toml = (Path(t["path"]) / "task.toml").read_text()
         assert "docker_image" in toml
-        assert (Path(t["path"]) / "environment" / "Dockerfile").is_file()
+        dockerfile = (Path(t["path"]) / "environment" / "Dockerfile").read_text()
+        # nothing of the verifier baked in: its preamble installs curl, uv and pytest itself
+        assert not any(w in dockerfile for w in ("uv==", "pytest", "UV_", "verifier")), t["id"]
         froms |= {st["base"] for st in t["environment"]["image"]["stages"]}
     assert froms == {"python:trixie", "debian:trixie"}  # python:3.13-slim and ubuntu:24.04
     assert sum(len(t["environment"]["image"]["stages"]) > 1 for t in SHIPPED_TB2_TASKS) >= 1
@@ -224,12 +253,16 @@ def test_shipped_tb2_tasks_have_the_published_shape() -> None:
 @pytest.mark.slow
 def test_validate_shipped_tb2_tasks(layers_sandbox_url: str, arun) -> None:
     """Every shipped TB2-shaped task: oracle 1, empty agent < 1, built and verified offline
-    (registries only) on the real sandbox; the report carries the verifier's output."""
+    (registries only) on the real sandbox, the published verifier as is (as the image's root:
+    ``apt-get install curl`` through the proxy, uv's install script from the installer table,
+    ``uvx`` resolving pytest from PyPI); the report carries the verifier's output."""
     env = HarborEnvironment(layers_sandbox_url, finish_timeout_s=300)
     report = arun(env, validate_async(SHIPPED_TB2_TASKS, env, concurrency=4))
     print(report_table(report))
     bad = [r for r in report["tasks"] if not r["ok"]]
     assert not bad, json.dumps(bad, indent=1)[:8000]
     for r in report["tasks"]:
-        assert "FAILED" in r["empty"]["verifier_stdout"], r["id"]  # pytest's own summary
+        out = r["empty"]["verifier_stdout"]
+        assert "FAILED" in out, r["id"]  # pytest's own summary
+        assert "newly installed" in out, r["id"]  # apt-get as the image's root, via the proxy
         assert "verifier_stdout" not in r["oracle"]  # passing cases stay short

@@ -91,5 +91,7 @@ def layers_sandbox() -> Iterator[ServiceHandle]:
     if shutil.which("mmdebstrap") is None:
         pytest.fail("mmdebstrap is not installed: apt-get install -y mmdebstrap")
     args = ["--allow-network", "--env-cache-dir", layer_cache_dir()]
+    for host in non_public_registries():  # this host's mirrors: named, as an operator would
+        args += ["--registry", host]
     with start_service(workers=2, extra_args=args) as svc:
         yield svc

@@ -8,6 +8,7 @@ need no jail (the spec's validation, the store's eviction order).
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import os
@@ -230,3 +231,67 @@ def test_one_shot_task_runs_its_tests_over_the_image(client) -> None:
                                      tests={"fail_to_pass": ["tests/test_img.py::test_add"]}))  # fmt: skip
     assert bad.verdict == "failed", bad
     assert good.verdict == "passed", good
+
+
+ROOT_VERIFIER = """set -u
+id -u; echo "$HOME"; cat /app/out.txt
+echo v > /etc/verifier-was-here && echo etc-ok
+mkdir -p /opt/new/deep && echo opt-ok
+{ echo x > /tests/planted; } 2>/dev/null || echo tests-ro
+rm -f /tests/test.sh 2>/dev/null; test -f /tests/test.sh && echo tests-kept
+mount -o remount,rw /tests 2>/dev/null; { echo y >> /tests/test.sh; } 2>/dev/null || echo tests-owned
+sha256sum /tests/fixture.bin | cut -c1-64
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def test_script_verifier_runs_as_the_images_root(client) -> None:
+    """A Harbor verifier over an image runs as Docker runs it: the image's root (a user
+    namespace's) over a throwaway layer, so writes under /etc and /opt work; the agent's work at
+    the workdir; /tests unchangeable even by that root (owned outside its id map, even after a
+    remount); nothing of the verifier is left for the next session of the same image."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}, {"run": "echo seed > /etc/seed"}]}])
+    sid = client.create_session({"environment": env})
+    assert client.exec(sid, "echo answer > out.txt").exit_code == 0
+    blob = bytes(range(256)) * 3  # not UTF-8: a binary fixture travels base64
+    script = {"files": {"test.sh": "true\n"}, "command": ROOT_VERIFIER,
+              "binary_files": {"fixture.bin": base64.b64encode(blob).decode()}}  # fmt: skip
+    r = client.finish(sid, {"script": script, "timeout_s": 120})
+    assert r.verdict == "passed", r
+    assert r.stdout.split() == [
+        "0", "/root", "answer", "etc-ok", "opt-ok", "tests-ro", "tests-kept", "tests-owned",
+        hashlib.sha256(blob).hexdigest(),
+    ], r.stdout  # fmt: skip
+    again = client.create_session({"environment": env})
+    after = client.exec(again, "cat /etc/seed; test -e /etc/verifier-was-here || echo gone; "
+                        "test -e /opt/new || echo gone; ls /app")  # fmt: skip
+    assert after.stdout.split() == ["seed", "gone", "gone"], after
+
+
+@pytest.mark.parametrize(
+    "fake",
+    ["dockyard-build: content: /app is not a directory", "dockyard-build: mount overlay /x: EPERM"],
+)
+def test_a_verifier_cannot_pass_for_the_jails_setup(client, fake: str) -> None:
+    """What a verifier script prints and its exit code are its own: a script imitating the
+    build jail's setup failure (exit 125 and its message) is a failed verdict with reward 0, not
+    infra_error (which the trainer masks) nor a 5xx: the jail's setup reports on its own pipe."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    script = {"files": {"test.sh": "true\n"}, "command": f"echo '{fake}' >&2; exit 125"}
+    r = client.finish(sid, {"script": script, "timeout_s": 60})
+    assert r.verdict == "failed", r
+    assert r.reward == 0.0, r
+    assert r.exit_code == 125, r
+
+
+def test_a_verifier_filling_its_layer_is_a_resource_limit(client) -> None:
+    """The verifier's throwaway layer is a tmpfs of the task's disk_mb: filling it (anywhere in
+    the image, not only the workdir) is the task's resource_limit, reward 0."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    script = {"files": {"test.sh": "true\n"},
+              "command": "head -c 64M /dev/zero > /var/big; echo 1 > /logs/verifier/reward.txt"}  # fmt: skip
+    r = client.finish(sid, {"script": script, "timeout_s": 60, "limits": {"disk_mb": 32}})
+    assert r.verdict == "resource_limit", r
+    assert r.reward == 0.0

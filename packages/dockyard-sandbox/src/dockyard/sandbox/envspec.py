@@ -172,6 +172,10 @@ class ScriptTests(_Model):
     ``/logs/verifier/reward.txt`` (or ``reward`` in ``reward.json``), not the exit code."""
 
     files: dict[str, str] = Field(default_factory=dict, description="path under /tests -> text")
+    binary_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="path under /tests -> base64 bytes (a published task's images, archives)",
+    )
     command: str = Field("bash /tests/test.sh", max_length=10_000)
     egress: bool = Field(
         False,

@@ -65,6 +65,7 @@ from dockyard.sandbox.paths import UnsafePath
 from dockyard.sandbox.repos import RepoError, safe_extract
 from dockyard.sandbox.toolchain import WORKSPACE, sandbox_path_env
 from dockyard.sandbox.trees import TreeTooLarge, copy_tree, walk
+from dockyard.sandbox.workspace import Workspaces, unmount_all
 
 BUILD_LIMITS = Limits.model_validate(
     {"memory_mb": 4096, "pids": 1024, "disk_mb": 4096, "inodes": 500_000, "cpu_s": 7200}
@@ -218,7 +219,24 @@ class Provisioner:
         self._lock = threading.Lock()
         self._pip: str | bool | None = False  # False: not looked up yet
         self._images: dict[str, Provisioned] = {}  # EnvSpec.key() -> a mounted image
+        self._scratch: Workspaces | None = None
         self.built = self.hits = 0
+
+    @property
+    def scratch(self) -> Workspaces:
+        """Size-capped tmpfs spaces under this (0711) root, which a build namespace's root can
+        reach (the service's work dir may be closed to it): a verifier run as an image's root
+        takes its workspace copy, /tests, /logs and throwaway layer here (``scriptverify.py``).
+        One folder per service process; those of dead processes are removed."""
+        with self._lock:
+            if self._scratch is None:
+                for old in self.root.glob("scratch-*"):
+                    pid = old.name.removeprefix("scratch-")
+                    if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                        unmount_all(old)
+                        shutil.rmtree(old, ignore_errors=True)
+                self._scratch = Workspaces(self.root / f"scratch-{os.getpid()}")
+            return self._scratch
 
     def cached(self, key: str) -> Provisioned | None:
         entry = self.root / key
@@ -484,6 +502,9 @@ class Provisioner:
     def close(self) -> None:
         """Detach the image mounts (the cache directory can then be removed)."""
         self.layer_store.unmount_all()
+        if self._scratch is not None:
+            unmount_all(self._scratch.root)
+            shutil.rmtree(self._scratch.root, ignore_errors=True)
 
 
 def provision_json(p: Provisioned) -> str:

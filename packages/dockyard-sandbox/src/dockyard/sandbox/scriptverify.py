@@ -12,6 +12,13 @@ nothing of the agent running there — and a fresh jail runs ``script.command`` 
   file cannot be planted there in advance, because nothing of the session's workspace is in it;
 * the environment's prefix at /opt/env and the workspace at its workdir (as in the session).
 
+In a layered image (a task's Dockerfile, ``layers/``) the script runs as Docker runs it: as the
+image's **root**, over a throwaway writable layer on the image (``apt-get install``, files under
+``/etc``, ``$HOME/.local`` all work), in a build jail (``layers/jail_main.py``: root of a user
+namespace, unprivileged on the host; the copy is owned by that root). ``/tests`` is owned by the
+host's root, outside the namespace's id map: its root can read it, never change it. The
+writable layer lives on a tmpfs of the task's ``disk_mb`` and is gone with the verification.
+
 Network: none, or (``script.egress``) the package registries and the installer table only,
 through an egress proxy of this verification (egress/: its own network namespace, the proxy's
 socket mounted read-only, the forwarder wrapped around the command) — how Terminal-Bench 2's
@@ -33,6 +40,8 @@ defence.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import math
@@ -42,6 +51,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +59,8 @@ from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import LOGS_MOUNT, TESTS_MOUNT, ScriptTests
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT
+from dockyard.sandbox.layers.runner import egress_plan, run_plan
 from dockyard.sandbox.models import Limits, TaskResult, Timings, Verdict
 from dockyard.sandbox.paths import FULL_ERRNOS, UnsafePath, check_rel, force_write, read_file
 from dockyard.sandbox.provision import Provisioned
@@ -106,12 +118,19 @@ def copy_workspace(src: Path, dest: Path, uid: int) -> str:
     return ""
 
 
-def _write_tests(dest: Path, files: dict[str, str]) -> None:
+def _write_tests(dest: Path, script: ScriptTests) -> None:
+    """``script``'s files, text and binary, owned by the host's root (module docstring)."""
     dest.mkdir(mode=0o755)
-    for rel, content in files.items():
+    blobs = [(rel, text.encode()) for rel, text in script.files.items()]
+    for rel, b64 in script.binary_files.items():
+        try:
+            blobs.append((rel, base64.b64decode(b64, validate=True)))
+        except (binascii.Error, ValueError) as e:
+            raise ValueError(f"script.binary_files[{rel!r}]: not base64 ({e})") from e
+    for rel, data in blobs:
         check_rel(rel)
         mode = 0o755 if rel.endswith(".sh") else 0o644
-        force_write(dest, rel, content.encode(), uid=0, gid=0, mode=mode)
+        force_write(dest, rel, data, uid=0, gid=0, mode=mode)
     for dirpath, _dirs, _files in os.walk(dest):
         os.chmod(dirpath, 0o755)
 
@@ -133,6 +152,121 @@ def _verifier_jail(
         argv=["/bin/sh", "-c", script.command], workspace=ws, uid=uid, limits=limits,
         timeout_s=timeout_s, network=network, cwd=cwd, ro_binds=ro, binds=rw, env=jenv,
         name=f"v-{tag}", isolation=c.isolation,
+    )  # fmt: skip
+
+
+@dataclass
+class _Ran:
+    """What a verifier jail did (a bwrap jail's :class:`JailOutcome` or a build jail's)."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration_s: float
+    timed_out: bool
+    oom: bool
+    pids_limit: bool
+    content_error: str = ""  # the image made the jail impossible (a link at the workdir)
+
+
+def _in_image(
+    c: Any, env: Provisioned, root: Path, ws: Path, logs: Path, tests: Path,
+    script: ScriptTests, limits: Limits, timeout_s: float, proxy: egress.Proxy | None,
+) -> _Ran:  # fmt: skip
+    """``script.command`` as the image's root over a throwaway layer in ``root`` (module doc)."""
+    image = env.image
+    assert image is not None
+    store = c.provisioner.layer_store
+    for d in ("upper", "work"):
+        (root / d).mkdir(mode=0o755)
+        os.chown(root / d, UID_BASE, UID_BASE)
+    (root / "merged").mkdir(mode=0o755)
+    store.touch(image.key)  # recently used: not the first evicted while it runs
+    binds = [{"src": str(ws), "dst": WORKSPACE}, {"src": str(tests), "dst": TESTS_MOUNT, "ro": True},
+             {"src": str(logs), "dst": LOGS_MOUNT}]  # fmt: skip
+    if env.spec.workdir != WORKSPACE:
+        binds.insert(1, {"src": str(ws), "dst": env.spec.workdir})
+    plan: dict[str, Any] = {
+        "uid_base": UID_BASE, "uid_count": UID_COUNT, "chdir": str(store.layers_dir),
+        "lower": store.lower(image.base_root, list(image.layers)), "upper": str(root / "upper"),
+        "work": str(root / "work"), "merged": str(root / "merged"), "op": "run",
+        "cwd": env.spec.workdir, "user": "root", "env": env.jail_env(), "binds": binds,
+        "argv": ["/bin/sh", "-c", script.command],
+    }  # fmt: skip
+    if proxy is not None:
+        plan = egress_plan(plan, proxy)
+    o = run_plan(
+        plan, c.probe, timeout_s, limits.memory_mb, limits.pids, output_cap=limits.output_bytes,
+        prlimits=(f"--cpu={limits.cpu_s}", f"--nofile={limits.open_files}"),
+    )  # fmt: skip
+    content = ""
+    if not o.started and not o.timed_out:  # jail_main.py printed why (no task code ran yet)
+        why = (o.output.strip().splitlines() or [f"exit {o.exit_code}"])[-1]
+        if "dockyard-build: content:" not in why:
+            raise RuntimeError(f"the verifier's jail could not be set up: {why[:300]}")
+        content = why.split("dockyard-build: content:", 1)[1].strip()
+    return _Ran(
+        o.exit_code, o.output, "", o.truncated, False, o.seconds, o.timed_out, o.oom, o.pids_limit,
+        content,
+    )  # fmt: skip
+
+
+def _in_bwrap(
+    c: Any, ws: Path, logs: Path, tests: Path, uid: int, env: Provisioned | None,
+    script: ScriptTests, limits: Limits, timeout_s: float, network: bool, tag: str,
+    proxy: egress.Proxy | None,
+) -> _Ran:  # fmt: skip
+    spec = _verifier_jail(c, ws, logs, tests, uid, env, script, limits, timeout_s, network, tag)
+    if proxy is not None:  # the registries and the installer table only (module docstring)
+        spec.ro_binds.append(proxy.bind())
+        spec.env |= egress.jail_env()
+        spec.argv = egress.wrap_argv(sys.executable, spec.argv)
+    o = jail_run(spec, c.probe)
+    return _Ran(
+        o.exit_code, o.stdout, o.stderr, o.stdout_truncated, o.stderr_truncated, o.duration_s,
+        o.timed_out, o.oom, o.pids_limit,
+    )  # fmt: skip
+
+
+def _judge(
+    o: _Ran, timings: Timings, full: bool, logs: Path, proxy: egress.Proxy | None,
+    script: ScriptTests, result: Callable[..., TaskResult],
+) -> TaskResult:  # fmt: skip
+    """The verdict of a finished verifier jail: its limits, the network it was refused, the
+    reward file (module docstring)."""
+    common = {
+        "exit_code": o.exit_code,
+        "stdout": o.stdout,
+        "stderr": o.stderr,
+        "stdout_truncated": o.stdout_truncated,
+        "stderr_truncated": o.stderr_truncated,
+        "patch_applied": True,
+        "timings": timings,
+    }
+    if o.content_error:
+        return result(Verdict.failed, reward=0.0, reward_error=o.content_error,
+                      detail=f"the verifier could not run in the image: {o.content_error}",
+                      **common)  # fmt: skip
+    limit = (
+        Verdict.oom if o.oom
+        else Verdict.resource_limit if o.pids_limit or full
+        else Verdict.timeout if o.timed_out else None
+    )  # fmt: skip
+    if limit is not None:
+        return result(limit, reward=0.0, reward_error=str(limit), detail=str(limit), **common)
+    refused = proxy.needs_network() if proxy is not None else None
+    if refused is not None and script.allow_internet:
+        return result(Verdict.needs_network, detail=refused, **common)
+    reward, err = parse_reward(logs)
+    verdict = Verdict.passed if reward >= 1.0 and not err else Verdict.failed
+    detail = err or f"reward {reward:g} (test script exit {o.exit_code})"
+    if refused is not None:  # reported; the reward stands (module docstring)
+        detail += f"; {refused}"
+    return result(
+        verdict, resolved=verdict == Verdict.passed, reward=reward, reward_error=err,
+        detail=detail, **common,
     )  # fmt: skip
 
 
@@ -159,8 +293,10 @@ def run_script(
     t0 = time.monotonic()
     c = ctx
     tag = uuid.uuid4().hex[:12]
-    uid = c.uids.acquire()  # type: ignore[attr-defined]
-    wss = c.workspaces  # type: ignore[attr-defined]
+    image = env is not None and env.image is not None
+    uid = UID_BASE if image else c.uids.acquire()  # type: ignore[attr-defined]
+    # an image's verifier jail reaches its dirs as an unprivileged host uid (Provisioner.scratch)
+    wss = c.provisioner.scratch if image else c.workspaces  # type: ignore[attr-defined]
     made: list[Path] = []
     tests = c.trusted_root / f"tests-{tag}"  # type: ignore[attr-defined]
     proxy: egress.Proxy | None = None
@@ -181,49 +317,30 @@ def run_script(
         for d in ("verifier", "agent"):
             (logs / d).mkdir()
             os.chown(logs / d, uid, uid)
-        _write_tests(tests, script.files)
-        spec = _verifier_jail(c, ws, logs, tests, uid, env, script, limits, timeout_s, network,
-                              tag)  # fmt: skip
-        if script.egress:  # the registries and the installer table only (module docstring)
-            proxy = egress.Proxy(c.trusted_root / f"egress-{tag}", uid,  # type: ignore[attr-defined]
+        root = None
+        if image:  # the throwaway layer, /tests and the proxy's dir: where the jail's root reaches
+            root = wss.create(f"v-{tag}-root", UID_BASE, limits.disk_mb, limits.inodes)
+            made.append(root)
+            tests = root / "tests"
+        _write_tests(tests, script)
+        if script.egress:
+            proxy = egress.Proxy((root or c.trusted_root) / f"egress-{tag}", uid,  # type: ignore[attr-defined]
                                  egress.Allowlist.build(getattr(c, "registries", ())))  # fmt: skip
-            spec.ro_binds.append(proxy.bind())
-            spec.env |= egress.jail_env()
-            spec.argv = egress.wrap_argv(sys.executable, spec.argv)
         t1 = time.monotonic()
-        o = jail_run(spec, c.probe)  # type: ignore[attr-defined]
+        if root is not None:
+            assert env is not None
+            o = _in_image(c, env, root, ws, logs, tests, script, limits, timeout_s, proxy)
+        else:
+            o = _in_bwrap(c, ws, logs, tests, uid, env, script, limits, timeout_s, network, tag,
+                          proxy)  # fmt: skip
         timings = Timings(test_s=o.duration_s, setup_s=t1 - t0, total_s=time.monotonic() - t0)
-        common = {
-            "exit_code": o.exit_code,
-            "stdout": o.stdout,
-            "stderr": o.stderr,
-            "stdout_truncated": o.stdout_truncated,
-            "stderr_truncated": o.stderr_truncated,
-            "patch_applied": True,
-            "timings": timings,
-        }
-        limit = (
-            Verdict.oom if o.oom else Verdict.resource_limit if o.pids_limit or wss.full(ws)
-            else Verdict.timeout if o.timed_out else None
-        )  # fmt: skip
-        if limit is not None:
-            return result(limit, reward=0.0, reward_error=str(limit), detail=str(limit), **common)
-        refused = proxy.needs_network() if proxy is not None else None
-        if refused is not None and script.allow_internet:
-            return result(Verdict.needs_network, detail=refused, **common)
-        reward, err = parse_reward(logs)
-        verdict = Verdict.passed if reward >= 1.0 and not err else Verdict.failed
-        detail = err or f"reward {reward:g} (test script exit {o.exit_code})"
-        if refused is not None:  # reported; the reward stands (module docstring)
-            detail += f"; {refused}"
-        return result(
-            verdict, resolved=verdict == Verdict.passed, reward=reward, reward_error=err,
-            detail=detail, **common,
-        )  # fmt: skip
+        full = wss.full(ws) or (root is not None and wss.full(root))
+        return _judge(o, timings, full, logs, proxy, script, result)
     finally:
         if proxy is not None:
             proxy.close()
         shutil.rmtree(tests, ignore_errors=True)
         for p in made:
             wss.destroy(p)
-        c.uids.release(uid)  # type: ignore[attr-defined]
+        if not image:
+            c.uids.release(uid)  # type: ignore[attr-defined]

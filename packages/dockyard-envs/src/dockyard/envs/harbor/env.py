@@ -13,7 +13,11 @@ Episode::
   long-lived jail of the session) for programs that need a TTY; returns the screen. Items are
   literal text or ``<Enter>``, ``<C-c>``, ``<Up>``, … (see ``dockyard.sandbox.envspec.TtyRequest``).
 * At the end, ``tests/test.sh`` runs in a *fresh* sandbox built from the workspace diff, with the
-  held-out ``tests/`` at /tests (never mounted in the agent's jails) and an empty /logs.
+  held-out ``tests/`` at /tests (never mounted in the agent's jails) and an empty /logs. In a
+  task built from its Dockerfile (a layered image) it runs as the image's root, as Docker runs
+  it, and reaches the package registries and the installer table through the sandbox's egress
+  proxy (``verifier_egress``): Terminal-Bench 2's shared preamble (``apt-get install curl``,
+  uv's install script, ``uvx ... pytest``) runs as published on a node without the internet.
 
 Reward ``reward/tests`` = the number the script wrote to /logs/verifier/reward.txt (or
 ``reward`` in reward.json), clipped to [0, 1]; a missing or malformed file gives 0 with
@@ -98,7 +102,12 @@ class HarborEnvironment(TerminalEnvironment):
         system_prompt: str = HARBOR_SYSTEM,
         count_tokens: Callable[[str], int] = approx_token_count,
         max_wait_s: float = 600.0,
+        verifier_egress: bool | None = None,
     ) -> None:
+        """``verifier_egress``: the verifier reaches the registries (the service needs
+        ``--allow-network``); None: for tasks built from a Dockerfile as layers, whose published
+        verifiers install their tools (Terminal-Bench 2), and not for prefix environments."""
+        self.verifier_egress = verifier_egress
         super().__init__(
             sandbox_urls, token, reward, max_turns, max_total_tokens, max_output_chars,
             finish_timeout_s, limits, session_ttl_s, system_prompt, count_tokens, max_wait_s,
@@ -148,8 +157,16 @@ class HarborEnvironment(TerminalEnvironment):
 
     def finish_request(self, task: dict[str, Any]) -> FinishRequest:
         env = "".join(f"{k}={_sh(v)} " for k, v in task.get("verifier_env", {}).items())
+        egress = self.verifier_egress
+        if egress is None:
+            egress = "image" in task.get("environment", {})
+        script = ScriptTests(
+            files=task["tests"], binary_files=task.get("tests_binary", {}),
+            command=f"{env}bash /tests/test.sh", egress=egress,
+            allow_internet=bool(task.get("allow_internet")),
+        )  # fmt: skip
         return FinishRequest(
-            script=ScriptTests(files=task["tests"], command=f"{env}bash /tests/test.sh"),
+            script=script,
             timeout_s=task.get("verifier_timeout_s", self.finish_timeout_s),
             limits=self.limits_for(task),
         )

@@ -5,18 +5,21 @@ A task directory::
     task.toml            [task] name; [agent] timeout_sec; [verifier] timeout_sec, [verifier.env];
                          [environment] build_timeout_sec, memory_mb | memory ("2G"),
                          storage_mb | storage, gpus (> 0 refused), docker_image (ignored beside
-                         a Dockerfile, the base hint without one); cpus, allow_internet unused
+                         a Dockerfile, the base hint without one), allow_internet (a verifier
+                         asking for a host outside the registries: ``needs_network``); cpus unused
     instruction.md       the prompt
-    environment/         Dockerfile + build context (image.py: built as layers; or dockerfile.py)
+    environment/         Dockerfile + build context (image.py: built as layers; or dockerfile.py);
+                         a docker-compose.yaml (sidecar services) is refused
     tests/test.sh        the verifier (+ its files); writes /logs/verifier/reward.txt|json
     solution/solve.sh    optional oracle
 
 :func:`load_tasks` takes one task directory or a folder of them. A task dict::
 
     {"id", "path", "category", "difficulty" (task.toml's [metadata]), "instruction",
-     "environment": EnvSpec fields, "tests": {rel: text},
+     "environment": EnvSpec fields, "tests": {rel: text}, "tests_binary": {rel: base64},
      "solution": {rel: text} | None, "agent_timeout_s", "verifier_timeout_s",
-     "limits": {"memory_mb", "disk_mb"}, "verifier_env": {k: v}, "notes": [...]}
+     "limits": {"memory_mb", "disk_mb"}, "verifier_env": {k: v}, "allow_internet": bool,
+     "notes": [...]}
 
 ``tests`` and ``solution`` never reach the agent's session: the environment sends ``tests`` only
 with ``finish`` (mounted at /tests of the verifier's fresh jail), ``solution`` only the oracle
@@ -25,6 +28,7 @@ agent of ``dockyard harbor validate`` uses.
 
 from __future__ import annotations
 
+import base64
 import re
 import tomllib
 from pathlib import Path
@@ -35,11 +39,14 @@ from dockyard.envs.harbor.dockerfile import HarborFormatError, parse_dockerfile
 from dockyard.envs.harbor.image import read_image
 
 MAX_TEXT_FILE = 4 << 20
+COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 SHIPPED = Path(__file__).resolve().parent / "tasks"
 SHIPPED_TB2 = Path(__file__).resolve().parent / "tasks-tb2"  # Terminal-Bench 2's published shape
 
 
-def _texts(root: Path, what: str) -> dict[str, str]:
+def _texts(root: Path, what: str, binary: dict[str, str] | None = None) -> dict[str, str]:
+    """``root``'s files as text; with ``binary``, a file that is not UTF-8 goes there as
+    base64 (a task's test images), else it is refused."""
     out: dict[str, str] = {}
     for p in sorted(root.rglob("*")):
         if p.is_symlink():
@@ -47,13 +54,19 @@ def _texts(root: Path, what: str) -> dict[str, str]:
         if not p.is_file() or "__pycache__" in p.parts:
             continue
         if p.stat().st_size > MAX_TEXT_FILE:
-            raise HarborFormatError(f"{p}: over {MAX_TEXT_FILE} bytes (the {what} travel as text)")
-        try:
-            out[str(p.relative_to(root))] = p.read_text()
-        except UnicodeDecodeError as e:
             raise HarborFormatError(
-                f"{p}: not UTF-8 text ({e}); {what}/ files travel as text"
-            ) from e
+                f"{p}: over {MAX_TEXT_FILE} bytes (the {what} travel in requests)"
+            )
+        rel = str(p.relative_to(root))
+        data = p.read_bytes()
+        try:
+            out[rel] = data.decode()
+        except UnicodeDecodeError as e:
+            if binary is None:
+                raise HarborFormatError(
+                    f"{p}: not UTF-8 text ({e}); {what}/ files travel as text"
+                ) from e
+            binary[rel] = base64.b64encode(data).decode()
     return out
 
 
@@ -93,6 +106,12 @@ def _environment(
     ``builder="prefix"``, mapped onto the sandbox's own system (``dockerfile.py``). A
     ``docker_image`` is ignored beside a Dockerfile and is the base hint without one."""
     dockerfile = d / "environment" / "Dockerfile"
+    for name in COMPOSE_FILES:
+        if (d / "environment" / name).is_file():
+            raise HarborFormatError(
+                f"{d / 'environment' / name}: a multi-container task (its services run beside the "
+                "agent's container) is not supported: the sandbox runs one environment per task"
+            )
     hint = env_t.get("docker_image") or env_t.get("docker_image_archive")
     if dockerfile.is_file():
         if hint:
@@ -164,12 +183,14 @@ def load_task(task_dir: str | Path, builder: str = "layers") -> dict[str, Any]:
         "difficulty": str(about.get("difficulty") or "unknown"),
         "instruction": instruction,
         "environment": environment,
-        "tests": _texts(d / "tests", "tests"),
+        "tests": _texts(d / "tests", "tests", tests_binary := {}),
+        "tests_binary": tests_binary,
         "solution": _texts(solution_dir, "solution") if (solution_dir / "solve.sh").is_file() else None,
         "agent_timeout_s": _number(agent, "timeout_sec", f"{toml_path} [agent]", 600.0),
         "verifier_timeout_s": min(_number(verifier, "timeout_sec", f"{toml_path} [verifier]", 120.0), 3600.0),
         "verifier_env": {str(k): str(v) for k, v in (verifier.get("env") or {}).items()},
         "limits": limits,
+        "allow_internet": env_t.get("allow_internet") is True,
         "notes": notes,
     }  # fmt: skip
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from dockyard.sandbox import egress
 from dockyard.sandbox.cgroups import Probe
 from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT, BaseError
-from dockyard.sandbox.layers.runner import SETUP_FAILED, StepOutcome, run_plan
+from dockyard.sandbox.layers.runner import SETUP_FAILED, StepOutcome, egress_plan, run_plan
 from dockyard.sandbox.layers.spec import ImageSpec, ImageStep
 from dockyard.sandbox.layers.store import Layer, Store
 from dockyard.sandbox.toolchain import python_prefixes
@@ -93,6 +93,7 @@ class BuiltImage:
     workdir: str
     user: str
     layers: tuple[str, ...]
+    base_root: Path  # the stack's bottom (a verifier's own overlay stacks on the same lowers)
 
 
 def _key(*parts: object) -> str:
@@ -142,7 +143,7 @@ class Builder:
             self._mountpoints(final, tmp, extra_dirs)
             rootfs = self.store.mount(final.top, final.base_root, final.layers)
             return BuiltImage(final.top, rootfs, dict(final.env), final.workdir, final.user,
-                              tuple(final.layers))  # fmt: skip
+                              tuple(final.layers), final.base_root)  # fmt: skip
         finally:
             for p in proxy:
                 p.close()
@@ -195,9 +196,7 @@ class Builder:
                 proxy.append(egress.Proxy(tmp / "egress", UID_BASE, allow))
                 log.append(f"## network: only the package registries ({allow.describe()})\n")
             if proxy:
-                plan["env"] = env | egress.jail_env()
-                plan |= {"forwarder": egress.FORWARDER, "sock_dir": str(proxy[0].dir),
-                         "sock_name": egress.SOCKET, "port": egress.PORT}  # fmt: skip
+                plan = egress_plan(plan, proxy[0])
         elif step.workdir is not None:
             plan |= {"op": "run", "argv": ["/bin/true"], "env": {}}
         else:

@@ -13,7 +13,14 @@ Run by the service (host root) as ``python -I -S jail_main.py`` with a JSON plan
      "tar": path, "sources": [{"entry", "name"}], "dest": str, "chown": str|null,
      "chmod": str|null,                              # copy: extract ``tar`` Docker's way
      "paths": [...],                                 # export: tar these paths into ``tar``
-     "forwarder": str|null, "sock_dir": dir|null, "sock_name": str, "port": int}  # egress (egress.py)
+     "forwarder": str|null, "sock_dir": dir|null, "sock_name": str, "port": int,  # egress (egress.py)
+     "binds": [{"src": dir, "dst": "/abs", "ro": bool}, ...],   # run: host dirs in the root
+     "ready_fd": int}                                # run: one byte once set up (runner.py)
+
+``binds`` (a verifier's workspace, /tests, /logs: ``scriptverify.py``) are mounted after the
+overlay, each destination walked one component at a time in the merged root with no symlink
+followed (the image is the task's content: a link there must not aim a mount elsewhere); a
+link on the way is a ``dockyard-build: content:`` setup failure (the task's, not the service's).
 
 Chain: the service's process forks a child that ``unshare``s user, mount, pid, ipc, uts and
 net namespaces; this (host-root) process writes the child's ``uid_map``/``gid_map`` (0..N-1 ->
@@ -41,6 +48,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import struct
 import sys
 import tarfile
@@ -50,6 +58,7 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 MS_RDONLY, MS_REMOUNT, MNT_DETACH = 1, 32, 2
+_ATIME_FLAGS = 1024 | 2048 | 4096  # MS_NOATIME, MS_NODIRATIME, MS_RELATIME (= statvfs's ST_*)
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
 EGRESS_DIR = "/dev/.egress"
 PR_SET_PDEATHSIG = 1
@@ -113,11 +122,41 @@ def _mount_root(plan: dict) -> str:
     if plan.get("sock_dir"):
         os.mkdir(f"{merged}{EGRESS_DIR}", 0o755)
         mount(plan["sock_dir"], f"{merged}{EGRESS_DIR}", None, MS_BIND)
-        mount(None, f"{merged}{EGRESS_DIR}", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+        _remount_ro(f"{merged}{EGRESS_DIR}")
+    for b in plan.get("binds") or ():
+        target = _bind_target(merged, b["dst"])
+        mount(b["src"], target, None, MS_BIND | MS_REC)
+        if b.get("ro"):
+            _remount_ro(target)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
         os.symlink(target, f"{dev}/{name}")
     return merged
+
+
+def _remount_ro(target: str) -> None:
+    """A bind made read-only and nosuid, keeping the flags its source's mount has (a mount
+    from the host's namespace has them locked: dropping one, e.g. a tmpfs's nodev, is EPERM)."""
+    keep = os.statvfs(target).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC | _ATIME_FLAGS)
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | keep)
+
+
+def _bind_target(merged: str, dst: str) -> str:
+    """``merged + dst`` with every missing directory made (0755) and no symlink followed."""
+    parts = [p for p in dst.split("/") if p]
+    if not dst.startswith("/") or any(p in (".", "..") for p in parts):
+        raise SetupError(f"bind destination {dst!r}: not a plain absolute path")
+    path = merged
+    for p in parts:
+        path = f"{path}/{p}"
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            os.mkdir(path, 0o755)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            raise SetupError(f"content: {dst} is not a directory in the image (at /{p})")
+    return path
 
 
 def _forwarder(plan: dict) -> None:
@@ -126,6 +165,8 @@ def _forwarder(plan: dict) -> None:
     of this process, already inside the pivoted root: it sees only what the step sees."""
     pid = os.fork()
     if pid == 0:
+        if plan.get("ready_fd") is not None:
+            os.close(plan["ready_fd"])
         try:
             sys.argv = ["forwarder", str(plan["port"]), f"{EGRESS_DIR}/{plan['sock_name']}"]
             exec(compile(plan["forwarder"], "forwarder", "exec"), {"__name__": "forwarder"})
@@ -171,9 +212,18 @@ def _ids(spec: str | None) -> tuple[int, int]:
 
 
 def _run(plan: dict) -> int:
+    ready = plan.get("ready_fd")
+    if ready is not None:  # set up: what follows is the step's (its image, user, workdir)
+        os.write(ready, b"1")
+        os.close(ready)
     os.makedirs(plan["cwd"], exist_ok=True)  # Docker creates the WORKDIR for RUN too
     os.chdir(plan["cwd"])
     uid, gid = _ids(plan.get("user"))
+    if "HOME" not in plan["env"]:  # as Docker: the user's home from the image's /etc/passwd
+        try:
+            plan["env"]["HOME"] = pwd.getpwuid(uid).pw_dir
+        except KeyError:
+            plan["env"]["HOME"] = "/root" if uid == 0 else "/"
     pid = os.fork()
     if pid == 0:
         try:

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from dockyard.sandbox import egress
 from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
 
@@ -38,6 +39,8 @@ class StepOutcome:
     oom: bool
     pids_limit: bool
     seconds: float
+    truncated: bool = False  # the output's middle was left out (head and tail kept)
+    started: bool = False  # a run step's jail was set up and its command about to start
 
     def why(self) -> str:
         """'' when the step succeeded, else what went wrong (for the build log and reports)."""
@@ -50,7 +53,22 @@ class StepOutcome:
         return "" if self.exit_code == 0 else f"exited {self.exit_code}"
 
 
-def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: int) -> StepOutcome:
+EGRESS_DIR = "/dev/.egress"  # where jail_main.py mounts the proxy's dir (its socket, the CA)
+
+
+def egress_plan(plan: dict, proxy: egress.Proxy) -> dict:
+    """``plan`` reaching the registries through ``proxy``: the forwarder, the socket's dir, and
+    the proxy and trust variables (``egress.jail_env``) pointing where this jail mounts them."""
+    env = {k: v.replace(egress.MOUNT, EGRESS_DIR) for k, v in egress.jail_env().items()}
+    return plan | {
+        "env": plan["env"] | env, "forwarder": egress.FORWARDER, "sock_dir": str(proxy.dir),
+        "sock_name": egress.SOCKET, "port": egress.PORT,
+    }  # fmt: skip
+
+
+def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: int, *,
+             output_cap: int = OUTPUT_CAP, prlimits: tuple[str, ...] = ()) -> StepOutcome:  # fmt: skip
+    """``prlimits``: more ``prlimit`` options (a verifier's ``--cpu=N``, ``--nofile=N``)."""
     cg = (
         TaskCgroups.create(probe, f"build-{uuid.uuid4().hex[:12]}", memory_mb << 20, pids)
         if probe.controllers
@@ -61,13 +79,21 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
     )
     # prlimit: no single file over FILE_CAP (a layer's disk is the store's; see the docs' limits)
     argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", f"--fsize={FILE_CAP}", "--core=0",
-            "--", sys.executable, "-I", "-S", str(JAIL_MAIN)]  # fmt: skip
-    out = HeadTail(OUTPUT_CAP)
+            *prlimits, "--", sys.executable, "-I", "-S", str(JAIL_MAIN)]  # fmt: skip
+    out = HeadTail(output_cap)
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-    )  # fmt: skip
+    # pid 1 of a run jail writes one byte here once it is set up, then closes it before the
+    # step starts: no output or exit code of the step can pass for a setup failure, or hide one
+    ready_r, ready_w = os.pipe()
+    plan = plan | {"ready_fd": ready_w}
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            pass_fds=(ready_w,),
+        )  # fmt: skip
+    finally:
+        os.close(ready_w)
     reader = threading.Thread(target=_drain, args=(proc, out), daemon=True)
     reader.start()
     timed_out = False
@@ -87,10 +113,16 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
             cg.kill_all()
         proc.wait()
         reader.join(timeout=5)
+        os.set_blocking(ready_r, False)
+        try:
+            started = os.read(ready_r, 1) == b"1"
+        except BlockingIOError:
+            started = False
+        os.close(ready_r)
     res = StepOutcome(
         exit_code=None if timed_out else proc.returncode, output=out.text(), timed_out=timed_out,
         oom=bool(cg and cg.oom_killed()), pids_limit=bool(cg and cg.pids_limit_hit()),
-        seconds=time.monotonic() - t0,
+        seconds=time.monotonic() - t0, truncated=out.truncated, started=started,
     )  # fmt: skip
     if cg is not None:
         cg.remove()
