@@ -37,6 +37,7 @@ from pathlib import Path
 
 import httpx
 
+from dockyard.sandbox.egress import non_public_registries
 from dockyard.sandbox.launch import start_service
 
 
@@ -153,6 +154,8 @@ def main() -> None:
     args = ap.parse_args()
     cache = Path(args.cache or tempfile.mkdtemp(prefix="dockyard-bench-layers-"))
     extra = ["--allow-network", "--env-cache-dir", str(cache)]
+    for host in non_public_registries():  # this host's mirrors: named, as an operator would
+        extra += ["--registry", host]
     with start_service(workers=2, extra_args=extra) as svc, svc.client() as c:
         print(f"env cache: {cache}")
         lay = measure(c, layered_env(), args.rounds)

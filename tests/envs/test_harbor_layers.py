@@ -16,7 +16,7 @@ import pytest
 from dockyard.envs.harbor import HarborEnvironment, HarborFormatError, load_tasks
 from dockyard.envs.harbor.bases import UnmappableBase, choose
 from dockyard.envs.harbor.image import read_image
-from dockyard.envs.harbor.tasks import SHIPPED_TB2
+from dockyard.envs.harbor.tasks import SHIPPED_TB2, harbor_dataset
 from dockyard.envs.harbor.validate import report_table, validate_async
 from dockyard.sandbox.envspec import EnvSpec
 
@@ -266,3 +266,23 @@ def test_validate_shipped_tb2_tasks(layers_sandbox_url: str, arun) -> None:
         assert "FAILED" in out, r["id"]  # pytest's own summary
         assert "newly installed" in out, r["id"]  # apt-get as the image's root, via the proxy
         assert "verifier_stdout" not in r["oracle"]  # passing cases stay short
+
+
+def test_a_folder_loads_around_its_refused_tasks(tmp_path: Path) -> None:
+    """A published set has tasks that cannot run here: with a ``refused`` list the others
+    load and each refusal is kept with its reason; without it the first one raises."""
+    good = _task(tmp_path / "a", "[environment]\n")
+    bad = _task(tmp_path / "b", "[environment]\ngpus = 2\n")
+    folder = tmp_path / "set"
+    folder.mkdir()
+    good.rename(folder / "good")
+    bad.rename(folder / "bad")
+    refused: list[dict[str, str]] = []
+    tasks = load_tasks(folder, refused=refused)
+    assert [t["id"] for t in tasks] == ["good"]
+    assert [r["id"] for r in refused] == ["bad"]
+    assert "gpus = 2" in refused[0]["refused"]
+    with pytest.raises(HarborFormatError, match="gpus = 2"):
+        load_tasks(folder)
+    with pytest.warns(UserWarning, match="left out bad"):
+        assert len(harbor_dataset(path=str(folder), skip_refused=True)) == 1

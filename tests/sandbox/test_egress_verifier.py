@@ -71,3 +71,38 @@ def test_egress_needs_the_services_allow_network(sandbox: SandboxClient) -> None
         assert "--allow-network" in str(e.value.detail)
     finally:
         sandbox.delete_session(sid)
+
+
+def test_a_session_with_egress_reaches_the_registries_and_nothing_else(
+    net_sandbox: SandboxClient, reachable: Callable
+) -> None:
+    """``SessionCreate.egress``: the agent's commands and terminal get the registries through a
+    proxy of the session (an ``allow_internet`` task's `pip install`), nothing else; without it
+    the same command has no way out; the proxy goes with the session."""
+    if not reachable("pypi.org", 443):
+        pytest.skip("pypi.org cannot be reached from this host")
+    get = "curl -sSf --max-time 60 https://pypi.org/simple/six/ > index.html && grep -c six-1.16.0 index.html"
+    sid = net_sandbox.create_session(SessionCreate(egress=True))
+    try:
+        r = net_sandbox.exec(sid, get, timeout_s=120)
+        assert r.exit_code == 0, (r.stdout, r.stderr)
+        assert int(r.stdout) >= 1  # PyPI's index of six, through the session's proxy
+        out = net_sandbox.exec(sid, "curl -sS --max-time 10 https://example.com/ 2>&1; echo rc=$?")
+        assert "rc=0" not in out.stdout, out.stdout  # a host outside the registries: refused
+        screen = net_sandbox.tty(sid, ["echo proxy=$https_proxy", "<Enter>"], wait_s=1.0).screen
+        assert "proxy=http://127.0.0.1:3128" in screen  # the terminal's shell is behind it too
+    finally:
+        net_sandbox.delete_session(sid)
+    sid = net_sandbox.create_session(SessionCreate())
+    try:
+        r = net_sandbox.exec(sid, get, timeout_s=120)
+        assert r.exit_code != 0  # no egress: no network namespace but loopback
+    finally:
+        net_sandbox.delete_session(sid)
+
+
+def test_session_egress_needs_the_services_allow_network(sandbox: SandboxClient) -> None:
+    with pytest.raises(SandboxRequestError) as e:
+        sandbox.create_session(SessionCreate(egress=True))
+    assert e.value.status == 422
+    assert "--allow-network" in str(e.value.detail)

@@ -361,6 +361,13 @@ class SessionCreate(_Model):
         600.0, gt=0, le=86_400, description="Idle time before the session is reaped."
     )
     network: bool = False
+    egress: bool = Field(
+        False,
+        description="The session's commands and terminal reach the package registries and the "
+        "installer table only, through a proxy of the session (its own network namespace "
+        "otherwise; needs the service's --allow-network): an agent's `pip install` or "
+        "`apt-get download` works on a node without the internet.",
+    )
     setup_command: str | None = None
     environment: EnvSpec | None = Field(
         None,

@@ -220,9 +220,7 @@ def _in_bwrap(
 ) -> _Ran:  # fmt: skip
     spec = _verifier_jail(c, ws, logs, tests, uid, env, script, limits, timeout_s, network, tag)
     if proxy is not None:  # the registries and the installer table only (module docstring)
-        spec.ro_binds.append(proxy.bind())
-        spec.env |= egress.jail_env()
-        spec.argv = egress.wrap_argv(sys.executable, spec.argv)
+        egress.attach(spec, proxy, sys.executable)
     o = jail_run(spec, c.probe)
     return _Ran(
         o.exit_code, o.stdout, o.stderr, o.stdout_truncated, o.stderr_truncated, o.duration_s,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 import uuid
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import ApplyFn, Context, execute
 from dockyard.sandbox.freezer import frozen
@@ -100,6 +102,7 @@ class Session:
     env: Provisioned | None = None  # a provisioned environment (provision.py)
     tty: Tty | None = None  # the persistent terminal (tty.py), started on first use
     desktop: Any = None  # the session's desktop (desktop/host.py), started by its route
+    proxy: egress.Proxy | None = None  # SessionCreate.egress: the registries, for its jails
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -166,11 +169,17 @@ class SessionManager:
     def create(self, spec: SessionCreate) -> Session:
         if spec.network and not self.ctx.allow_network:
             raise ValueError("network: the service runs without --allow-network")
+        if spec.egress and not self.ctx.allow_network:
+            raise ValueError(
+                "egress: a session reaches the package registries through the service's egress "
+                "proxy, which needs the service's --allow-network"
+            )
         with self._lock:
             if len(self.sessions) >= self.max_sessions:
                 raise OverflowError(f"too many live sessions ({self.max_sessions})")
         uid = self.ctx.uids.acquire()
         ws: Path | None = None
+        s: Session | None = None
         try:
             env = self._environment(spec)
             has_repo = bool(spec.repo.path or spec.repo.git or spec.repo.tarball)
@@ -182,6 +191,11 @@ class SessionManager:
             with _room(spec.limits, "copying the repository into it"):
                 self.ctx.cache.copy_to(base, ws, uid)
             s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base, env=env)
+            if spec.egress:
+                s.proxy = egress.Proxy(
+                    self.ctx.trusted_root / f"egress-s-{sid[:16]}", uid,
+                    egress.Allowlist.build(self.ctx.registries),
+                )  # fmt: skip
             if spec.setup_command:
                 r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
                 if r.exit_code != 0:  # the task's trusted setup, not the service: a 422 + log
@@ -189,6 +203,8 @@ class SessionManager:
                         f"setup_command failed (exit {r.exit_code})", r.stdout + r.stderr
                     )
         except BaseException:
+            if s is not None and s.proxy is not None:
+                s.proxy.close()
             if ws is not None:
                 self.ctx.workspaces.destroy(ws)
             self.ctx.uids.release(uid)
@@ -227,6 +243,8 @@ class SessionManager:
             spec.ro_binds, spec.binds = s.env.binds(s.ws)
             spec.env = s.env.jail_env()
             spec.cwd = s.env.spec.workdir + cwd[len(WORKSPACE) :]
+        if s.proxy is not None:
+            egress.attach(spec, s.proxy, sys.executable)
         return jail_run(spec, self.ctx.probe)
 
     def exec(self, sid: str, req: ExecRequest) -> ExecResult:
@@ -318,7 +336,7 @@ class SessionManager:
         s = self.get(sid)
         with s.lock:
             s.tty, started = self.ttys.ensure(
-                s.tty, sid, s.ws, s.uid, s.spec.limits, s.env, s.spec.network
+                s.tty, sid, s.ws, s.uid, s.spec.limits, s.env, s.spec.network, s.proxy
             )
             r = self.ttys.keys(s.tty, s.ws, s.uid, s.spec.limits, s.env, req, started)
             s.last_used = time.monotonic()
@@ -334,6 +352,8 @@ class SessionManager:
                 self.ttys.stop(s.tty)
             if s.desktop is not None:
                 s.desktop.stop()
+            if s.proxy is not None:
+                s.proxy.close()
             self.ctx.workspaces.destroy(s.ws)
             self.ctx.uids.release(s.uid)
         return True

@@ -21,11 +21,13 @@ Programs that need a TTY (editors, REPLs, curses UIs) get one pane that does:
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.jail import Cancel, JailSpec
 from dockyard.sandbox.jail import run as jail_run
@@ -105,7 +107,7 @@ class TtyHost:
 
     def ensure(
         self, tty: Tty | None, sid: str, ws: Path, uid: int, limits: Limits,
-        env: Provisioned | None, network: bool,
+        env: Provisioned | None, network: bool, proxy: egress.Proxy | None = None,
     ) -> tuple[Tty, bool]:  # fmt: skip
         """The session's live terminal, started if there is none (True: started now)."""
         if tty is not None and tty.alive:
@@ -118,6 +120,8 @@ class TtyHost:
         spec = self._spec(
             ws, uid, limits, sock, env, ["/bin/sh", "-c", _START], MAX_LIFE_S, network
         )
+        if proxy is not None:  # the shell and what it starts: the registries only
+            egress.attach(spec, proxy, sys.executable)
         t = Tty(sock_dir=sock, jail=spec.name)
 
         def serve() -> None:

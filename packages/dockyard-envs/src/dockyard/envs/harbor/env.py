@@ -103,11 +103,16 @@ class HarborEnvironment(TerminalEnvironment):
         count_tokens: Callable[[str], int] = approx_token_count,
         max_wait_s: float = 600.0,
         verifier_egress: bool | None = None,
+        session_egress: bool | None = None,
     ) -> None:
         """``verifier_egress``: the verifier reaches the registries (the service needs
         ``--allow-network``); None: for tasks built from a Dockerfile as layers, whose published
-        verifiers install their tools (Terminal-Bench 2), and not for prefix environments."""
+        verifiers install their tools (Terminal-Bench 2), and not for prefix environments.
+        ``session_egress``: the agent's session reaches them too; None: for layered-image tasks
+        that declare ``allow_internet`` (what Docker would have given the agent: the internet;
+        here the registries only, a host outside them refused)."""
         self.verifier_egress = verifier_egress
+        self.session_egress = session_egress
         super().__init__(
             sandbox_urls, token, reward, max_turns, max_total_tokens, max_output_chars,
             finish_timeout_s, limits, session_ttl_s, system_prompt, count_tokens, max_wait_s,
@@ -130,10 +135,14 @@ class HarborEnvironment(TerminalEnvironment):
         }  # fmt: skip
         client = self.pool.client()
         try:
+            egress = self.session_egress
+            if egress is None:
+                egress = "image" in task["environment"] and bool(task.get("allow_internet"))
             spec = SessionCreate(
                 environment=EnvSpec.model_validate(task["environment"]),
                 limits=self.limits_for(task),
                 ttl_s=self.session_ttl_s,
+                egress=egress,
             )
             state["session_id"] = await client.create_session(spec)
             self._clients[state["session_id"]] = client

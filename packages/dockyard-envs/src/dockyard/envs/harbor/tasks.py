@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import re
 import tomllib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -195,10 +196,15 @@ def load_task(task_dir: str | Path, builder: str = "layers") -> dict[str, Any]:
     }  # fmt: skip
 
 
-def load_tasks(path: str | Path, builder: str | None = None) -> list[dict[str, Any]]:
+def load_tasks(
+    path: str | Path, builder: str | None = None, refused: list[dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
     """A Harbor task directory (it has a task.toml) or a folder of them (sorted by name).
     ``builder`` (see :func:`load_task`) defaults to ``prefix`` for the shipped ``tasks/`` (they
-    predate layered images and need no network to build) and ``layers`` for anything else."""
+    predate layered images and need no network to build) and ``layers`` for anything else.
+    ``refused``: a list to collect a folder's tasks that cannot run here (``{"id", "path",
+    "refused": the reason, naming the file and line}``) while the others load; without it the
+    first refusal raises (a published set always has a few: GPUs, sidecar services)."""
     root = Path(path)
     if builder is None:
         builder = "prefix" if SHIPPED in (root.resolve(), root.resolve().parent) else "layers"
@@ -209,12 +215,27 @@ def load_tasks(path: str | Path, builder: str | None = None) -> list[dict[str, A
     dirs = sorted(p for p in root.iterdir() if (p / "task.toml").is_file())
     if not dirs:
         raise HarborFormatError(f"{root}: holds no task directory (no */task.toml)")
-    return [load_task(p, builder) for p in dirs]
+    if refused is None:
+        return [load_task(p, builder) for p in dirs]
+    out = []
+    for p in dirs:
+        try:
+            out.append(load_task(p, builder))
+        except HarborFormatError as e:
+            refused.append({"id": p.name, "path": str(p), "refused": str(e)})
+    return out
 
 
 def harbor_dataset(
-    split: str = "train", path: str | None = None, builder: str | None = None
-) -> list[dict[str, Any]]:
+    split: str = "train", path: str | None = None, builder: str | None = None,
+    skip_refused: bool = False,
+) -> list[dict[str, Any]]:  # fmt: skip
     """The ``harbor`` dataset: the tasks under ``path`` (``data.options.path``), or the shipped
-    ones; the same for every split (``builder``: see :func:`load_tasks`)."""
-    return load_tasks(Path(path) if path else SHIPPED, builder)
+    ones; the same for every split (``builder``: see :func:`load_tasks`). A task that cannot
+    run here stops the run with its reason, or with ``skip_refused`` is left out with a
+    warning naming it and why (a published set as is: `dockyard harbor validate` lists them)."""
+    refused: list[dict[str, str]] | None = [] if skip_refused else None
+    tasks = load_tasks(Path(path) if path else SHIPPED, builder, refused)
+    for r in refused or ():
+        warnings.warn(f"harbor: left out {r['id']}: {r['refused']}", stacklevel=2)
+    return tasks

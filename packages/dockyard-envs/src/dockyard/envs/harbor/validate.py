@@ -124,5 +124,8 @@ def report_table(report: dict[str, Any]) -> str:
         lines.append(
             f"{r['id']:<{w}}  {cell(r['oracle']):>7}  {cell(r['empty']):>7}  {str(why)[:80]}"
         )
-    lines.append(f"{report['ok']}/{report['total']} tasks ok in {report['seconds']:.1f} s")
+    for r in report.get("refused", ()):
+        lines.append(f"{r['id']:<{w}}  {'refused':>7}  {'':>7}  {r['refused'][-80:]}")
+    lines.append(f"{report['ok']}/{report['total']} tasks ok in {report['seconds']:.1f} s"
+                 + (f"; {len(report['refused'])} refused at load" if report.get("refused") else ""))  # fmt: skip
     return "\n".join(lines)

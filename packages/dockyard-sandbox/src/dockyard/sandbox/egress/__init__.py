@@ -43,6 +43,7 @@ from dockyard.sandbox.egress.jailside import (
     MOUNT,
     PORT,
     SOCKET,
+    attach,
     jail_env,
     proxy_url,
     wrap_argv,
@@ -61,6 +62,6 @@ __all__ = [
     "APT_SOURCES", "BACKLOG", "CA_BUNDLE", "CA_FILE", "CONNECT_TIMEOUT_S", "FORWARDER",
     "HEADER_CAP", "HEAD_DEADLINE_S", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "MOUNT", "PORT",
     "PORTS", "PYPI", "SOCKET", "SPECIAL_NETS", "Allowlist", "Installer", "InstallerTable",
-    "Proxy", "Refused", "apt_source_hosts", "forbidden_address", "install_script", "jail_env",
+    "Proxy", "Refused", "apt_source_hosts", "attach", "forbidden_address", "install_script", "jail_env",
     "non_public_registries", "normalize_host", "proxy_url", "unnamed_mirrors_warning", "wrap_argv",
 ]  # fmt: skip

@@ -18,6 +18,8 @@ the service's CA; OpenSSL, curl, wget, pip, requests and uv read one of them),
 
 from __future__ import annotations
 
+from typing import Any
+
 MOUNT = "/opt/egress"  # under /opt: bwrap makes new parents 0700
 SOCKET = "proxy.sock"
 CA_FILE = "ca.pem"  # the service's CA certificate (no key: that never leaves the service)
@@ -96,3 +98,12 @@ def wrap_argv(python: str, argv: list[str]) -> list[str]:
     )
     return ["/bin/sh", "-c", script, "egress", python, FORWARDER, str(PORT),
             f"{MOUNT}/{SOCKET}", *argv]  # fmt: skip
+
+
+def attach(spec: Any, proxy: Any, python: str) -> None:
+    """A bwrap jail's ``spec`` (``jail.JailSpec``) reaching the registries through ``proxy``
+    only: the proxy's dir bound read-only at :data:`MOUNT`, :func:`jail_env`, and the forwarder
+    started (with ``python``, the service's interpreter) before the jail's command."""
+    spec.ro_binds.append(proxy.bind())
+    spec.env |= jail_env()
+    spec.argv = wrap_argv(python, spec.argv)

@@ -47,6 +47,7 @@ MOUNTPOINTS = (
     "/logs",
     "/opt/dockyard",
     "/opt/dockyard-task",
+    "/opt/egress",  # egress.MOUNT: a session's registry proxy (SessionCreate.egress)
     "/opt/env",
     "/tmp",
 )

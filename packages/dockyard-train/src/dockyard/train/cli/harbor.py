@@ -47,10 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dockyard.envs.harbor import HarborFormatError, load_tasks
 
+    refused: list[dict[str, str]] = []
     try:
-        tasks = load_tasks(args.dir, args.builder)
+        tasks = load_tasks(args.dir, args.builder, refused)
     except HarborFormatError as err:
         print(f"dockyard harbor: {err}", file=sys.stderr)
+        return 2
+    for r in refused:  # refused at load time: what cannot run here, and why
+        print(f"dockyard harbor: refused {r['id']}: {r['refused']}", file=sys.stderr)
+    if not tasks:
+        print(f"dockyard harbor: every task of {args.dir} was refused", file=sys.stderr)
         return 2
     if args.action == "export":
         with open(args.out, "w") as f:
@@ -58,10 +64,10 @@ def run(args: argparse.Namespace) -> int:
                 f.write(json.dumps(t) + "\n")
         print(f"dockyard harbor: wrote {len(tasks)} tasks to {args.out}")
         return 0
-    return _validate(args, tasks)
+    return _validate(args, tasks, refused)
 
 
-def _validate(args: argparse.Namespace, tasks: list[dict]) -> int:
+def _validate(args: argparse.Namespace, tasks: list[dict], refused: list[dict]) -> int:
     import asyncio
     import contextlib
 
@@ -94,7 +100,8 @@ def _validate(args: argparse.Namespace, tasks: list[dict]) -> int:
                 await env.aclose()
 
         report = asyncio.run(main())
+    report["refused"] = refused
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(report_table(report))
     print(f"dockyard harbor: report written to {args.out}")
-    return 0 if report["ok"] == report["total"] else 1
+    return 0 if report["ok"] == report["total"] and not refused else 1
