@@ -39,7 +39,8 @@ try:
 finally:
     shutdown_ray()
 print("RESULT " + json.dumps({"under_uv": under_uv, "driver": sys.executable,
-                              "worker": worker, "job_env": sorted(job_env)}))
+                              "worker": worker, "job_env": sorted(job_env),
+                              "auth": os.environ.get("RAY_AUTH_MODE")}))
 """
 
 
@@ -63,7 +64,7 @@ def test_workers_start_in_the_driver_interpreter_under_uv_run() -> None:
     uv = shutil.which("uv")
     if uv is None:
         pytest.skip("uv is not on PATH (./dev installs it)")
-    env = {k: v for k, v in os.environ.items() if k != cluster.UV_HOOK_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (cluster.UV_HOOK_ENV, "RAY_AUTH_MODE")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     proc = subprocess.run(
         [uv, "run", "--no-sync", "python", "-c", DRIVER],
@@ -81,3 +82,6 @@ def test_workers_start_in_the_driver_interpreter_under_uv_run() -> None:
     assert "py_executable" not in res["job_env"]
     assert "working_dir" not in res["job_env"]
     assert Path(res["worker"]).resolve() == Path(res["driver"]).resolve()
+    # Ray's default for a new local cluster stands (token auth on), without its notice
+    assert res["auth"] == "token"
+    assert cluster.TOKEN_AUTH_NOTICE not in proc.stdout + proc.stderr

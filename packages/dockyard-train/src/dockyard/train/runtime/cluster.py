@@ -24,6 +24,7 @@ failed every Ray actor. :func:`init_ray` turns the hook off unless the user set
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from typing import Any
@@ -136,6 +137,23 @@ def node_cpus() -> float:
     return min(cpus) if cpus else float(ray.cluster_resources().get("CPU", 1))
 
 
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+TOKEN_AUTH_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+def quiet_token_auth_notice() -> None:
+    """Ray 2.60 turns token authentication on for every new local cluster and says so at each
+    start ("... Set RAY_AUTH_MODE=disabled to opt out"): the line is dropped, the behaviour
+    (a token written to ~/.ray/auth_token, checked on every connection) is Ray's own, unchanged.
+    Its other warnings (auth disabled, a token missing) still print."""
+    log = logging.getLogger(TOKEN_AUTH_LOGGER)
+    if not any(getattr(f, "dockyard", False) for f in log.filters):
+        notice = logging.Filter()
+        notice.filter = lambda record: TOKEN_AUTH_NOTICE not in record.getMessage()  # type: ignore[method-assign]
+        notice.dockyard = True  # type: ignore[attr-defined]
+        log.addFilter(notice)
+
+
 def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, Any]:
     """Start (or join) Ray per a ``ClusterConfig``; returns ``ray.cluster_resources()``.
 
@@ -160,6 +178,7 @@ def init_ray(cluster: Any = None, *, log_to_driver: bool = False) -> dict[str, A
         return ray.cluster_resources()
     if int(getattr(cluster, "num_nodes", 1) or 1) > 1:  # the pre-flight says so first
         raise RuntimeError(LOCAL_IS_ONE_NODE.format(n=cluster.num_nodes))
+    quiet_token_auth_notice()
     cpus = getattr(cluster, "cpus_per_node", None) or os.cpu_count() or 1
     gpus = getattr(cluster, "gpus_per_node", 0) or 0
     store_gb = getattr(cluster, "object_store_memory_gb", None)
