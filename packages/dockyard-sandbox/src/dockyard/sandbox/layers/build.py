@@ -39,7 +39,7 @@ from dockyard.sandbox.layers.spec import ImageSpec, ImageStep
 from dockyard.sandbox.layers.store import Layer, Store
 from dockyard.sandbox.toolchain import python_prefixes
 
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"  # in every layer key: bumped when a step runs differently (2: HOME, trust vars)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MOUNTPOINTS = (
     "/workspace",
