@@ -156,9 +156,60 @@ def test_run_steps_land_at_real_paths(client) -> None:
     assert lines[7] == "/app"
     screen = client.tty(sid, ["cat /etc/tool.conf", "<Enter>"], wait_s=1.0).screen
     assert "conf=1" in screen  # the terminal (tmux, from the base root) runs over the image too
-    w = client.exec(sid, "echo x > /etc/tool.conf; echo y > new.txt && cat new.txt")
+    # not a container (the jails of a plain session: an unprivileged uid, the image read-only)
+    plain = client.create_session({"environment": env, "container": False})
+    w = client.exec(plain, "echo x > /etc/tool.conf; echo y > new.txt && cat new.txt; id -u")
     assert "Read-only file system" in w.stderr
-    assert w.stdout == "y\n"
+    assert w.stdout.splitlines()[0] == "y"
+    assert w.stdout.splitlines()[1] != "0"
+
+
+CONTAINER_VERIFIER = """set -u
+cat /etc/tool.conf /opt/agent/f /app/work.txt /etc/tty.txt
+test -S /tmp/.tty/sock || echo no-tty-socket
+n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; test "$n" -lt 6 && echo few-processes
+echo 1 > /logs/verifier/reward.txt
+"""
+
+
+def test_a_session_runs_as_the_images_container(client) -> None:
+    """A session over an image is Docker's container of it: commands and the terminal run as
+    the image's root over the session's own writable layer (/etc, /opt writable; what one
+    command writes the next and the terminal see); a command's background processes end with
+    it; the verifier sees every change the agent made, none of its processes; another session
+    of the same image sees none of it."""
+    env = _env(
+        [{"base": BASE, "steps": [{"workdir": "/app"}, {"run": "echo conf=1 > /etc/tool.conf"}]}]
+    )
+    sid = client.create_session({"environment": env})
+    r = client.exec(sid, "id -u; echo x >> /etc/tool.conf && mkdir -p /opt/agent && "
+                    "echo hi > /opt/agent/f && echo w > work.txt && pwd; "
+                    "sleep 300 > /dev/null 2>&1 & echo $! > /tmp/bg")  # fmt: skip
+    assert r.exit_code == 0, r
+    assert r.stdout.split() == ["0", "/app"], r
+    again = client.exec(sid, "cat /etc/tool.conf /opt/agent/f; "
+                        "kill -0 $(cat /tmp/bg) 2>/dev/null || echo bg-gone; echo oops >&2")  # fmt: skip
+    assert again.stdout.split() == ["conf=1", "x", "hi", "bg-gone"], again
+    assert again.stderr == "oops\n"  # stdout and stderr apart, as docker exec keeps them
+    # the host processes that hold the container (pid 1) or enter it (the command's parent)
+    # are closed to its root: no fd, environment or memory of theirs to read (not dumpable)
+    peek = client.exec(sid, "for p in 1 $PPID; do for f in fd/0 environ mem; do "
+                       "cat /proc/$p/$f > /dev/null 2>&1 && echo open:$p/$f; done; done; "
+                       "cat /proc/$$/environ > /dev/null && echo own-open")  # fmt: skip
+    assert peek.stdout == "own-open\n", peek
+    screen = client.tty(sid, ["id -u > /etc/tty.txt; cat /etc/tool.conf", "<Enter>"], wait_s=1.0)
+    assert "conf=1" in screen.screen, screen
+    assert client.exec(sid, "cat /etc/tty.txt").stdout == "0\n"  # the terminal's root, its file
+    assert client.get_file(sid, "work.txt") == b"w\n"
+    other = client.create_session({"environment": env})
+    o = client.exec(other, "cat /etc/tool.conf; test -e /opt/agent || echo no-agent; ls")
+    assert o.stdout.split() == ["conf=1", "no-agent"], o
+    script = {"files": {"test.sh": "true\n"}, "command": CONTAINER_VERIFIER}
+    v = client.finish(sid, {"script": script, "timeout_s": 60})
+    assert v.verdict == "passed", v
+    assert v.stdout.split() == ["conf=1", "x", "hi", "w", "0", "no-tty-socket", "few-processes"], v
+    with pytest.raises(SandboxRequestError, match="container"):
+        client.create_session({"environment": env, "container": True, "network": True})
 
 
 def test_copy_user_and_multi_stage_follow_docker(client) -> None:
@@ -295,3 +346,20 @@ def test_a_verifier_filling_its_layer_is_a_resource_limit(client) -> None:
     r = client.finish(sid, {"script": script, "timeout_s": 60, "limits": {"disk_mb": 32}})
     assert r.verdict == "resource_limit", r
     assert r.reward == 0.0
+
+
+def test_a_containers_apt_install_reaches_the_verifier(client) -> None:
+    """A Terminal-Bench-style solution: the agent `apt-get install`s a tool as the image's root,
+    through its session's registry proxy (no other network), and the held-out tests use it."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env, "egress": True})
+    r = client.exec(sid, "apt-get update -qq && apt-get install -y -qq --no-install-recommends jq "
+                    "> /dev/null && echo '{\"a\": 41}' > in.json && jq .a in.json", timeout_s=300)  # fmt: skip
+    assert r.exit_code == 0, r
+    assert r.stdout.splitlines()[-1] == "41", r
+    tests = 'test "$(jq .a /app/in.json)" = 41 && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt'
+    script = {"files": {"test.sh": "true\n"}, "command": tests}
+    # agent_layer=False: the image as built + the workspace (in.json, but no jq)
+    strict = client.finish(sid, {"script": script, "timeout_s": 60, "agent_layer": False})
+    assert strict.verdict == "failed", strict
+    assert client.finish(sid, {"script": script, "timeout_s": 60}).verdict == "passed"

@@ -374,6 +374,14 @@ class SessionCreate(_Model):
         description="A provisioned environment (provision.py): its tree is the start, or, with "
         "a repo, only its prefix (read-only at /opt/env) is used.",
     )
+    container: bool | None = Field(
+        None,
+        description="Run the session as Docker runs its image (layers/container.py): commands "
+        "and terminal as the image's USER (root by default) over a writable layer of the "
+        "session's own, which the script verifier stacks on (what the agent installs or writes "
+        "anywhere reaches the tests). Only over a layered image (an environment with a "
+        "Dockerfile); None: on for one, unless `network` is set.",
+    )
 
 
 class SessionInfo(_Model):
@@ -408,6 +416,13 @@ class FinishRequest(_Model):
     function_tests: FunctionTests | None = None
     script: ScriptTests | None = Field(
         None, description="A Harbor-style test script whose reward file is the reward."
+    )
+    agent_layer: bool = Field(
+        True,
+        description="A container session's script verifier runs over the session's writable "
+        "layer (Docker's semantics: what the agent installed or wrote anywhere is there — and "
+        "so is anything it changed that the tests run with, as under Docker). False: over the "
+        "image as built and the workspace only, for tasks whose solution lives in the workspace.",
     )
     timeout_s: float = Field(60.0, gt=0, le=3600)
     limits: Limits | None = None

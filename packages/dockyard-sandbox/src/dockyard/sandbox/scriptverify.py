@@ -18,6 +18,9 @@ image's **root**, over a throwaway writable layer on the image (``apt-get instal
 namespace, unprivileged on the host; the copy is owned by that root). ``/tests`` is owned by the
 host's root, outside the namespace's id map: its root can read it, never change it. The
 writable layer lives on a tmpfs of the task's ``disk_mb`` and is gone with the verification.
+Over a session's container (``layers/container.py``) that layer is stacked on the session's own
+(``upper``), with the container frozen and the session's lock held for the whole verification:
+what the agent installed or wrote anywhere is there, as under Docker, and none of its processes.
 
 Network: none, or (``script.egress``) the package registries and the installer table only,
 through an egress proxy of this verification (egress/: its own network namespace, the proxy's
@@ -59,8 +62,8 @@ from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import LOGS_MOUNT, TESTS_MOUNT, ScriptTests
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
-from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT
-from dockyard.sandbox.layers.runner import egress_plan, run_plan
+from dockyard.sandbox.layers.bases import UID_BASE
+from dockyard.sandbox.layers.runner import egress_plan, overlay_plan, run_plan
 from dockyard.sandbox.models import Limits, TaskResult, Timings, Verdict
 from dockyard.sandbox.paths import FULL_ERRNOS, UnsafePath, check_rel, force_write, read_file
 from dockyard.sandbox.provision import Provisioned
@@ -174,26 +177,23 @@ class _Ran:
 def _in_image(
     c: Any, env: Provisioned, root: Path, ws: Path, logs: Path, tests: Path,
     script: ScriptTests, limits: Limits, timeout_s: float, proxy: egress.Proxy | None,
+    above: tuple[str, ...] = (),
 ) -> _Ran:  # fmt: skip
-    """``script.command`` as the image's root over a throwaway layer in ``root`` (module doc)."""
+    """``script.command`` as the image's root over a throwaway layer in ``root`` (module doc);
+    ``above``: a session container's upper, stacked on the image under that layer."""
     image = env.image
     assert image is not None
     store = c.provisioner.layer_store
-    for d in ("upper", "work"):
-        (root / d).mkdir(mode=0o755)
-        os.chown(root / d, UID_BASE, UID_BASE)
-    (root / "merged").mkdir(mode=0o755)
     store.touch(image.key)  # recently used: not the first evicted while it runs
     binds = [{"src": str(ws), "dst": WORKSPACE}, {"src": str(tests), "dst": TESTS_MOUNT, "ro": True},
              {"src": str(logs), "dst": LOGS_MOUNT}]  # fmt: skip
     if env.spec.workdir != WORKSPACE:
         binds.insert(1, {"src": str(ws), "dst": env.spec.workdir})
-    plan: dict[str, Any] = {
-        "uid_base": UID_BASE, "uid_count": UID_COUNT, "chdir": str(store.layers_dir),
-        "lower": store.lower(image.base_root, list(image.layers)), "upper": str(root / "upper"),
-        "work": str(root / "work"), "merged": str(root / "merged"), "op": "run",
-        "cwd": env.spec.workdir, "user": "root", "env": env.jail_env(), "binds": binds,
-        "argv": ["/bin/sh", "-c", script.command],
+    plan: dict[str, Any] = overlay_plan(
+        store, image.base_root, list(image.layers), root, above=above
+    ) | {
+        "op": "run", "cwd": env.spec.workdir, "user": "root", "env": env.jail_env(),
+        "binds": binds, "argv": ["/bin/sh", "-c", script.command],
     }  # fmt: skip
     if proxy is not None:
         plan = egress_plan(plan, proxy)
@@ -280,9 +280,11 @@ def run_script(
     network: bool,
     metadata: dict,
     task_id: str,
+    upper: Path | None = None,
 ) -> TaskResult:
     """See the module docstring. ``source`` (the session's workspace) is copied inside
-    ``still()``: the session's lock, its terminal frozen."""
+    ``still()``: the session's lock, its terminal frozen; ``upper``: the session container's
+    writable layer, under the verifier's own (``layers/container.py``)."""
     if script.egress and not getattr(ctx, "allow_network", False):
         raise ValueError(
             "script.egress: the verifier reaches the package registries through the service's "
@@ -327,7 +329,9 @@ def run_script(
         t1 = time.monotonic()
         if root is not None:
             assert env is not None
-            o = _in_image(c, env, root, ws, logs, tests, script, limits, timeout_s, proxy)
+            with still() if upper is not None else contextlib.nullcontext():
+                o = _in_image(c, env, root, ws, logs, tests, script, limits, timeout_s, proxy,
+                              above=(str(upper),) if upper is not None else ())  # fmt: skip
         else:
             o = _in_bwrap(c, ws, logs, tests, uid, env, script, limits, timeout_s, network, tag,
                           proxy)  # fmt: skip

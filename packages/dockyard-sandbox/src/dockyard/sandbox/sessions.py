@@ -19,12 +19,17 @@ provision.py: its tree is the start — or, given a ``repo`` too, the repo is an
 contributes its prefix —, the prefix mounted read-only in every jail and in ``finish``) and be
 finished by a Harbor-style script verifier (``FinishRequest.script``, scriptverify.py: the whole
 workspace copied into a fresh jail, the reward file is the reward).
+
+A session over a layered image runs, by default, as Docker runs the image (``SessionCreate.
+container``, layers/container.py): its commands and terminal as the image's USER over a
+writable layer of the session's own, which the script verifier stacks its layer on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import threading
 import time
@@ -38,8 +43,11 @@ from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.executor import ApplyFn, Context, execute
 from dockyard.sandbox.freezer import frozen
-from dockyard.sandbox.jail import JailSpec
+from dockyard.sandbox.jail import JailOutcome, JailSpec
 from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT
+from dockyard.sandbox.layers.container import Container
+from dockyard.sandbox.layers.runner import egress_plan, overlay_plan
 from dockyard.sandbox.models import (
     ExecRequest,
     ExecResult,
@@ -62,8 +70,9 @@ from dockyard.sandbox.paths import (
 from dockyard.sandbox.provision import Provisioned, Provisioner, ProvisionFailed
 from dockyard.sandbox.scriptverify import run_script
 from dockyard.sandbox.toolchain import WORKSPACE
-from dockyard.sandbox.trees import TreeTooLarge, walk
-from dockyard.sandbox.tty import Tty, TtyHost
+from dockyard.sandbox.trees import TreeTooLarge, copy_tree, walk
+from dockyard.sandbox.tty import SOCK_MOUNT, Tty, TtyHost
+from dockyard.sandbox.workspace import Workspaces
 
 MAX_FILE_BYTES = 16 << 20
 _SKIP_DIRS = {".git", "__pycache__", ".pytest_cache"}
@@ -103,6 +112,18 @@ class Session:
     tty: Tty | None = None  # the persistent terminal (tty.py), started on first use
     desktop: Any = None  # the session's desktop (desktop/host.py), started by its route
     proxy: egress.Proxy | None = None  # SessionCreate.egress: the registries, for its jails
+    box: Container | None = None  # SessionCreate.container: the image run as Docker runs it
+    store: Workspaces | None = None  # where ws (and the container's dir) live
+    box_root: Path | None = None  # the container's upper, work dir, terminal socket, proxy
+
+    @property
+    def owner(self) -> int:
+        """The host uid the workspace's files belong to (a container's root: UID_BASE)."""
+        return UID_BASE if self.box is not None else self.uid
+
+    def box_env(self) -> dict[str, str]:
+        assert self.box is not None
+        return dict(self.box.plan["env"])
 
 
 def _files(root: Path) -> dict[str, str]:
@@ -157,6 +178,35 @@ def tree_diff_apply_fn(base: Path, ws: Path, max_bytes: int) -> ApplyFn:
     return apply
 
 
+def _copy_image_tree(tree: Path, ws: Path) -> None:
+    """The image's WORKDIR (its view: owners as the image's ids) into a container's workspace,
+    each owner the host uid its id is inside the container (UID_BASE + id), the root's mode and
+    owner too: a non-root USER finds /app as Docker would give it."""
+
+    def host(i: int) -> int:
+        return UID_BASE + (i if i < UID_COUNT else 65534)
+
+    try:
+        copy_tree(tree, ws, uid=UID_BASE, gid=UID_BASE, id_map=host)
+    except TreeTooLarge as e:
+        raise WorkspaceFull(f"the image's WORKDIR does not fit a workspace: {e}") from e
+    st = os.stat(tree)
+    os.chown(ws, host(st.st_uid), host(st.st_gid))
+    os.chmod(ws, stat.S_IMODE(st.st_mode))
+
+
+def _wants_container(spec: SessionCreate, env: Provisioned | None) -> bool:
+    """``spec.container`` resolved: on by default over a layered image (module docstring)."""
+    image = env is not None and env.image is not None
+    if spec.container and not image:
+        raise ValueError("container: only a session over a layered image (a Dockerfile) runs "
+                         "as a container; this session's environment is not one")  # fmt: skip
+    if spec.container and spec.network:
+        raise ValueError("container: a container session reaches the package registries with "
+                         "`egress`, not the host's network (`network`)")  # fmt: skip
+    return image and (spec.container if spec.container is not None else not spec.network)
+
+
 class SessionManager:
     def __init__(self, ctx: Context, max_sessions: int = 256):
         self.ctx = ctx
@@ -180,22 +230,36 @@ class SessionManager:
         uid = self.ctx.uids.acquire()
         ws: Path | None = None
         s: Session | None = None
+        store: Workspaces = self.ctx.workspaces
         try:
             env = self._environment(spec)
+            box = _wants_container(spec, env)
             has_repo = bool(spec.repo.path or spec.repo.git or spec.repo.tarball)
             base = env.tree if env is not None and not has_repo else self.ctx.cache.get(spec.repo)
             sid = uuid.uuid4().hex
-            ws = self.ctx.workspaces.create(
-                f"s-{sid[:16]}", uid, spec.limits.disk_mb, spec.limits.inodes
-            )
+            if box:  # reached by the container's root, an unprivileged host uid: the env cache
+                assert self.provisioner is not None
+                store = self.provisioner.scratch
+            owner = UID_BASE if box else uid
+            ws = store.create(f"s-{sid[:16]}", owner, spec.limits.disk_mb, spec.limits.inodes)
             with _room(spec.limits, "copying the repository into it"):
-                self.ctx.cache.copy_to(base, ws, uid)
-            s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base, env=env)
+                if box and not has_repo:  # the image's WORKDIR, its owners and modes kept
+                    _copy_image_tree(base, ws)
+                else:
+                    self.ctx.cache.copy_to(base, ws, owner)
+            s = Session(id=sid, spec=spec, uid=uid, ws=ws, base=base, env=env, store=store)
+            if box:
+                s.box_root = store.create(
+                    f"s-{sid[:16]}-root", UID_BASE, spec.limits.disk_mb, spec.limits.inodes
+                )
             if spec.egress:
                 s.proxy = egress.Proxy(
-                    self.ctx.trusted_root / f"egress-s-{sid[:16]}", uid,
+                    (s.box_root or self.ctx.trusted_root) / f"egress-s-{sid[:16]}", owner,
                     egress.Allowlist.build(self.ctx.registries),
                 )  # fmt: skip
+            if box:
+                s.box = self._container(s)
+                s.box.start()
             if spec.setup_command:
                 r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
                 if r.exit_code != 0:  # the task's trusted setup, not the service: a 422 + log
@@ -203,15 +267,51 @@ class SessionManager:
                         f"setup_command failed (exit {r.exit_code})", r.stdout + r.stderr
                     )
         except BaseException:
-            if s is not None and s.proxy is not None:
-                s.proxy.close()
-            if ws is not None:
-                self.ctx.workspaces.destroy(ws)
+            if s is not None:
+                self._free(s)
+            elif ws is not None:
+                store.destroy(ws)
             self.ctx.uids.release(uid)
             raise
         with self._lock:
             self.sessions[sid] = s
         return s
+
+    def _container(self, s: Session) -> Container:
+        """The session's container (layers/container.py): the image's layers under the
+        session's upper in ``s.box_root``, the workspace at /workspace and the WORKDIR."""
+        assert s.env is not None
+        assert s.env.image is not None
+        assert s.box_root is not None
+        assert self.provisioner is not None
+        image, workdir = s.env.image, s.env.spec.workdir
+        (s.box_root / "tty").mkdir(mode=0o755)
+        os.chown(s.box_root / "tty", UID_BASE, UID_BASE)
+        binds = [
+            {"src": str(s.ws), "dst": WORKSPACE},
+            {"src": str(s.box_root / "tty"), "dst": SOCK_MOUNT},
+        ]
+        if workdir != WORKSPACE:
+            binds.insert(1, {"src": str(s.ws), "dst": workdir})
+        store = self.provisioner.layer_store
+        store.touch(image.key)
+        plan = overlay_plan(store, image.base_root, list(image.layers), s.box_root) | {
+            "cwd": workdir, "user": image.user, "env": s.env.jail_env(), "binds": binds,
+        }  # fmt: skip
+        if s.proxy is not None:
+            plan = egress_plan(plan, s.proxy)
+        return Container(self.ctx.probe, plan, s.spec.limits)
+
+    def _free(self, s: Session) -> None:
+        """Everything a session holds on the host, its uid aside."""
+        if s.box is not None:
+            s.box.stop()
+        if s.proxy is not None:
+            s.proxy.close()
+        store = s.store or self.ctx.workspaces
+        for d in (s.ws, s.box_root):
+            if d is not None:
+                store.destroy(d)
 
     def _environment(self, spec: SessionCreate) -> Provisioned | None:
         if spec.environment is None:
@@ -228,6 +328,19 @@ class SessionManager:
         return s
 
     def _jail(self, s: Session, command: str, timeout_s: float, cwd: str):  # -> JailOutcome
+        if s.box is not None:
+            assert s.env is not None
+            o = s.box.run(
+                ["/bin/sh", "-c", command], s.env.spec.workdir + cwd[len(WORKSPACE) :],
+                timeout_s, env=s.box_env(), output_cap=s.spec.limits.output_bytes,
+            )  # fmt: skip
+            return JailOutcome(
+                exit_code=o.exit_code, stdout=o.output, stderr=o.errput,
+                stdout_truncated=o.truncated, stderr_truncated=o.err_truncated, report=b"",
+                report_overflow=False, timed_out=o.timed_out, oom=o.oom,
+                pids_limit=o.pids_limit, cancelled=False, duration_s=o.seconds, cpu_s=None,
+                max_rss_mb=None, memory_peak_mb=None, pids_peak=None,
+            )  # fmt: skip
         spec = JailSpec(
             argv=["/bin/sh", "-c", command],
             workspace=s.ws,
@@ -258,7 +371,7 @@ class SessionManager:
         verdict = None
         if o.oom:
             verdict = Verdict.oom
-        elif o.pids_limit or self.ctx.workspaces.full(s.ws):
+        elif o.pids_limit or self._full(s):
             verdict = Verdict.resource_limit
         elif o.timed_out:
             verdict = Verdict.timeout
@@ -273,12 +386,16 @@ class SessionManager:
             duration_s=o.duration_s,
         )
 
+    def _full(self, s: Session) -> bool:
+        store = s.store or self.ctx.workspaces
+        return any(store.full(d) for d in (s.ws, s.box_root) if d is not None)
+
     def put_file(self, sid: str, path: str, data: bytes) -> None:
         s = self.get(sid)
         if len(data) > MAX_FILE_BYTES:
             raise UnsafePath(f"file of {len(data)} bytes is over the {MAX_FILE_BYTES}-byte cap")
         with s.lock, _room(s.spec.limits, f"writing {path!r}"):
-            force_write(s.ws, path, data, uid=s.uid, gid=s.uid, mode=0o644)
+            force_write(s.ws, path, data, uid=s.owner, gid=s.owner, mode=0o644)
 
     def get_file(self, sid: str, path: str) -> bytes:
         s = self.get(sid)
@@ -293,6 +410,7 @@ class SessionManager:
                 self.ctx, source=s.ws, still=lambda: self._still(s), env=s.env,
                 script=req.script, limits=limits, timeout_s=req.timeout_s,
                 network=s.spec.network, metadata=req.metadata, task_id=f"session-{sid}",
+                upper=s.box.upper if s.box is not None and req.agent_layer else None,
             )  # fmt: skip
         with self._still(s):
             try:
@@ -329,16 +447,23 @@ class SessionManager:
             for jail in (s.tty, s.desktop):
                 if jail is not None and jail.alive and jail.jail:
                     stack.enter_context(frozen(self.ctx.probe, jail.jail))
+            if s.box is not None and s.box.alive:  # pid 1, the forwarder, orphans of the tty's
+                stack.enter_context(frozen(self.ctx.probe, s.box.name))
             yield
 
     def tty(self, sid: str, req: TtyRequest) -> TtyResult:
         """Keystrokes into the session's persistent terminal (tty.py), then its screen."""
         s = self.get(sid)
         with s.lock:
-            s.tty, started = self.ttys.ensure(
-                s.tty, sid, s.ws, s.uid, s.spec.limits, s.env, s.spec.network, s.proxy
-            )
-            r = self.ttys.keys(s.tty, s.ws, s.uid, s.spec.limits, s.env, req, started)
+            if s.box is not None:
+                assert s.env is not None
+                s.tty, started = self.ttys.ensure_in(s.tty, s.box, s.env.spec.workdir, s.box_env())
+                r = self.ttys.keys_in(s.tty, s.box, s.env.spec.workdir, s.box_env(), req, started)
+            else:
+                s.tty, started = self.ttys.ensure(
+                    s.tty, sid, s.ws, s.uid, s.spec.limits, s.env, s.spec.network, s.proxy
+                )
+                r = self.ttys.keys(s.tty, s.ws, s.uid, s.spec.limits, s.env, req, started)
             s.last_used = time.monotonic()
         return r
 
@@ -352,9 +477,7 @@ class SessionManager:
                 self.ttys.stop(s.tty)
             if s.desktop is not None:
                 s.desktop.stop()
-            if s.proxy is not None:
-                s.proxy.close()
-            self.ctx.workspaces.destroy(s.ws)
+            self._free(s)
             self.ctx.uids.release(s.uid)
         return True
 

@@ -163,14 +163,15 @@ def copy_tree(
     gid: int,
     skip_dirs: frozenset[str] = frozenset(),
     max_entries: int = MAX_ENTRIES,
+    id_map: Callable[[int], int] | None = None,
 ) -> list[str]:
     """Copy everything under ``src`` into the (existing, empty) directory ``dest``, as ``cp -a``
     would but by fds only: links copied as links (never followed), directories and regular files
-    with their permission bits (set-id bits dropped) and times, everything owned ``uid:gid``,
-    names as the same bytes. Special files are not copied; returns their relative paths. Entries
-    that vanish or change kind mid-copy are skipped (copy a frozen tree when it must be
-    consistent)."""
-    mirror = _Mirror(open_root(dest), uid, gid)
+    with their permission bits (set-id bits dropped) and times, everything owned ``uid:gid`` (or,
+    with ``id_map``, by ``id_map`` of the source's owner and group), names as the same bytes.
+    Special files are not copied; returns their relative paths. Entries that vanish or change
+    kind mid-copy are skipped (copy a frozen tree when it must be consistent)."""
+    mirror = _Mirror(open_root(dest), uid, gid, id_map)
     modes: dict[str, os.stat_result] = {}  # directories listed, waiting to be entered
     skipped: list[str] = []
 
@@ -189,9 +190,10 @@ def copy_tree(
                 target = e.readlink()
                 if target is not None:
                     os.symlink(target, e.name, dir_fd=out)
-                    os.chown(e.name, uid, gid, dir_fd=out, follow_symlinks=False)
+                    lu, lg = mirror.owner(e.st)
+                    os.chown(e.name, lu, lg, dir_fd=out, follow_symlinks=False)
             elif e.kind == "f":
-                _copy_file(e, out, uid, gid)
+                _copy_file(e, out, mirror.owner)
             else:
                 skipped.append(e.rel)
     finally:
@@ -204,9 +206,15 @@ class _Mirror:
     the current directory's ancestors'); each one's mode, owner and times are set through its fd
     when the walk leaves it, after its content (a read-only directory is filled first)."""
 
-    def __init__(self, root_fd: int, uid: int, gid: int) -> None:
+    def __init__(self, root_fd: int, uid: int, gid: int,
+                 id_map: Callable[[int], int] | None = None) -> None:  # fmt: skip
         self.open: dict[str, tuple[int, os.stat_result | None]] = {"": (root_fd, None)}
-        self.uid, self.gid = uid, gid
+        self.uid, self.gid, self.id_map = uid, gid, id_map
+
+    def owner(self, st: os.stat_result) -> tuple[int, int]:
+        if self.id_map is None:
+            return self.uid, self.gid
+        return self.id_map(st.st_uid), self.id_map(st.st_gid)
 
     def enter(self, rel: str, st: os.stat_result) -> None:
         head, _, name = rel.rpartition("/")
@@ -228,7 +236,7 @@ class _Mirror:
         fd, st = self.open.pop(rel)
         try:
             if st is not None:
-                os.fchown(fd, self.uid, self.gid)
+                os.fchown(fd, *self.owner(st))
                 os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o1777)
                 os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
         finally:
@@ -239,7 +247,7 @@ class _Mirror:
             self._finish(rel)
 
 
-def _copy_file(e: Entry, dest_dir: int, uid: int, gid: int) -> None:
+def _copy_file(e: Entry, dest_dir: int, owner: Callable[[os.stat_result], tuple[int, int]]) -> None:
     fd = e.open()
     if fd is None:
         return
@@ -251,7 +259,7 @@ def _copy_file(e: Entry, dest_dir: int, uid: int, gid: int) -> None:
                       0o600, dir_fd=dest_dir)  # fmt: skip
         with closing_fd(out):
             _copy_bytes(fd, out, st.st_size)
-            os.fchown(out, uid, gid)
+            os.fchown(out, *owner(st))
             os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)
             os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
 

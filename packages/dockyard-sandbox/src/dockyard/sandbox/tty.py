@@ -31,6 +31,7 @@ from dockyard.sandbox import egress
 from dockyard.sandbox.envspec import TtyRequest, TtyResult
 from dockyard.sandbox.jail import Cancel, JailSpec
 from dockyard.sandbox.jail import run as jail_run
+from dockyard.sandbox.layers.container import Container
 from dockyard.sandbox.models import Limits
 from dockyard.sandbox.provision import Provisioned
 from dockyard.sandbox.toolchain import WORKSPACE
@@ -38,6 +39,7 @@ from dockyard.sandbox.toolchain import WORKSPACE
 MAX_LIFE_S = 86_400.0
 SOCK_MOUNT = "/tmp/.tty"  # (a dir bwrap would create under / is 0700 root: /tmp is 1777)
 COLS, ROWS = 120, 40
+_TTY_ENV = {"TERM": "xterm-256color", "SHELL": "/bin/bash"}
 _NAMED = re.compile(
     r"<((?:[CMS]-)*(?:Enter|Tab|Escape|BSpace|Space|Up|Down|Left|Right|Home|End|PageUp|PageDown"
     r"|DC|IC|F[1-9]|F1[0-2]|[a-z0-9]|[\[\]\\/]))>"
@@ -69,7 +71,7 @@ def key_args(keys: list[str]) -> list[str]:
 class Tty:
     """One session's terminal: the server jail's thread and its socket tmpfs."""
 
-    sock_dir: Path
+    sock_dir: Path | None  # None: a container's (its bind at SOCK_MOUNT)
     jail: str = ""  # the server jail's name: its cgroups' name (freezer.py holds them still)
     cancel: Cancel = field(default_factory=Cancel)
     thread: threading.Thread | None = None
@@ -142,6 +144,7 @@ class TtyHost:
         """Send ``req.keys``, wait, return the screen (retrying while a new server starts)."""
         argv = ["/bin/sh", "-c", _KEYS, "sh", str(req.wait_s), *key_args(req.keys)]
         small = limits.model_copy(update={"output_bytes": 1 << 20})
+        assert t.sock_dir is not None
         o = None
         for _ in range(40 if started else 1):
             o = jail_run(
@@ -154,17 +157,61 @@ class TtyHost:
                 break
             t.ended.wait(0.1)
         said = (o.stderr or o.stdout).strip()[-300:] if o is not None else ""
-        detail = t.last_words or said
-        return TtyResult(
-            screen=f"(the terminal is not running: {detail or 'it exited'}; the next call "
-            "starts a new one)",
-            alive=False,
-            started=started,
-        )
+        return _not_running(t.last_words or said, started)
+
+    def ensure_in(self, tty: Tty | None, box: Container, cwd: str,
+                  env: dict[str, str]) -> tuple[Tty, bool]:  # fmt: skip
+        """``ensure`` in a session's container (layers/container.py): the server is a command
+        of the container (its processes among the agent's, as under ``docker exec``), the
+        socket in the container's dir bound at SOCK_MOUNT."""
+        if tty is not None and tty.alive:
+            return tty, False
+        if tty is not None:
+            self.stop(tty)
+        t = Tty(sock_dir=None, jail=f"tty-{uuid.uuid4().hex[:12]}")
+
+        def serve() -> None:
+            try:
+                o = box.run(["/bin/sh", "-c", _START], cwd, MAX_LIFE_S, env=env | _TTY_ENV,
+                            output_cap=1 << 16, name=t.jail, cancel=t.cancel)  # fmt: skip
+                t.last_words = f"exit {o.exit_code}: {(o.errput or o.output).strip()[-300:]}"
+            except Exception as e:  # reported on the next keystroke call
+                t.last_words = str(e)
+            finally:
+                t.ended.set()
+
+        t.thread = threading.Thread(target=serve, name=f"tty-{t.jail}", daemon=True)
+        t.thread.start()
+        return t, True
+
+    def keys_in(self, t: Tty, box: Container, cwd: str, env: dict[str, str], req: TtyRequest,
+                started: bool) -> TtyResult:  # fmt: skip
+        """``keys`` through a command of the session's container."""
+        argv = ["/bin/sh", "-c", _KEYS, "sh", str(req.wait_s), *key_args(req.keys)]
+        o = None
+        for _ in range(40 if started else 1):
+            o = box.run(argv, cwd, req.wait_s + 20.0, env=env | _TTY_ENV, output_cap=1 << 20)
+            if o.exit_code == 0:
+                return TtyResult(screen=o.output.rstrip("\n"), alive=t.alive, started=started)
+            if not started or t.ended.is_set():
+                break
+            t.ended.wait(0.1)
+        said = (o.errput or o.output).strip()[-300:] if o is not None else ""
+        return _not_running(t.last_words or said, started)
 
     def stop(self, t: Tty) -> None:
         """Kill the server jail (its pid namespace, so every pane process) and free the socket."""
         t.cancel.set()
         if t.thread is not None:
             t.thread.join(timeout=30)
-        self.ctx.workspaces.destroy(t.sock_dir)  # type: ignore[attr-defined]
+        if t.sock_dir is not None:
+            self.ctx.workspaces.destroy(t.sock_dir)  # type: ignore[attr-defined]
+
+
+def _not_running(detail: str, started: bool) -> TtyResult:
+    return TtyResult(
+        screen=f"(the terminal is not running: {detail or 'it exited'}; the next call "
+        "starts a new one)",
+        alive=False,
+        started=started,
+    )

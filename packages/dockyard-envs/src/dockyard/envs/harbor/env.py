@@ -8,7 +8,9 @@ Episode::
     await env.close(state)
 
 * The prompt is ``instruction.md``. The agent's workspace is the environment's starting tree, at
-  the Dockerfile's WORKDIR (e.g. /app) and at /workspace.
+  the Dockerfile's WORKDIR (e.g. /app) and at /workspace. In a task built from its Dockerfile
+  the session is the image's container (the sandbox's ``SessionCreate.container``): the agent
+  is the image's USER over a writable layer of its own, which the verifier sees.
 * ``terminal(keys, wait_s?)``: keystrokes into a persistent interactive shell (a tmux pane in a
   long-lived jail of the session) for programs that need a TTY; returns the screen. Items are
   literal text or ``<Enter>``, ``<C-c>``, ``<Up>``, … (see ``dockyard.sandbox.envspec.TtyRequest``).

@@ -7,7 +7,7 @@ Run by the service (host root) as ``python -I -S jail_main.py`` with a JSON plan
      "lower": [dir, ...],                            # read-only layers, top first, base last
      "upper": dir | null, "work": dir | null,        # the new layer (null: read-only, export)
      "merged": dir,                                  # an empty dir: the overlay's mount point
-     "op": "run" | "copy" | "export" | "unpack",
+     "op": "run" | "copy" | "export" | "unpack" | "hold" | "enter",
      "cwd": "/app", "env": {...}, "user": "root" | "name[:group]" | "uid[:gid]",
      "argv": [...],                                  # run: exec'd in the root
      "tar": path, "sources": [{"entry", "name"}], "dest": str, "chown": str|null,
@@ -15,7 +15,9 @@ Run by the service (host root) as ``python -I -S jail_main.py`` with a JSON plan
      "paths": [...],                                 # export: tar these paths into ``tar``
      "forwarder": str|null, "sock_dir": dir|null, "sock_name": str, "port": int,  # egress (egress.py)
      "binds": [{"src": dir, "dst": "/abs", "ro": bool}, ...],   # run: host dirs in the root
-     "ready_fd": int}                                # run: one byte once set up (runner.py)
+     "ready_fd": int,                                # run: one byte once set up (runner.py)
+     "pid_fd": int,                                  # hold: "pid:<host pid of pid 1>\n", "ready\n"
+     "pid": int, "userns": int}                      # enter: the holder's pid 1, its user ns inode
 
 ``binds`` (a verifier's workspace, /tests, /logs: ``scriptverify.py``) are mounted after the
 overlay, each destination walked one component at a time in the merged root with no symlink
@@ -34,6 +36,14 @@ namespace's root cannot climb back out) and runs the step. When pid 1 exits the 
 every process left in the namespace, so the layer is still once this script returns (the host
 may then read it without racing a writer). Exit status: the step's; 125 and a
 ``dockyard-build:`` line on stderr when the jail itself could not be set up.
+
+A session's *container* (``container.py``) is the same jail with ``op: hold``: pid 1 sets it up,
+reports, then only reaps until the host kills it; every command of the session is an ``op:
+enter`` of this script, which joins pid 1's namespaces (``setns`` on a pidfd, checked against the
+user namespace's inode the holder reported, so a reused pid is refused), becomes the
+namespace's root and runs the command as a ``run`` step does. The entering process is
+non-dumpable (``PR_SET_DUMPABLE`` 0, as runc's ``nsexec`` does): while it is a host process inside
+the container's namespaces nothing in them can ptrace it or open its ``/proc`` entries.
 """
 
 from __future__ import annotations
@@ -58,10 +68,13 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 MS_RDONLY, MS_REMOUNT, MNT_DETACH = 1, 32, 2
+ENTER_FLAGS = (
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
+)
 _ATIME_FLAGS = 1024 | 2048 | 4096  # MS_NOATIME, MS_NODIRATIME, MS_RELATIME (= statvfs's ST_*)
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
 EGRESS_DIR = "/dev/.egress"
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SETUP_FAILED = 125
 
@@ -109,7 +122,7 @@ def _mount_root(plan: dict) -> str:
         mount(plan["lower"][0], merged, None, MS_BIND | MS_REC)
     else:
         mount("overlay", merged, "overlay", MS_RDONLY, f"lowerdir={lower},userxattr")
-    if plan["op"] != "run":
+    if plan["op"] not in ("run", "hold"):
         return merged
     mount("proc", f"{merged}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     dev = f"{merged}/dev"
@@ -119,6 +132,15 @@ def _mount_root(plan: dict) -> str:
         mount(f"/dev/{d}", f"{dev}/{d}", None, MS_BIND)
     os.mkdir(f"{dev}/shm", 0o1777)
     mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+    os.mkdir(f"{dev}/pts", 0o755)  # terminals (tmux, script, ssh -t), as Docker's /dev has
+    mount(
+        "devpts",
+        f"{dev}/pts",
+        "devpts",
+        MS_NOSUID | MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=0620",
+    )
+    os.symlink("pts/ptmx", f"{dev}/ptmx")
     if plan.get("sock_dir"):
         os.mkdir(f"{merged}{EGRESS_DIR}", 0o755)
         mount(plan["sock_dir"], f"{merged}{EGRESS_DIR}", None, MS_BIND)
@@ -165,8 +187,9 @@ def _forwarder(plan: dict) -> None:
     of this process, already inside the pivoted root: it sees only what the step sees."""
     pid = os.fork()
     if pid == 0:
-        if plan.get("ready_fd") is not None:
-            os.close(plan["ready_fd"])
+        for fd in (plan.get("ready_fd"), plan.get("pid_fd")):
+            if fd is not None:
+                os.close(fd)
         try:
             sys.argv = ["forwarder", str(plan["port"]), f"{EGRESS_DIR}/{plan['sock_name']}"]
             exec(compile(plan["forwarder"], "forwarder", "exec"), {"__name__": "forwarder"})
@@ -244,6 +267,54 @@ def _run(plan: dict) -> int:
             return 0
         if done == pid:
             return os.waitstatus_to_exitcode(status) % 256
+
+
+def _hold(plan: dict) -> int:
+    """Pid 1 of a session's container: set up, say so, then reap what is entered into it
+    (``op: enter``: orphans come to pid 1) until the host kills the namespace."""
+    for fd, word in ((plan.get("ready_fd"), b"1"), (plan.get("pid_fd"), b"ready\n")):
+        if fd is not None:
+            os.write(fd, word)
+            os.close(fd)
+    os.chdir("/")
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})  # pending until sigwait takes it
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        signal.sigwait({signal.SIGCHLD})
+
+
+def _enter(plan: dict) -> int:
+    """``op: enter`` (module docstring): join the holder's namespaces, run ``argv`` as ``run``."""
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    pid = int(plan["pid"])
+    try:
+        pidfd = os.pidfd_open(pid)
+        same = os.stat(f"/proc/{pid}/ns/user").st_ino == int(plan["userns"])
+    except OSError:
+        same = False
+    if not same:
+        raise SetupError("the session's container has ended")
+    _check(_libc.setns(pidfd, ENTER_FLAGS), "entering the session's container")
+    os.close(pidfd)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    child = os.fork()  # the first process of ours in the container's pid namespace
+    if child == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            code = _run(plan)
+        except (SetupError, OSError) as e:
+            print(f"dockyard-build: {e}", file=sys.stderr)
+            code = SETUP_FAILED
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status) % 256
 
 
 def _has_uid(uid: int) -> bool:
@@ -337,8 +408,10 @@ def _unpack(plan: dict) -> int:
 
 def _inner(plan: dict) -> int:
     """Pid 1 of the jail: mounts, the copy payload's fd, pivot, forwarder, the step."""
+    if plan["op"] != "hold" and plan.get("pid_fd") is not None:
+        os.close(plan["pid_fd"])
     merged = _mount_root(plan)
-    if plan["op"] == "run":
+    if plan["op"] in ("run", "hold"):
         _lo_up()
     if plan.get("tar"):
         flags = (
@@ -348,10 +421,10 @@ def _inner(plan: dict) -> int:
         )
         plan["tar_fd"] = os.open(plan["tar"], flags | os.O_CLOEXEC, 0o600)
     _pivot(merged)
-    if plan["op"] == "run":
+    if plan["op"] in ("run", "hold"):
         if plan.get("forwarder"):
             _forwarder(plan)
-        return _run(plan)
+        return _run(plan) if plan["op"] == "run" else _hold(plan)
     return {"copy": _copy, "export": _export, "unpack": _unpack}[plan["op"]](plan)
 
 
@@ -378,12 +451,26 @@ def _child(plan: dict, ready_w: int, go_r: int) -> int:
             code = SETUP_FAILED
         sys.stderr.flush()
         os._exit(code)
+    if plan.get("pid_fd") is not None:  # the host pid of the container's pid 1 (container.py)
+        os.write(plan["pid_fd"], f"pid:{pid}\n".encode())
+        os.close(plan["pid_fd"])
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) % 256
 
 
 def main() -> None:
+    # dies with the service's thread that started it (a container's, a build's): nothing of a
+    # jail outlives a killed service (the chain below dies with this process in turn)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     plan = json.loads(sys.stdin.read())
+    if plan["op"] == "enter":
+        try:
+            code = _enter(plan)
+        except (SetupError, OSError) as e:
+            print(f"dockyard-build: {e}", file=sys.stderr)
+            code = SETUP_FAILED
+        sys.stderr.flush()
+        os._exit(code)  # nothing more runs in the container's namespaces (no finalisation)
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     pid = os.fork()
@@ -399,6 +486,8 @@ def main() -> None:
         os._exit(code)
     os.close(ready_w)
     os.close(go_r)
+    if plan.get("pid_fd") is not None:
+        os.close(plan["pid_fd"])
     try:
         if os.read(ready_r, 1) == b"1":
             base, n = int(plan["uid_base"]), int(plan["uid_count"])

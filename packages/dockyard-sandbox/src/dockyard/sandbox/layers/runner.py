@@ -20,10 +20,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from dockyard.sandbox import egress
 from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
+from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT
+from dockyard.sandbox.layers.store import Store
 
 JAIL_MAIN = Path(__file__).resolve().parent / "jail_main.py"
 OUTPUT_CAP = 64 << 10
@@ -41,6 +44,8 @@ class StepOutcome:
     seconds: float
     truncated: bool = False  # the output's middle was left out (head and tail kept)
     started: bool = False  # a run step's jail was set up and its command about to start
+    errput: str = ""  # with ``split``: stderr apart (``output`` is then stdout only)
+    err_truncated: bool = False
 
     def why(self) -> str:
         """'' when the step succeeded, else what went wrong (for the build log and reports)."""
@@ -51,6 +56,29 @@ class StepOutcome:
         if self.pids_limit:
             return "hit the process limit"
         return "" if self.exit_code == 0 else f"exited {self.exit_code}"
+
+
+def overlay_plan(store: Store, base_root: Path, layers: list[str], root: Path, *,
+                 above: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """The mounts of a run plan over an image: its layers (``above`` stacked on them: a
+    session's upper under its verifier) under a new writable layer in ``root`` (``upper``,
+    ``work`` and the mount point ``merged`` made here, the first two owned by the namespace's
+    root)."""
+    for d in ("upper", "work"):
+        (root / d).mkdir(mode=0o755)
+        os.chown(root / d, UID_BASE, UID_BASE)
+    (root / "merged").mkdir(mode=0o755)
+    return {
+        "uid_base": UID_BASE, "uid_count": UID_COUNT, "chdir": str(store.layers_dir),
+        "lower": [*above, *store.lower(base_root, layers)], "upper": str(root / "upper"),
+        "work": str(root / "work"), "merged": str(root / "merged"),
+    }  # fmt: skip
+
+
+class Flag(Protocol):
+    """What ``run_plan`` polls to end a jail early (a ``threading.Event``, ``jail.Cancel``)."""
+
+    def is_set(self) -> bool: ...
 
 
 EGRESS_DIR = "/dev/.egress"  # where jail_main.py mounts the proxy's dir (its socket, the CA)
@@ -67,10 +95,15 @@ def egress_plan(plan: dict, proxy: egress.Proxy) -> dict:
 
 
 def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: int, *,
-             output_cap: int = OUTPUT_CAP, prlimits: tuple[str, ...] = ()) -> StepOutcome:  # fmt: skip
-    """``prlimits``: more ``prlimit`` options (a verifier's ``--cpu=N``, ``--nofile=N``)."""
+             output_cap: int = OUTPUT_CAP, prlimits: tuple[str, ...] = (), name: str = "",
+             cancel: Flag | None = None, pass_fds: tuple[int, ...] = (),
+             split: bool = False) -> StepOutcome:  # fmt: skip
+    """``prlimits``: more ``prlimit`` options (a verifier's ``--cpu=N``, ``--nofile=N``);
+    ``name``: the cgroups' name (freezer.py finds the processes by it); ``cancel``: set, the
+    jail is killed as at its wall clock; ``pass_fds``: more fds for the plan (closed here once
+    the helper has them); ``split``: stderr captured apart from stdout."""
     cg = (
-        TaskCgroups.create(probe, f"build-{uuid.uuid4().hex[:12]}", memory_mb << 20, pids)
+        TaskCgroups.create(probe, name or f"build-{uuid.uuid4().hex[:12]}", memory_mb << 20, pids)
         if probe.controllers
         else None
     )
@@ -81,6 +114,7 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
     argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", f"--fsize={FILE_CAP}", "--core=0",
             *prlimits, "--", sys.executable, "-I", "-S", str(JAIL_MAIN)]  # fmt: skip
     out = HeadTail(output_cap)
+    err = HeadTail(output_cap) if split else None
     t0 = time.monotonic()
     # pid 1 of a run jail writes one byte here once it is set up, then closes it before the
     # step starts: no output or exit code of the step can pass for a setup failure, or hide one
@@ -88,31 +122,33 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
     plan = plan | {"ready_fd": ready_w}
     try:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            pass_fds=(ready_w,),
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if split else subprocess.STDOUT, start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, pass_fds=(ready_w, *pass_fds),
         )  # fmt: skip
     finally:
-        os.close(ready_w)
-    reader = threading.Thread(target=_drain, args=(proc, out), daemon=True)
-    reader.start()
+        for fd in (ready_w, *pass_fds):
+            os.close(fd)
+    readers = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True)]
+    if err is not None:
+        readers.append(threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True))
+    for r in readers:
+        r.start()
     timed_out = False
     try:
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.write(json.dumps(plan).encode())
             proc.stdin.close()
-        try:
-            proc.wait(timeout=max(0.1, timeout_s))
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = _wait(proc, t0 + max(0.1, timeout_s), cancel)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         if cg is not None:
             cg.kill_all()
         proc.wait()
-        reader.join(timeout=5)
+        for r in readers:
+            r.join(timeout=5)
         os.set_blocking(ready_r, False)
         try:
             started = os.read(ready_r, 1) == b"1"
@@ -123,13 +159,29 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
         exit_code=None if timed_out else proc.returncode, output=out.text(), timed_out=timed_out,
         oom=bool(cg and cg.oom_killed()), pids_limit=bool(cg and cg.pids_limit_hit()),
         seconds=time.monotonic() - t0, truncated=out.truncated, started=started,
+        errput=err.text() if err is not None else "",
+        err_truncated=err.truncated if err is not None else False,
     )  # fmt: skip
     if cg is not None:
         cg.remove()
     return res
 
 
-def _drain(proc: subprocess.Popen[bytes], out: HeadTail) -> None:
-    assert proc.stdout is not None
-    while chunk := proc.stdout.read1(65536):
+def _wait(proc: subprocess.Popen[bytes], deadline: float, cancel: Flag | None) -> bool:
+    """Wait for ``proc`` until ``deadline`` (True: it passed) or ``cancel`` is set."""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(left, 0.25 if cancel is not None else left)))
+            return False
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return True
+            if cancel is not None and cancel.is_set():
+                return False
+
+
+def _drain(stream: object, out: HeadTail) -> None:
+    assert stream is not None
+    while chunk := stream.read1(65536):  # type: ignore[attr-defined]
         out.feed(chunk)

@@ -1,0 +1,156 @@
+"""A session's container: a layered image run the way Docker runs one, without Docker.
+
+A session over a layered image (``SessionCreate.container``, on by default for one) is what
+``docker run -d IMAGE`` + ``docker exec`` give a Harbor or Terminal-Bench agent: the image's
+USER (root unless the Dockerfile says otherwise) over a writable layer of the session's own, so
+``apt-get install``, a system ``pip install``, files under ``/etc`` and a server one command
+starts in the background for the terminal's next keystroke all work as published tasks expect.
+
+* **Pid 1** (``jail_main.py``, ``op: hold``) holds the namespaces — user (its root is the host's
+  unprivileged ``UID_BASE``), mount, pid, ipc, uts, net — and the mounts: the image's layers
+  under the session's *upper* (a tmpfs of the session's ``disk_mb`` beside its workspace), the
+  workspace at /workspace and at the WORKDIR, a small dir for the terminal's socket, the egress
+  forwarder when the session has a proxy. It runs in cgroups of its own until the session ends.
+* **Every command** — an ``exec``, the terminal's server, each keystroke call — is an ``op:
+  enter``: it joins pid 1's namespaces and runs in cgroups of its own (the session's memory and
+  pids limits, its rlimits, a wall clock), stdout and stderr apart; when it ends its cgroups
+  are killed, background processes included (as every exec of a session always was).
+* A container whose pid 1 is gone (killed from inside) is started again over the same upper at
+  the next command: what the session wrote survives, its processes do not.
+* The verifier (``scriptverify.py``) stacks a fresh throwaway layer on the session's upper while
+  the container's processes are frozen: it sees what the agent changed anywhere in the image, in
+  namespaces where none of the agent's processes run.
+
+Every session's root is the same host uid (``UID_BASE``, as every verifier's): sessions never
+share a mount, pid, ipc or network namespace, and their dirs are reachable only through their
+own mounts, so a shared host uid gives one nothing of another (no process to signal or trace,
+no path to open).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dockyard.sandbox.cgroups import Probe
+from dockyard.sandbox.layers.runner import Flag, StepOutcome, run_plan
+from dockyard.sandbox.models import Limits
+
+MAX_LIFE_S = 86_400.0
+START_TIMEOUT_S = 60.0
+
+
+class ContainerFailed(RuntimeError):
+    """Pid 1 could not set the container up (its last words): the service's fault, a 5xx."""
+
+
+@dataclass
+class Container:
+    """One session's container. ``plan``: a run plan of ``jail_main.py`` (the overlay, binds,
+    env, egress, user and workdir: ``runner.overlay_plan`` + the session's parts)."""
+
+    probe: Probe
+    plan: dict
+    limits: Limits
+    name: str = field(default_factory=lambda: f"c-{uuid.uuid4().hex[:12]}")
+    pid: int = 0
+    userns: int = 0
+    starts: int = 0  # how often pid 1 was started (a restart: > 1)
+    last_words: str = ""
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    _ended: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and not self._ended.is_set()
+
+    def start(self) -> None:
+        """Start pid 1 and wait until it has set the container up; raises ContainerFailed."""
+        self._cancel, self._ended = threading.Event(), threading.Event()
+        r, w = os.pipe()
+        plan = self.plan | {"op": "hold", "pid_fd": w, "argv": []}
+
+        def hold() -> None:
+            try:
+                o = run_plan(
+                    plan, self.probe, MAX_LIFE_S, self.limits.memory_mb, self.limits.pids,
+                    name=self.name, cancel=self._cancel, pass_fds=(w,),
+                    prlimits=(f"--nofile={self.limits.open_files}",),
+                )  # fmt: skip
+                self.last_words = f"exit {o.exit_code}: {o.output.strip()[-300:]}"
+            finally:
+                self._ended.set()
+
+        self._thread = threading.Thread(target=hold, name=f"container-{self.name}", daemon=True)
+        self._thread.start()
+        self.starts += 1
+        pid, ready = _read_start(r, time.monotonic() + START_TIMEOUT_S)
+        if pid and ready:
+            try:
+                self.pid, self.userns = pid, os.stat(f"/proc/{pid}/ns/user").st_ino
+                return
+            except OSError:
+                pass
+        self.stop()
+        raise ContainerFailed(f"the session's container could not start: {self.last_words}")
+
+    def run(self, argv: list[str], cwd: str, timeout_s: float, *, env: dict[str, str],
+            output_cap: int, name: str = "", cancel: Flag | None = None) -> StepOutcome:  # fmt: skip
+        """``argv`` in the container (module docstring), started again first if it ended."""
+        for attempt in (0, 1):
+            if not self.alive:
+                self.start()
+            o = run_plan(
+                {"op": "enter", "pid": self.pid, "userns": self.userns, "cwd": cwd,
+                 "user": self.plan.get("user") or "root", "env": env, "argv": argv},
+                self.probe, timeout_s, self.limits.memory_mb, self.limits.pids,
+                output_cap=output_cap, name=name, cancel=cancel, split=True,
+                prlimits=(f"--cpu={self.limits.cpu_s}", f"--nofile={self.limits.open_files}"),
+            )  # fmt: skip
+            if o.started or o.timed_out:
+                return o
+            if attempt == 0 and "container has ended" in o.errput:
+                self.stop()  # its pid 1 is gone: start it again over the same upper
+                continue
+            why = (o.errput.strip().splitlines() or [f"exit {o.exit_code}"])[-1]
+            raise ContainerFailed(f"could not enter the session's container: {why[:300]}")
+        raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """Kill pid 1 (so every process of the container) and wait for its jail to end."""
+        self._cancel.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    @property
+    def upper(self) -> Path:
+        return Path(self.plan["upper"])
+
+
+def _read_start(r: int, deadline: float) -> tuple[int, bool]:
+    """Read ``pid:<n>`` and ``ready`` lines (either order) until both came, EOF or deadline."""
+    buf, pid, ready = b"", 0, False
+    try:
+        while not (pid and ready):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                break
+            chunk = os.read(r, 256)
+            if not chunk:
+                break
+            buf += chunk
+            for line in buf.split(b"\n")[:-1]:
+                if line.startswith(b"pid:") and line[4:].isdigit():
+                    pid = int(line[4:])
+                elif line == b"ready":
+                    ready = True
+            buf = buf.rsplit(b"\n", 1)[-1]
+    finally:
+        os.close(r)
+    return pid, ready
