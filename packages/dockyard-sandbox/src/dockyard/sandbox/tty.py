@@ -24,6 +24,7 @@ import re
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,19 +146,13 @@ class TtyHost:
         argv = ["/bin/sh", "-c", _KEYS, "sh", str(req.wait_s), *key_args(req.keys)]
         small = limits.model_copy(update={"output_bytes": 1 << 20})
         assert t.sock_dir is not None
-        o = None
-        for _ in range(40 if started else 1):
-            o = jail_run(
-                self._spec(ws, uid, small, t.sock_dir, env, argv, req.wait_s + 20.0, False),
-                self.ctx.probe,  # type: ignore[attr-defined]
-            )
-            if o.exit_code == 0:
-                return TtyResult(screen=o.stdout.rstrip("\n"), alive=t.alive, started=started)
-            if not started or t.ended.is_set():
-                break
-            t.ended.wait(0.1)
-        said = (o.stderr or o.stdout).strip()[-300:] if o is not None else ""
-        return _not_running(t.last_words or said, started)
+        spec = self._spec(ws, uid, small, t.sock_dir, env, argv, req.wait_s + 20.0, False)
+
+        def once() -> tuple[int | None, str, str]:
+            o = jail_run(spec, self.ctx.probe)  # type: ignore[attr-defined]
+            return o.exit_code, o.stdout, o.stderr
+
+        return _screen(t, started, once)
 
     def ensure_in(self, tty: Tty | None, box: Container, cwd: str,
                   env: dict[str, str]) -> tuple[Tty, bool]:  # fmt: skip
@@ -188,16 +183,12 @@ class TtyHost:
                 started: bool) -> TtyResult:  # fmt: skip
         """``keys`` through a command of the session's container."""
         argv = ["/bin/sh", "-c", _KEYS, "sh", str(req.wait_s), *key_args(req.keys)]
-        o = None
-        for _ in range(40 if started else 1):
+
+        def once() -> tuple[int | None, str, str]:
             o = box.run(argv, cwd, req.wait_s + 20.0, env=env | _TTY_ENV, output_cap=1 << 20)
-            if o.exit_code == 0:
-                return TtyResult(screen=o.output.rstrip("\n"), alive=t.alive, started=started)
-            if not started or t.ended.is_set():
-                break
-            t.ended.wait(0.1)
-        said = (o.errput or o.output).strip()[-300:] if o is not None else ""
-        return _not_running(t.last_words or said, started)
+            return o.exit_code, o.output, o.errput
+
+        return _screen(t, started, once)
 
     def stop(self, t: Tty) -> None:
         """Kill the server jail (its pid namespace, so every pane process) and free the socket."""
@@ -206,6 +197,21 @@ class TtyHost:
             t.thread.join(timeout=30)
         if t.sock_dir is not None:
             self.ctx.workspaces.destroy(t.sock_dir)  # type: ignore[attr-defined]
+
+
+def _screen(t: Tty, started: bool, once: Callable[[], tuple[int | None, str, str]]) -> TtyResult:
+    """Run the keystroke call ``once`` (exit code, stdout, stderr) — retried while a server
+    that started now comes up — and return the screen, or why the terminal is not running."""
+    said = ""
+    for _ in range(40 if started else 1):
+        code, out, err = once()
+        if code == 0:
+            return TtyResult(screen=out.rstrip("\n"), alive=t.alive, started=started)
+        said = (err or out).strip()[-300:]
+        if not started or t.ended.is_set():
+            break
+        t.ended.wait(0.1)
+    return _not_running(t.last_words or said, started)
 
 
 def _not_running(detail: str, started: bool) -> TtyResult:

@@ -63,6 +63,7 @@ import struct
 import sys
 import tarfile
 import threading
+from collections.abc import Callable
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -300,20 +301,31 @@ def _enter(plan: dict) -> int:
         raise SetupError("the session's container has ended")
     _check(_libc.setns(pidfd, ENTER_FLAGS), "entering the session's container")
     os.close(pidfd)
+    return _root_child(lambda: _run(plan))  # the first process of ours in its pid namespace
+
+
+def _root_child(body: Callable[[], int], forked: Callable[[int], None] | None = None) -> int:
+    """Become the namespace's root, run ``body`` in a child (the first process of the new pid
+    namespace: unshared or entered), ``forked(its host pid)``, return its exit status."""
     os.setgroups([])
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
-    child = os.fork()  # the first process of ours in the container's pid namespace
-    if child == 0:
+    pid = os.fork()
+    if pid == 0:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         try:
-            code = _run(plan)
+            code = body()
         except (SetupError, OSError) as e:
             print(f"dockyard-build: {e}", file=sys.stderr)
             code = SETUP_FAILED
+        except tarfile.TarError as e:
+            print(f"dockyard-build: bad copy payload: {e}", file=sys.stderr)
+            code = SETUP_FAILED
         sys.stderr.flush()
         os._exit(code)
-    _, status = os.waitpid(child, 0)
+    if forked is not None:
+        forked(pid)
+    _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) % 256
 
 
@@ -435,27 +447,13 @@ def _child(plan: dict, ready_w: int, go_r: int) -> int:
     os.write(ready_w, b"1")
     if os.read(go_r, 1) != b"1":
         raise SetupError("the id maps were not written")
-    os.setgroups([])
-    os.setresgid(0, 0, 0)
-    os.setresuid(0, 0, 0)
-    pid = os.fork()
-    if pid == 0:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        try:
-            code = _inner(plan)
-        except (SetupError, OSError) as e:
-            print(f"dockyard-build: {e}", file=sys.stderr)
-            code = SETUP_FAILED
-        except tarfile.TarError as e:
-            print(f"dockyard-build: bad copy payload: {e}", file=sys.stderr)
-            code = SETUP_FAILED
-        sys.stderr.flush()
-        os._exit(code)
-    if plan.get("pid_fd") is not None:  # the host pid of the container's pid 1 (container.py)
-        os.write(plan["pid_fd"], f"pid:{pid}\n".encode())
-        os.close(plan["pid_fd"])
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) % 256
+
+    def report(pid: int) -> None:  # the host pid of the container's pid 1 (container.py)
+        if plan.get("pid_fd") is not None:
+            os.write(plan["pid_fd"], f"pid:{pid}\n".encode())
+            os.close(plan["pid_fd"])
+
+    return _root_child(lambda: _inner(plan), report)
 
 
 def main() -> None:
