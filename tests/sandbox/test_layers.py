@@ -210,6 +210,9 @@ def test_a_session_runs_as_the_images_container(client) -> None:
     assert v.stdout.split() == ["conf=1", "x", "hi", "w", "0", "no-tty-socket", "few-processes"], v
     with pytest.raises(SandboxRequestError, match="container"):
         client.create_session({"environment": env, "container": True, "network": True})
+    desk = client._request("POST", f"/v1/sessions/{other}/desktop", json={})  # none in one (yet)
+    assert desk.status_code == 422, desk.text
+    assert "container=false" in desk.text
 
 
 def test_copy_user_and_multi_stage_follow_docker(client) -> None:
@@ -363,3 +366,39 @@ def test_a_containers_apt_install_reaches_the_verifier(client) -> None:
     strict = client.finish(sid, {"script": script, "timeout_s": 60, "agent_layer": False})
     assert strict.verdict == "failed", strict
     assert client.finish(sid, {"script": script, "timeout_s": 60}).verdict == "passed"
+
+
+def _holder_of(mark: str) -> list[int]:
+    """Host pids of container holders (pid 1 of their pid namespace, ``jail_main.py``) whose
+    root holds ``/etc/mark`` with ``mark`` (read through ``/proc/<pid>/root``, as the host's
+    root)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            status = (d / "status").read_text()
+            if b"jail_main.py" not in (d / "cmdline").read_bytes():
+                continue
+            nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+            if nspid.split()[-1] != "1" or (d / "root/etc/mark").read_text().strip() != mark:
+                continue
+        except (OSError, StopIteration):
+            continue
+        found.append(int(d.name))
+    return found
+
+
+def test_a_container_whose_pid_1_died_is_started_again(client) -> None:
+    """A container's pid 1 killed (from the host: its own root cannot signal it) is started
+    again at the next command over the same writable layer: the files survive."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    mark = uuid.uuid4().hex
+    assert client.exec(sid, f"echo {mark} > /etc/mark; kill -9 1; echo alive").stdout == "alive\n"
+    holders = _holder_of(mark)
+    assert len(holders) == 1, holders
+    os.kill(holders[0], 9)
+    r = client.exec(sid, "cat /etc/mark")
+    assert r.stdout == f"{mark}\n", r
+    assert _holder_of(mark) not in ([], holders)  # a new pid 1 holds it

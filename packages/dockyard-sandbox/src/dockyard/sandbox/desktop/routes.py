@@ -23,6 +23,11 @@ from dockyard.sandbox.sessions import SessionManager, SessionNotFound
 
 def start(sm: SessionManager, host: DesktopHost, sid: str, spec: DesktopSpec) -> DesktopObservation:
     s = sm.get(sid)
+    if s.box is not None:
+        raise ValueError(
+            "desktop: a container session (a layered image run as Docker runs it) has no "
+            "desktop here; create the session with container=false"
+        )
     with s.lock:
         if s.desktop is not None:
             s.desktop.stop()

@@ -29,6 +29,7 @@ no path to open).
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
@@ -42,6 +43,7 @@ from dockyard.sandbox.layers.runner import Flag, StepOutcome, run_plan
 from dockyard.sandbox.models import Limits
 
 MAX_LIFE_S = 86_400.0
+log = logging.getLogger("dockyard.sandbox")
 START_TIMEOUT_S = 60.0
 
 
@@ -65,6 +67,7 @@ class Container:
     _cancel: threading.Event = field(default_factory=threading.Event)
     _ended: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # one restart at a time
 
     @property
     def alive(self) -> bool:
@@ -104,10 +107,9 @@ class Container:
             output_cap: int, name: str = "", cancel: Flag | None = None) -> StepOutcome:  # fmt: skip
         """``argv`` in the container (module docstring), started again first if it ended."""
         for attempt in (0, 1):
-            if not self.alive:
-                self.start()
+            pid, userns = self._ensure(dead=0)
             o = run_plan(
-                {"op": "enter", "pid": self.pid, "userns": self.userns, "cwd": cwd,
+                {"op": "enter", "pid": pid, "userns": userns, "cwd": cwd,
                  "user": self.plan.get("user") or "root", "env": env, "argv": argv},
                 self.probe, timeout_s, self.limits.memory_mb, self.limits.pids,
                 output_cap=output_cap, name=name, cancel=cancel, split=True,
@@ -116,11 +118,23 @@ class Container:
             if o.started or o.timed_out:
                 return o
             if attempt == 0 and "container has ended" in o.errput:
-                self.stop()  # its pid 1 is gone: start it again over the same upper
+                self._ensure(dead=pid)  # its pid 1 is gone: start it again over the same upper
                 continue
             why = (o.errput.strip().splitlines() or [f"exit {o.exit_code}"])[-1]
             raise ContainerFailed(f"could not enter the session's container: {why[:300]}")
         raise AssertionError("unreachable")
+
+    def _ensure(self, dead: int) -> tuple[int, int]:
+        """(pid, userns) of a live pid 1: started again if it ended, or if it is ``dead`` (a
+        command found it gone) and no other thread has started a new one meanwhile."""
+        with self._lock:
+            if self.alive and self.pid != dead:
+                return self.pid, self.userns
+            log.warning("container %s had ended (%s); starting it again over its layer",
+                        self.name, self.last_words or "pid 1 gone")  # fmt: skip
+            self.stop()
+            self.start()
+            return self.pid, self.userns
 
     def stop(self) -> None:
         """Kill pid 1 (so every process of the container) and wait for its jail to end."""
