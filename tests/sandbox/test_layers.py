@@ -101,6 +101,24 @@ def test_store_evicts_least_recently_used_with_descendants(tmp_path: Path) -> No
     assert store.evict(protect={"d" * 32}) == ["c" * 32]  # never a protected image's layers
 
 
+def test_a_layer_cache_behind_a_closed_directory_is_named() -> None:
+    """The build jails' root is an unprivileged host uid: a cache below a directory closed to
+    other users (a 0700 temporary dir) would fail at the first mount; it is named instead."""
+    import tempfile
+
+    from dockyard.sandbox.layers.build import closed_ancestor
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        top = Path(d)
+        os.chmod(top, 0o711)
+        (top / "private" / "cache").mkdir(parents=True)
+        os.chmod(top / "private", 0o700)
+        assert closed_ancestor(top / "private" / "cache") == top / "private"
+        os.chmod(top / "private", 0o711)
+        assert closed_ancestor(top / "private" / "cache") is None
+        assert closed_ancestor(top / "private" / "not-yet") is None
+
+
 # -- the real service ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def _module_client(layers_sandbox):
@@ -285,6 +303,36 @@ def test_one_shot_task_runs_its_tests_over_the_image(client) -> None:
                                      tests={"fail_to_pass": ["tests/test_img.py::test_add"]}))  # fmt: skip
     assert bad.verdict == "failed", bad
     assert good.verdict == "passed", good
+
+
+def test_a_tasks_pytest_runner_runs_on_the_images_python(layers_sandbox, client) -> None:
+    """``tests.python``: the sandbox's pytest runner on an image's interpreter, with the image's
+    pytest and packages (a SWE-bench environment built by the layered builder). The same tests
+    on the service's own interpreter (3.11, its pytest) fail; naming an interpreter without an
+    image, or for another runner, is refused before anything runs."""
+    env = _env([{"base": "python:trixie", "steps": [{"run": "python -m pip install pytest==8.3.4"}]}],
+               workdir="/workspace")  # fmt: skip
+    test = ("import sys\n\nimport pytest\n\n\ndef test_image():\n"
+            "    assert sys.version_info[:2] == (3, 13), sys.version\n"
+            "    assert pytest.__version__ == '8.3.4', pytest.__version__\n")  # fmt: skip
+    tests = {"fail_to_pass": ["tests/test_img.py::test_image"], "python": "python"}
+    on_image = client.run_task(calc_task(environment=env, test_files={"tests/test_img.py": test}, tests=tests))  # fmt: skip
+    assert on_image.verdict == "passed", on_image
+    tests.pop("python")
+    on_service = client.run_task(calc_task(environment=env, test_files={"tests/test_img.py": test}, tests=tests))  # fmt: skip
+    assert on_service.verdict == "failed", on_service
+    assert on_service.tests == {"tests/test_img.py::test_image": "failed"}, on_service
+    # a client that skips the model's checks: the service refuses (422) before any jail
+    body = calc_task(environment=env, tests=tests).model_dump(mode="json")
+    refused = {
+        "has no image": {**body, "environment": None, "tests": {**tests, "python": "python"}},
+        "applies to runner 'pytest'": {**body, "tests": {**tests, "python": "python", "runner": "plain"}},
+        "command name or an absolute path": {**body, "tests": {**tests, "python": "-c"}},
+    }  # fmt: skip
+    for why, bad in refused.items():
+        r = httpx.post(f"{layers_sandbox.url}/v1/tasks:run", json=bad, timeout=60)
+        assert r.status_code == 422, (why, r.text)
+        assert why in r.text, (why, r.text)
 
 
 ROOT_VERIFIER = """set -u

@@ -379,7 +379,7 @@ def _test_argv(
     """(argv, test ids, uses report)."""
     assert run.trusted is not None
     assert run.base is not None
-    py = runner_argv()
+    py = runner_argv(tests.python if tests is not None else None)
     if tests is not None:
         ids = [*tests.fail_to_pass, *tests.pass_to_pass]
         ids = list(dict.fromkeys(ids))

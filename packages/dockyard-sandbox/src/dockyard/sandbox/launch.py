@@ -37,8 +37,10 @@ class ServiceHandle:
         tmp: tempfile.TemporaryDirectory[str],
         log_path: Path,
         work_dir: Path,
+        env_cache_dir: Path | None = None,
     ):
         self.work_dir = work_dir  # holds ws/ (workspaces), trusted/, cache/
+        self.env_cache_dir = env_cache_dir  # provisioned environments and layered images
         self.proc = proc
         self.url = url
         self.token = token
@@ -125,6 +127,11 @@ def start_service(
     """Start ``dockyard-sandbox serve`` in a subprocess and wait until it answers /healthz."""
     tmp = tempfile.TemporaryDirectory(prefix="dockyard-sandbox-launch-")
     d = Path(tmp.name)
+    # Traversable, not listable: layered images are built and mounted by the root of a user
+    # namespace (an unprivileged host uid), which must reach the layer cache (``envs``, below,
+    # unless the caller names one). What is private here is closed: the work dir (the service
+    # makes it 0700: held-out files, workspaces), the token and the log (0600).
+    os.chmod(d, 0o711)
     work = Path(work_dir) if work_dir is not None else d / "work"
     if token is None and generate_token:
         token = secrets.token_urlsafe(32)
@@ -157,8 +164,15 @@ def start_service(
         os.chmod(d / "token", 0o600)
         args += ["--token-file", str(d / "token")]
     args += extra_args or []
+    named = [a for a in args if a == "--env-cache-dir" or a.startswith("--env-cache-dir=")]
+    if named:
+        i = args.index(named[0])
+        envs = Path(args[i + 1] if named[0] == "--env-cache-dir" else named[0].split("=", 1)[1])
+    else:
+        envs = d / "envs"
+        args += ["--env-cache-dir", str(envs)]
     log_path = d / "service.log"
-    with open(log_path, "wb") as logf:
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as logf:
         proc = subprocess.Popen(
             args, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
@@ -176,4 +190,4 @@ def start_service(
     bound = int((d / "port").read_text())
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
     httpx.get(f"{url}/healthz", timeout=10).raise_for_status()
-    return ServiceHandle(proc, url, token, tmp, log_path, work)
+    return ServiceHandle(proc, url, token, tmp, log_path, work, envs)

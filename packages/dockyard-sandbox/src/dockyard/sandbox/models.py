@@ -51,6 +51,9 @@ def _check_ref(v: str) -> str:
     return v
 
 
+_INTERPRETER = re.compile(r"(?:/|[A-Za-z0-9_])[A-Za-z0-9._+/-]*")
+
+
 def _check_arg(v: str, what: str) -> str:
     """A client string that reaches a command line as one argument: never an option."""
     if v.startswith("-"):
@@ -201,6 +204,24 @@ class TestsSpec(_Model):
         "cross as plain data), so the code under test cannot forge the report. Needs every "
         "test file to be held out (test_files / test_patch).",
     )
+    python: str | None = Field(
+        None,
+        description="The interpreter that runs the 'pytest' runner. None: the service's own, "
+        "with its pytest. Over a layered image: a command of the image (`python`, "
+        "`/usr/local/bin/python3.9`), started with -I but with its site dirs (editable installs' "
+        ".pth files included), so the tests run with the image's Python, pytest and packages, "
+        "as in the image's container (SWE-bench environments built by the layered builder).",
+    )
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str | None) -> str | None:
+        if v is not None and not _INTERPRETER.fullmatch(v):
+            raise ValueError(
+                f"tests.python {v[:80]!r}: give a command name or an absolute path "
+                "(letters, digits, '.', '_', '+', '-', '/'; not starting with '-')"
+            )
+        return v
 
     @field_validator("fail_to_pass", "pass_to_pass")
     @classmethod
@@ -269,6 +290,18 @@ class Task(_Model):
             raise ValueError(
                 f"{len(files)} files and test_files, over limits.inodes = {self.limits.inodes}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _interpreter_of_an_image(self) -> Task:
+        py = self.tests.python if self.tests is not None else None
+        if py is not None and (self.environment is None or self.environment.image is None):
+            raise ValueError(
+                f"tests.python {py!r} names an interpreter of a layered image, and this task's "
+                "environment has no image: leave it out to run the tests on the service's Python"
+            )
+        if py is not None and self.tests is not None and self.tests.runner != "pytest":
+            raise ValueError(f"tests.python applies to runner 'pytest', not {self.tests.runner!r}")
         return self
 
     @model_validator(mode="after")

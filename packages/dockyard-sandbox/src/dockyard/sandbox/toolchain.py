@@ -86,6 +86,10 @@ def sandbox_path_env() -> str:
     return f"{bindir}:/usr/local/bin:/usr/bin:/bin"
 
 
-def runner_argv() -> list[str]:
-    """The in-sandbox runner's command line, before its mode and arguments."""
+def runner_argv(python: str | None = None) -> list[str]:
+    """The in-sandbox runner's command line, before its mode and arguments: on the service's
+    interpreter (``-S``: its site dirs are appended by the runner from ``DOCKYARD_SITE``), or on
+    ``python``, an image's, with that interpreter's own site dirs (``TestsSpec.python``)."""
+    if python is not None:
+        return [python, "-I", "-B", f"{RUNNER_MOUNT}/runner.py"]
     return [python_executable(), "-I", "-S", "-B", f"{RUNNER_MOUNT}/runner.py"]

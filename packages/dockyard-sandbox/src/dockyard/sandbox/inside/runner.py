@@ -16,9 +16,12 @@ import sys
 from _json import encode_basestring_ascii as _q  # C: no `json` (and its `re`) at start-up
 
 WORKSPACE = os.environ.get("DOCKYARD_WORKSPACE", "/workspace")
-# Started with -I -S: no site processing, so no *.pth file of anyone runs. The toolchain's
-# site-packages (read-only) are appended explicitly.
-sys.path.extend(p for p in os.environ.get("DOCKYARD_SITE", "").split(":") if p)
+# On the service's interpreter, started with -I -S: no site processing, so no *.pth file of
+# anyone runs; the toolchain's site-packages (read-only) are appended explicitly. On an image's
+# interpreter (TestsSpec.python: -I without -S) its own site dirs are the environment, and the
+# service's (another Python's) must stay out.
+if sys.flags.no_site:
+    sys.path.extend(p for p in os.environ.get("DOCKYARD_SITE", "").split(":") if p)
 _out = None
 
 

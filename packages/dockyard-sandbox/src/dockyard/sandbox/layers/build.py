@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,7 +35,13 @@ from pathlib import Path
 from dockyard.sandbox import egress
 from dockyard.sandbox.cgroups import Probe
 from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT, BaseError
-from dockyard.sandbox.layers.runner import SETUP_FAILED, StepOutcome, egress_plan, run_plan
+from dockyard.sandbox.layers.runner import (
+    SETUP_FAILED,
+    StepOutcome,
+    egress_plan,
+    overlay_plan,
+    run_plan,
+)  # fmt: skip
 from dockyard.sandbox.layers.spec import ImageSpec, ImageStep
 from dockyard.sandbox.layers.store import Layer, Store
 from dockyard.sandbox.toolchain import python_prefixes
@@ -115,6 +122,15 @@ class Builder:
         """Build (or find) every layer of ``spec``; raises BuildFailed / BaseError.
         ``extra_dirs``: more mount points for the top layer (the environment's workdir)."""
         deadline = time.monotonic() + timeout_s
+        closed = closed_ancestor(self.store.root)
+        if closed is not None:
+            raise BaseError(
+                f"the layer cache {self.store.root} cannot be reached by the build namespaces' "
+                f"root (an unprivileged host uid): {closed} (mode "
+                f"{stat.S_IMODE(closed.stat().st_mode):04o}) is closed to other users; give the "
+                "service an --env-cache-dir (or --work-dir) whose every parent directory other "
+                "users may traverse (o+x)"
+            )
         tmp = self.store.root / f".build-{uuid.uuid4().hex[:12]}"
         tmp.mkdir(mode=0o711)
         log.extend(f"## note: {n[:500]}\n" for n in spec.notes)
@@ -180,16 +196,10 @@ class Builder:
         left = deadline - time.monotonic()
         if left <= 0:
             raise BuildFailed(f"step {n} ({desc}): the build's timeout ran out", "".join(log), n)
-        upper, work = tmp / f"u{n}", tmp / f"w{n}"
-        for d in (upper, work):
-            d.mkdir(mode=0o755)
-            os.chown(d, UID_BASE, UID_BASE)
-        plan = {
-            "uid_base": UID_BASE, "uid_count": UID_COUNT, "chdir": str(self.store.layers_dir),
-            "lower": self.store.lower(state.base_root, state.layers),
-            "upper": str(upper), "work": str(work), "merged": str(_fresh(tmp, f"m{n}")),
-            "cwd": state.workdir, "user": state.user, "env": env,
-        }  # fmt: skip
+        (tmp / f"s{n}").mkdir(mode=0o711)
+        plan = overlay_plan(self.store, state.base_root, state.layers, tmp / f"s{n}")
+        plan |= {"cwd": state.workdir, "user": state.user, "env": env}
+        upper = Path(plan["upper"])
         if step.run is not None:
             plan |= {"op": "run", "argv": ["/bin/sh", "-c", step.run]}
             if self.allow_network and not proxy:
@@ -279,6 +289,21 @@ class Builder:
             self.store.add(Layer(key, state.top, [*state.layers], "sandbox mount points"), upper)
             self.built_layers += 1
         state.layers.append(key)
+
+
+def closed_ancestor(path: Path) -> Path | None:
+    """The first directory from / down to ``path`` that other users cannot traverse, or None:
+    the build jails mount layers below ``path`` as the root of a user namespace, whose host uid
+    is no owner of the service's directories."""
+    cur = Path("/")
+    for part in path.resolve().parts[1:]:
+        cur = cur / part
+        try:
+            if not cur.stat().st_mode & stat.S_IXOTH:
+                return cur
+        except FileNotFoundError:  # made later, by the service (with the modes it needs)
+            return None
+    return None
 
 
 def _fresh(tmp: Path, name: str) -> Path:
