@@ -13,6 +13,17 @@ Every translated plan also writes as the current EnvSpec over the sandbox's own 
 approximated by C.UTF-8, the sandbox's Python). Translating is not building: a plan's pins may
 still fail to install or compile; ``dockyard swe validate`` says which, with the step's output.
 The 12 repositories of the original SWE-bench are marked with ``*``.
+
+    uv run --no-sync python bench/swe_spec_coverage.py --build    # and build them (minutes)
+
+``--build`` goes one step further for the plans that do not read the repository (those need an
+instance's repository at hand): each is written as the layered builder's image
+(:func:`dockyard.envs.swe.provision.layered_image`: a ``python:<release>`` Debian root, the
+spec's steps as RUN layers) and built by a sandbox service started here with
+``--allow-network`` (the package registries through its proxy; ``--registry HOST`` for a
+mirror with a private address), then its ``python`` runs once. Plans that write the same image
+are built once (the layers are content-addressed). Adds a ``built`` column, and lists each
+image that failed with its step, exit code and the tail of its log.
 """
 
 from __future__ import annotations
@@ -63,10 +74,70 @@ def count() -> tuple[dict[str, collections.Counter[str]], collections.Counter[st
     return rows, why
 
 
-def table(rows: dict[str, collections.Counter[str]]) -> str:
+def build(
+    registries: list[str], cache_dir: str | None
+) -> tuple[dict[str, collections.Counter[str]], list[str]]:
+    """Build every distinct image of the plans that do not read the repository (module
+    docstring): per repo, ``built`` counts its specs whose image built and ran ``python``; and
+    one line per failed image."""
+    import base64
+    import hashlib
+    import io
+    import json
+    import tarfile
+    import tempfile
+
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+    from tqdm import tqdm
+
+    from dockyard.envs.swe.provision import environment_for
+    from dockyard.sandbox.launch import start_service
+    from dockyard.sandbox.models import RepoSpec, Task
+
+    images: dict[str, tuple[object, list[tuple[str, str]]]] = {}
+    for repo, versions in MAP_REPO_VERSION_TO_SPECS.items():
+        for version in versions:
+            setup = swebench_setup(repo, version)
+            assert setup is not None
+            try:
+                plan = setup_plan(setup)
+            except StepRefused:
+                continue
+            if plan.reads_repository:
+                continue
+            env = environment_for(setup, timeout_s=3600, builder="layers").spec
+            assert env is not None
+            assert env.image is not None
+            stages = json.dumps(env.image.model_dump(mode="json")["stages"], sort_keys=True)
+            key = hashlib.sha256(stages.encode()).hexdigest()
+            images.setdefault(key, (env, []))[1].append((repo, version))
+    buf = io.BytesIO()
+    tarfile.open(fileobj=buf, mode="w:gz").close()
+    empty = RepoSpec(tarball=base64.b64encode(buf.getvalue()).decode())
+    rows: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    failed: list[str] = []
+    args = ["--allow-network", "--env-cache-dir", cache_dir or tempfile.mkdtemp(prefix="swe-")]
+    args += [f"--registry={h}" for h in registries]
+    with start_service(workers=1, extra_args=args) as svc, svc.client() as client:
+        for env, specs in tqdm(images.values(), desc="images", file=sys.stdout):
+            task = Task(repo=empty, environment=env, timeout_s=120,  # type: ignore[arg-type]
+                        test_command="python -c 'import sys; print(sys.version)'")  # fmt: skip
+            r = client.run_task(task)
+            ok = str(r.verdict) == "passed"
+            for repo, _ in specs:
+                rows[repo]["built"] += int(ok)
+            if not ok:
+                names = ", ".join(f"{repo} {v}" for repo, v in specs)
+                tail = " | ".join((r.stderr or r.stdout).strip().splitlines()[-3:])[:400]
+                failed.append(f"{names}: {r.verdict}: {r.detail[:300]} ... {tail}")
+    return rows, failed
+
+
+def table(rows: dict[str, collections.Counter[str]], built: bool = False) -> str:
+    b = " built |" if built else ""
     lines = [
-        "| repository | specs | before | plan | reads repo |",
-        "|---|---:|---:|---:|---:|",
+        f"| repository | specs | before | plan | reads repo |{b}",
+        "|---|---:|---:|---:|---:|" + ("---:|" if built else ""),
     ]
     tot: collections.Counter[str] = collections.Counter()
     orig: collections.Counter[str] = collections.Counter()
@@ -74,14 +145,16 @@ def table(rows: dict[str, collections.Counter[str]]) -> str:
         c = rows[repo]
         before = BEFORE.get(repo, 0)
         mark = " *" if repo in ORIGINAL else ""
+        cb = f" {c['built']} |" if built else ""
         lines.append(
-            f"| {repo}{mark} | {c['specs']} | {before} | {c['plan']} | {c['reads_repo']} |"
+            f"| {repo}{mark} | {c['specs']} | {before} | {c['plan']} | {c['reads_repo']} |{cb}"
         )
         for t in (tot, *([orig] if repo in ORIGINAL else [])):
             t.update({**c, "before": before})
     for name, t in (("all", tot), ("original 12 *", orig)):
+        tb = f" {t['built']} |" if built else ""
         lines.append(
-            f"| **{name}** | {t['specs']} | {t['before']} | {t['plan']} | {t['reads_repo']} |"
+            f"| **{name}** | {t['specs']} | {t['before']} | {t['plan']} | {t['reads_repo']} |{tb}"
         )
     return "\n".join(lines)
 
@@ -89,9 +162,20 @@ def table(rows: dict[str, collections.Counter[str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--why", action="store_true", help="print the refusals, counted")
+    ap.add_argument("--build", action="store_true", help="build the images (module docstring)")
+    ap.add_argument("--registry", action="append", default=[], metavar="HOST",
+                    help="a registry mirror with a private address (the service's --registry)")  # fmt: skip
+    ap.add_argument("--cache-dir", default=None, help="the service's layer cache (kept)")
     args = ap.parse_args(argv)
     rows, why = count()
-    print(table(rows))
+    failed: list[str] = []
+    if args.build:
+        built, failed = build(args.registry, args.cache_dir)
+        for repo, c in built.items():
+            rows[repo]["built"] = c["built"]
+    print(table(rows, built=args.build))
+    for line in failed:
+        print(f"failed: {line}")
     if args.why:
         print()
         for reason, n in why.most_common():

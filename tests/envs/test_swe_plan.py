@@ -174,6 +174,11 @@ def test_layered_image_is_the_builders_step_list():
         "apt-get update && apt-get install -y --no-install-recommends locales"
     ), runs
     assert any("nearest" in n for n in img["notes"])
+    # a COPY's payload is what the builder reads: an uncompressed tar of s0, s1, ...
+    (copy,) = [s["copy"] for s in stage["steps"] if "copy" in s]
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(copy["files"])), mode="r:") as tf:
+        assert tf.getnames() == ["s0"]
+        assert b"asgiref" in tf.extractfile("s0").read()  # type: ignore[union-attr]
 
 
 def test_every_python_spec_of_swebench_translates():
@@ -201,4 +206,5 @@ def test_editable_installs_put_src_and_lib_layouts_on_the_path():
     assert prov.spec.env["PYTHONPATH"] == "/workspace/src:/workspace/lib:/opt/env/site"
     assert prov.spec.env["DOCKYARD_ENV_SITE"] == prov.spec.env["PYTHONPATH"]  # python -I
     img = layered_image(_setup("pallets/flask", "2.3"), files)
-    assert {"env": {"PYTHONPATH": "/testbed/src:/testbed/lib"}} in img["stages"][0]["steps"]
+    path = "/testbed/src:/testbed/lib"
+    assert {"env": {"PYTHONPATH": path, "DOCKYARD_ENV_SITE": path}} in img["stages"][0]["steps"]

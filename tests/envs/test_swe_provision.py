@@ -106,7 +106,7 @@ def _validate(url: str, tasks: list[dict], spec: str) -> list[dict]:
 
 
 def _entries(service, key: str) -> list[os.stat_result]:
-    cache = Path(service.work_dir) / "envs"
+    cache = Path(service.env_cache_dir)
     return [os.stat(p) for p in cache.iterdir() if p.name.startswith(key) or key in p.name]
 
 
@@ -172,7 +172,7 @@ def test_gold_resolves_only_with_the_environment_built_once(sandbox_service, tmp
     assert task_environment(tasks[1], [good]) == spec
     built = _entries(sandbox_service, spec.key())
     assert len(built) == 1
-    assert not list((Path(sandbox_service.work_dir) / "envs").glob(".build-*"))
+    assert not list(Path(sandbox_service.env_cache_dir).glob(".build-*"))
     # the one-shot environment scores with the same build (no rebuild: same entry, same inode)
     env = SweEnvironment(url, spec_files=[good])
     step = arun(env, env.score(tasks[1], f"```diff\n{tasks[1]['patch']}```"))
@@ -387,3 +387,142 @@ def test_the_environments_packages_come_before_the_services_own(sandbox_url, tmp
     pin = "mkdir -p /opt/env/site/idna && echo PINNED = True > /opt/env/site/idna/__init__.py"
     (row,) = _validate(sandbox_url, [rec], _spec(tmp_path, "pins", [pin], repo))
     assert row["gold"]["resolved"], row  # the environment's idna, not the service's
+
+
+# -- the layered builder ------------------------------------------------------------------------------
+PY_TEST = "\n\ndef test_python():\n    import sys\n\n    assert sys.version_info[:2] == (3, 13), sys.version\n"
+
+
+def _layered_spec(tmp_path: Path) -> str:
+    path = tmp_path / "layered.json"
+    setup = {"python": "3.13", "install": INSTALL, "test_cmd": "pytest"}
+    path.write_text(json.dumps({REPO: {"1.0": setup}}))
+    return str(path)
+
+
+def _on_313(which: str) -> dict:
+    """``_record(which)`` whose held-out tests also check the interpreter they run on: the
+    spec's Python 3.13 (the image's), never the service's own."""
+    rec = _record(which)
+    base = BASE_TEST + PY_TEST
+    rec["test_patch"] = unified_diff("tests/test_calc.py", base, base + NEW_TESTS[which])
+    rec["repo_tarball"] = base64.b64encode(
+        tarball(
+            {"calc.py": GOOD.replace(*BUGS[which]).encode(), "tests/test_calc.py": base.encode()}
+        )
+    ).decode()
+    rec["PASS_TO_PASS"] = [*rec["PASS_TO_PASS"], "tests/test_calc.py::test_python"]
+    return rec
+
+
+def test_a_task_the_service_refuses_is_a_refused_row_not_a_crash(sandbox_url, tmp_path):
+    """A record naming a server repository the service does not allow (no --repo-root): the
+    service answers 422, and validate reports that instance as refused with the service's reason
+    while the others are validated."""
+    bad = {**_record("double"), "instance_id": "acme__needsdep-server", "repo_git": str(tmp_path)}
+    bad.pop("repo_tarball")
+    rows = _validate(sandbox_url, [bad, _record("square")], _spec(tmp_path, "good", INSTALL))
+    assert rows[0]["status"] == "refused", rows[0]
+    assert "--repo-root" in rows[0]["reason"], rows[0]
+    assert rows[1]["valid"], rows[1]
+
+
+def test_an_unknown_builder_is_refused_before_anything_runs(tmp_path, capsys):
+    """The option's pre-flight line, the constructors' error, and the CLI's exit 2 (a layered
+    build needs --allow-network for the service it starts)."""
+    from dockyard.train.cli import main
+
+    assert SweEnvironment.check_options({"builder": "docker"}) == [
+        "builder: 'docker' is not one of prefix, layers"
+    ]
+    assert SweAgentEnvironment.check_options({"builder": "layers"}) == []
+    with pytest.raises(ValueError, match="one of prefix, layers"):
+        SweEnvironment("http://127.0.0.1:9", builder="docker")
+    with pytest.raises(ValueError, match="one of prefix, layers"):
+        SweAgentEnvironment("http://127.0.0.1:9", builder="docker")
+    with pytest.raises(ValueError, match="choose from prefix, layers"):
+        environment_for(EnvSetup(repo=REPO, version="1.0", test_cmd="pytest"), builder="docker")
+    out = str(tmp_path / "report.json")
+    assert main(["swe", "validate", "shipped", "--builder", "layers", "--out", out]) == 2
+    assert "add --allow-network" in capsys.readouterr().err
+    assert not Path(out).exists()
+
+
+def test_a_layered_spec_is_the_builders_image_with_pytest_for_the_runner(tmp_path):
+    """What ``builder: layers`` hands the sandbox: the plan as an image over the spec's
+    Python, WORKDIR /testbed, pytest added (noted) only where no step installs it, and the
+    runner on the image's ``python``."""
+    setup = EnvSetup(repo=REPO, version="1.0", python="3.13", install=INSTALL, test_cmd="pytest")
+    prov = environment_for(setup, builder="layers")
+    assert prov.spec is not None
+    assert prov.spec.image is not None
+    assert prov.python == "python"
+    assert prov.spec.workdir == "/testbed"
+    (stage,) = prov.spec.image.stages
+    assert stage.base == "python:trixie"
+    runs = [s.run for s in stage.steps if s.run]
+    assert runs[-1] == "python -m pip install pytest", runs
+    assert any("pip install pytest" in n for n in prov.notes)
+    pinned = EnvSetup(repo=REPO, version="1.0", python="3.9", test_cmd="pytest",
+                      packages=["pytest==7.1.2"])  # fmt: skip
+    prov = environment_for(pinned, builder="layers")
+    assert prov.spec is not None
+    assert prov.spec.image is not None
+    runs = [s.run for s in prov.spec.image.stages[0].steps if s.run]
+    assert runs == ["python -m pip install pytest==7.1.2"], runs
+    assert prov.spec.image.stages[0].base == "python:bullseye"
+    system = environment_for(setup)
+    assert system.python is None
+    assert system.spec is not None
+    assert system.spec.image is None
+
+
+def test_a_spec_built_as_an_image_runs_its_tests_on_the_images_python(
+    layers_sandbox_url, tmp_path, arun
+):
+    """``builder: layers``: the (repo, version) spec becomes a layered image (a ``python:trixie``
+    root for Python 3.13, its install steps as RUN layers, pytest added for the sandbox's runner),
+    and the held-out tests run on the image's interpreter with its packages: the gold patch
+    resolves (``test_python`` checks 3.13; the service runs 3.11), the empty patch does not. The
+    same instance over the system builder fails ``test_python``. The agent's session is the
+    image's container: its ``python`` is 3.13 with ``fastmath``, and its fix scores 1."""
+    spec, task = _layered_spec(tmp_path), _on_313("double")
+
+    async def go(builder: str) -> list[dict]:
+        client = AsyncSandboxClient(layers_sandbox_url)
+        try:
+            return await validate(client, [task], [spec], timeout_s=120, builder=builder)
+        finally:
+            await client.aclose()
+
+    (row,) = asyncio.run(go("layers"))
+    assert row["valid"], row
+    assert any("pip install pytest" in n for n in row["provision_notes"]), row
+    (system,) = asyncio.run(go("prefix"))
+    assert not system["valid"], system
+    assert "test_python" in system["reason"], system
+
+    env = SweAgentEnvironment(
+        layers_sandbox_url, spec_files=[spec], tools=["bash", "submit"], builder="layers"
+    )
+
+    def call(tool, **args):
+        return f"<tool_call>{json.dumps({'name': tool, 'arguments': args})}</tool_call>"
+
+    probe_py = "import sys, fastmath; print(sys.version_info[:2], fastmath.mul(6, 7), __import__('os').getuid())"
+
+    async def agent():
+        state = await env.reset(task)
+        try:
+            probe = await env.step(state, call("bash", command=f'python -c "{probe_py}"'))
+            await env.step(state, call("bash", command="sed -i 's/mul(x, 3)/mul(x, 2)/' calc.py"))
+            end = await env.step(state, call("submit"))
+        finally:
+            await env.close(state)
+        return probe, end
+
+    probe, end = arun(env, agent())
+    assert "(3, 13) 42 0" in probe.observation, probe.observation
+    assert end.done, end.metadata
+    assert not end.infra_error, end.metadata
+    assert end.rewards[TESTS] == 1.0, end.metadata

@@ -42,14 +42,21 @@ import httpx
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.envs.rewards import RewardConfig, approx_token_count, infra_failure
 from dockyard.envs.swe.agent_tools import TOOL_NAMES, build_agent_tools
-from dockyard.envs.swe.env import cached_instance, repo_spec, task_provisioning, task_setup_command
+from dockyard.envs.swe.env import (
+    builder_problems,
+    cached_instance,
+    repo_spec,
+    task_provisioning,
+    task_setup,
+    task_setup_command,
+)  # fmt: skip
 from dockyard.envs.swe.evaluation import evaluation_fields
 from dockyard.envs.swe.instance import Instance
 from dockyard.envs.swe.logverdict import judge_log
 from dockyard.envs.swe.pro import prompt_sections
-from dockyard.envs.swe.provision import ProvisionRefused
+from dockyard.envs.swe.provision import BUILDERS, ProvisionRefused
 from dockyard.envs.swe.records import SweInstance, from_record
-from dockyard.envs.swe.specs import EnvSetup, resolve_setup
+from dockyard.envs.swe.specs import EnvSetup
 from dockyard.envs.terminal.env import TerminalEnvironment
 from dockyard.sandbox.client import SandboxRequestError, SandboxUnavailable
 from dockyard.sandbox.models import FinishRequest, Limits, RepoSpec, SessionCreate, TaskResult
@@ -72,6 +79,9 @@ class SweAgentEnvironment(TerminalEnvironment):
             submit`` (None: all; ``submit`` is always kept). Fewer tools, a shorter prompt.
         provision_network: provisioning steps may download packages (the sandbox service needs
             ``--allow-network``); otherwise they must find everything locally.
+        builder: ``prefix`` or ``layers`` (:class:`~dockyard.envs.swe.env.SweEnvironment`): with
+            ``layers`` the agent's session is the image's container (its Python, root over a
+            layer of its own) and the held-out tests run on the image's Python.
     """
 
     name = "swe_agent"
@@ -94,7 +104,11 @@ class SweAgentEnvironment(TerminalEnvironment):
         cache_size: int = 64,
         tools: Sequence[str] | None = None,
         provision_network: bool = False,
+        builder: str = "prefix",
     ) -> None:
+        if builder not in BUILDERS:
+            raise ValueError(f"swe builder must be one of {', '.join(BUILDERS)}, got {builder!r}")
+        self.builder = builder
         super().__init__(
             sandbox_urls, token, reward, max_turns, max_total_tokens, max_output_chars,
             finish_timeout_s, limits or Limits.model_validate({"memory_mb": 1024, "pids": 128}), session_ttl_s,
@@ -110,6 +124,7 @@ class SweAgentEnvironment(TerminalEnvironment):
     def check_options(cls, options: dict[str, Any]) -> list[str]:
         files = options.get("spec_files") or []
         problems = [f"spec_files: {f} is not a file" for f in files if not Path(f).is_file()]
+        problems += builder_problems(options)
         unknown = sorted(set(options.get("tools") or ()) - set(TOOL_NAMES))
         if unknown:
             problems.append(f"tools: unknown {unknown}; choose from {', '.join(TOOL_NAMES)}")
@@ -127,10 +142,7 @@ class SweAgentEnvironment(TerminalEnvironment):
 
     def setup(self, task: dict[str, Any]) -> EnvSetup:
         """The instance's environment spec; the pytest runner where no spec knows the repo."""
-        try:
-            return resolve_setup(self.record(task), self.spec_files)
-        except LookupError:
-            return EnvSetup(repo=str(task.get("repo")), version="*", test_cmd="pytest")
+        return task_setup(task, self.spec_files)
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         user = (
@@ -155,7 +167,7 @@ class SweAgentEnvironment(TerminalEnvironment):
             return {**self.new_state(task), "infra_error": f"instance: {e}", "tool_errors": 0}
         state = {**self.new_state(task), "tool_errors": 0}
         try:
-            prov = task_provisioning(task, self.spec_files, self.provision_network)
+            prov = task_provisioning(task, self.spec_files, self.provision_network, self.builder)
             setup = task_setup_command(prov, task)
         except ProvisionRefused as e:
             return self._provision_failed(state, {"provision_failed": str(e), "log": ""})
@@ -194,7 +206,9 @@ class SweAgentEnvironment(TerminalEnvironment):
 
     def finish_request(self, task: dict[str, Any]) -> FinishRequest:
         rec = self.record(task)
-        fields = evaluation_fields(rec, self.instance(task), self.setup(task))
+        prov = task_provisioning(task, self.spec_files, self.provision_network, self.builder)
+        python = None if prov is None else prov.python
+        fields = evaluation_fields(rec, self.instance(task), self.setup(task), python)
         return FinishRequest(
             **fields, timeout_s=self.finish_timeout_s, metadata={"instance_id": rec.instance_id}
         )

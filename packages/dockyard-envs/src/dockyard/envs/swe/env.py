@@ -28,10 +28,13 @@ from dockyard.core.interfaces.environment import StepResult
 from dockyard.envs.base import BaseEnvironment
 from dockyard.envs.rewards import FORMAT, TESTS, RewardConfig, approx_token_count, infra_failure
 from dockyard.envs.sandboxed import SandboxPool, verdict_to_step
+from dockyard.envs.swe.evaluation import evaluation_fields
 from dockyard.envs.swe.instance import Instance, materialize
+from dockyard.envs.swe.logverdict import judge_log
 from dockyard.envs.swe.patch import extract_patch
 from dockyard.envs.swe.pro import before_repo_set, prompt_sections
 from dockyard.envs.swe.provision import (
+    BUILDERS,
     Provisioning,
     ProvisionRefused,
     environment_for,
@@ -39,7 +42,7 @@ from dockyard.envs.swe.provision import (
 )  # fmt: skip
 from dockyard.envs.swe.records import from_record
 from dockyard.envs.swe.repofiles import repo_files
-from dockyard.envs.swe.specs import resolve_setup
+from dockyard.envs.swe.specs import EnvSetup, resolve_setup
 from dockyard.sandbox.envspec import EnvSpec
 from dockyard.sandbox.models import Limits, RepoSpec, Task
 
@@ -84,18 +87,22 @@ def repo_spec(task: dict[str, Any], inst: Instance | None) -> dict[str, Any]:
 
 
 def task_provisioning(
-    task: dict[str, Any], spec_files: Sequence[str] = (), network: bool = False
-) -> Provisioning | None:
+    task: dict[str, Any], spec_files: Sequence[str] = (), network: bool = False,
+    builder: str = "prefix",
+) -> Provisioning | None:  # fmt: skip
     """The provisioning of ``task``'s (repo, version) (None: no spec knows the repository):
-    its environment and repository stage. Raises :class:`ProvisionRefused` naming the step
-    that cannot run. Resolved once per (repo, version, spec files) in a process; the
-    repository's files (requirements at environment_setup_commit) come from the first task."""
+    its environment and repository stage, for ``builder`` (:mod:`~dockyard.envs.swe.provision`).
+    Raises :class:`ProvisionRefused` naming the step that cannot run. Resolved once per (repo,
+    version, spec files, builder) in a process; the repository's files (requirements at
+    environment_setup_commit) come from the first task."""
     rec = from_record({"patch": "", "test_patch": "", **task}, str(task.get("instance_id")))
-    key = (rec.repo, rec.version, rec.flavor, tuple(spec_files), network)
+    key = (rec.repo, rec.version, rec.flavor, tuple(spec_files), network, builder)
     if key not in _ENVS:
         try:
             setup = resolve_setup(rec, spec_files)
-            _ENVS[key] = environment_for(setup, network=network, files=repo_files(task))
+            _ENVS[key] = environment_for(
+                setup, network=network, files=repo_files(task), builder=builder
+            )
         except LookupError:
             _ENVS[key] = None
         except ProvisionRefused as e:
@@ -107,10 +114,11 @@ def task_provisioning(
 
 
 def task_environment(
-    task: dict[str, Any], spec_files: Sequence[str] = (), network: bool = False
-) -> EnvSpec | None:
+    task: dict[str, Any], spec_files: Sequence[str] = (), network: bool = False,
+    builder: str = "prefix",
+) -> EnvSpec | None:  # fmt: skip
     """The provisioned environment of ``task`` (:func:`task_provisioning`'s spec)."""
-    prov = task_provisioning(task, spec_files, network)
+    prov = task_provisioning(task, spec_files, network, builder)
     return None if prov is None else prov.spec
 
 
@@ -130,6 +138,22 @@ def task_setup_command(prov: Provisioning | None, task: dict[str, Any]) -> str |
 _ENVS: dict[tuple[Any, ...], Provisioning | ProvisionRefused | None] = {}
 
 
+def task_setup(task: dict[str, Any], spec_files: Sequence[str] = ()) -> EnvSetup:
+    """``task``'s environment spec; where no spec knows the repository, the sandbox's pytest
+    runner on the repository as it is."""
+    rec = from_record({"patch": "", "test_patch": "", **task}, str(task.get("instance_id")))
+    try:
+        return resolve_setup(rec, spec_files)
+    except LookupError:
+        return EnvSetup(repo=str(task.get("repo")), version="*", test_cmd="pytest")
+
+
+def builder_problems(options: dict[str, Any]) -> list[str]:
+    """A pre-flight line for an unknown ``builder`` option (none when it is fine)."""
+    b = options.get("builder", "prefix")
+    return [] if b in BUILDERS else [f"builder: {b!r} is not one of {', '.join(BUILDERS)}"]
+
+
 class SweEnvironment(BaseEnvironment):
     """SWE-bench-style patch scoring through the sandbox (see the module docstring).
 
@@ -141,6 +165,9 @@ class SweEnvironment(BaseEnvironment):
         spec_files: environment spec files (YAML/JSON) for repositories SWE-bench does not know.
         provision_network: provisioning steps may download packages (the sandbox service needs
             ``--allow-network``); otherwise they must find everything locally.
+        builder: ``prefix`` (the sandbox's prefix environments, tests on its Python) or
+            ``layers`` (the spec built as an image, as SWE-bench's Docker images are: tests on
+            the image's Python; :mod:`~dockyard.envs.swe.provision`).
     """
 
     name = "swe"
@@ -159,10 +186,14 @@ class SweEnvironment(BaseEnvironment):
         max_wait_s: float = 120.0,
         spec_files: Sequence[str] = (),
         provision_network: bool = False,
+        builder: str = "prefix",
     ) -> None:
         super().__init__(reward, count_tokens)
         if context not in ("oracle", "none"):
             raise ValueError(f"swe context must be 'oracle' or 'none', got {context!r}")
+        if builder not in BUILDERS:
+            raise ValueError(f"swe builder must be one of {', '.join(BUILDERS)}, got {builder!r}")
+        self.builder = builder
         self.pool = SandboxPool(sandbox_urls, token, max_wait_s=max_wait_s)
         self.context = context
         self.timeout_s = timeout_s
@@ -176,7 +207,9 @@ class SweEnvironment(BaseEnvironment):
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> list[str]:
         files = options.get("spec_files") or []
-        return [f"spec_files: {f} is not a file" for f in files if not Path(f).is_file()]
+        return [f"spec_files: {f} is not a file" for f in files if not Path(f).is_file()] + (
+            builder_problems(options)
+        )
 
     def instance(self, task: dict[str, Any]) -> Instance | None:
         """The materialised manifest (cached), or None for a plain SWE-bench record."""
@@ -196,38 +229,26 @@ class SweEnvironment(BaseEnvironment):
             {"role": "user", "content": "\n\n".join(parts)},
         ]
 
+    def setup(self, task: dict[str, Any]) -> EnvSetup:
+        """The instance's environment spec; the pytest runner where no spec knows the repo."""
+        return task_setup(task, self.spec_files)
+
     def sandbox_task(self, task: dict[str, Any], patch: str) -> Task:
         inst = self.instance(task)
-        tests = {
-            "fail_to_pass": list(task["FAIL_TO_PASS"]),
-            "pass_to_pass": list(task["PASS_TO_PASS"]),
-        }
-        meta = {"instance_id": str(task["instance_id"])}
-        prov = task_provisioning(task, self.spec_files, self.provision_network)
-        env = None if prov is None else prov.spec
-        setup = task_setup_command(prov, task)
-        if inst is not None:
-            return Task(
-                repo=RepoSpec(tarball=inst.tarball_b64()),
-                patch=patch,
-                test_files=inst.test_files,
-                tests=tests,
-                timeout_s=self.timeout_s,
-                limits=self.limits,
-                environment=env,
-                setup_command=setup,
-                metadata=meta,
-            )
+        rec = from_record({"patch": "", "test_patch": "", **task}, str(task["instance_id"]))
+        prov = task_provisioning(task, self.spec_files, self.provision_network, self.builder)
+        fields = evaluation_fields(
+            rec, inst, self.setup(task), None if prov is None else prov.python
+        )
         return Task(
-            repo=RepoSpec(**repo_spec(task, None)),
+            repo=RepoSpec(**repo_spec(task, inst)),
             patch=patch,
-            test_patch=task.get("test_patch", ""),
-            tests=tests,
+            **fields,
             timeout_s=self.timeout_s,
             limits=self.limits,
-            environment=env,
-            setup_command=setup,
-            metadata=meta,
+            environment=None if prov is None else prov.spec,
+            setup_command=task_setup_command(prov, task),
+            metadata={"instance_id": rec.instance_id},
         )
 
     async def score(self, task: dict[str, Any], response: str) -> StepResult:
@@ -245,6 +266,9 @@ class SweEnvironment(BaseEnvironment):
                 f"provision_failed: {e}", provision_failed=str(e), provision_log=""
             )
         result = await self.pool.client().run_task(sandbox_task)
+        if sandbox_task.test_command is not None:  # the spec's own command: its log decides
+            rec = from_record({"patch": "", "test_patch": "", **task}, str(task["instance_id"]))
+            result = judge_log(result, self.setup(task), rec.to_task())
         step = verdict_to_step(result, self.reward.mode, instance_id=task.get("instance_id"))
         step.metadata.update(provision_failure(result) or {})
         if not step.infra_error:

@@ -5,12 +5,17 @@ repository stage each task runs before its patch.
 The setup is first translated into a build plan (:mod:`dockyard.envs.swe.plan`: a
 ``python:<release>`` base, environment steps, repository steps; conda steps through pip / Debian
 tables, compiled editable installs built in place with the host's compilers; what has no route
-refused, naming the step). Until the layered builder runs SWE environments, the plan is
-written as the sandbox's current ``EnvSpec`` over its own system (:func:`~dockyard.envs.swe.
-render.envspec_fields`): pip installs go to the prefix (``/opt/env/site``, on the path of every
-test run), Debian packages are unpacked into it, the tests run on the sandbox's Python (noted).
-:func:`layered_image` writes the same plan as the builder's ``ImageSpec`` (``python:<release>``
-and RUN / ENV / COPY steps) — the API the builder takes.
+refused, naming the step). The plan is then written for one of two builders (``builder``):
+
+* ``"prefix"`` (the default): the sandbox's ``EnvSpec`` over its own system
+  (:func:`~dockyard.envs.swe.render.envspec_fields`): pip installs go to the prefix
+  (``/opt/env/site``, on the path of every test run), Debian packages are unpacked into it, the
+  tests run on the sandbox's Python (noted);
+* ``"layers"``: the layered builder's ``ImageSpec`` (:func:`layered_image`: a
+  ``python:<release>`` Debian root and RUN / ENV / COPY steps, WORKDIR /testbed), built as Docker
+  builds SWE-bench's images; the tests run on the *image's* Python, its pytest and packages
+  (the sandbox's pytest runner on ``TestsSpec.python``, or the spec's own test command whose log
+  SWE-bench's parser reads). A pytest-driven spec that installs no pytest gets one (noted).
 
 The spec depends only on the setup and the repository's files at environment_setup_commit, so
 every instance of one (repo, version) names the same environment: one build, one cache entry.
@@ -24,6 +29,7 @@ reported with its log.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +45,10 @@ ProvisionRefused = StepRefused
 """A setup step that cannot be provisioned here; the message names the step and why."""
 
 
+BUILDERS = ("prefix", "layers")
+IMAGE_PYTHON = "python"  # every python:<release> root has it (layers/bases.py), as Docker's have
+
+
 @dataclass
 class Provisioning:
     """The environment of one setup: ``spec`` (None: nothing to provision), the repository
@@ -48,6 +58,11 @@ class Provisioning:
     notes: list[str] = field(default_factory=list)
     setup_command: str | None = None
     plan: SwePlan | None = None
+
+    @property
+    def python(self) -> str | None:
+        """The interpreter the tests run on: the image's, or None (the sandbox's own)."""
+        return IMAGE_PYTHON if self.spec is not None and self.spec.image is not None else None
 
 
 def reqs_paths(repo: str) -> dict[str, list[str]]:
@@ -71,15 +86,26 @@ def setup_plan(setup: EnvSetup) -> SwePlan:
 
 def environment_for(
     setup: EnvSetup, network: bool = False, timeout_s: float = 900.0,
-    files: RepoFiles | None = None,
+    files: RepoFiles | None = None, builder: str = "prefix",
 ) -> Provisioning:  # fmt: skip
     """The sandbox environment of ``setup`` (module docstring). ``files``: the repository at
-    environment_setup_commit, for the steps that read it (requirements files).
+    environment_setup_commit, for the steps that read it (requirements files). ``builder``:
+    ``"prefix"`` or ``"layers"`` (module docstring; a layered build reaches the package
+    registries through the sandbox's egress proxy whatever ``network`` says).
 
     Raises:
         ProvisionRefused: a step that cannot be provisioned here, named with the reason.
+        ValueError: an unknown ``builder``.
     """
+    if builder not in BUILDERS:
+        raise ValueError(f"swe builder {builder!r}: choose from {', '.join(BUILDERS)}")
     plan = setup_plan(setup)
+    if builder == "layers":
+        image = layered_image(setup, files, plan)
+        spec = EnvSpec.model_validate(
+            {"image": image, "workdir": "/testbed", "timeout_s": timeout_s}
+        )
+        return Provisioning(spec, list(image["notes"]), setup_command(plan), plan)
     fields = envspec_fields(plan, resolve(plan, files))
     notes = plan.notes + fields.pop("notes")
     cmd = setup_command(plan)
@@ -89,11 +115,27 @@ def environment_for(
     return Provisioning(spec, notes, cmd, plan)
 
 
-def layered_image(setup: EnvSetup, files: RepoFiles | None = None) -> dict[str, Any]:
+def layered_image(
+    setup: EnvSetup, files: RepoFiles | None = None, plan: SwePlan | None = None
+) -> dict[str, Any]:
     """The layered builder's ``ImageSpec`` (dict) of ``setup``'s environment stage; its
-    repository stage is :func:`~dockyard.envs.swe.render.setup_command` of the plan."""
-    plan = setup_plan(setup)
-    return image_spec(plan, resolve(plan, files))
+    repository stage is :func:`~dockyard.envs.swe.render.setup_command` of the plan. Where the
+    sandbox's pytest runner drives the tests (``setup.uses_our_runner``) and no step installs
+    pytest, a last step installs it (noted): the runner runs on the image's Python."""
+    plan = plan or setup_plan(setup)
+    image = image_spec(plan, resolve(plan, files))
+    if setup.uses_our_runner and not _installs_pytest(image):
+        image["stages"][-1]["steps"].append({"run": "python -m pip install pytest"})
+        image["notes"].append(
+            "pytest: no step of the spec installs it and the sandbox's runner drives the tests "
+            "on the image's Python: `pip install pytest` added"
+        )
+    return image
+
+
+def _installs_pytest(image: dict[str, Any]) -> bool:
+    runs = [s.get("run", "") for st in image["stages"] for s in st["steps"]]
+    return any("pip" in r and re.search(r"(?<![\w.-])pytest(?![\w-])", r) for r in runs)
 
 
 PROVISION_FAILED = "provision_failed: "

@@ -167,9 +167,11 @@ def _repo_deps_run(value: dict[str, Any]) -> str:
     return " && ".join([*value["prepare"], _pip([f".[{extras}]"])])
 
 
-def _tar(members: dict[str, bytes]) -> bytes:
+def _tar(members: dict[str, bytes], gz: bool = True) -> bytes:
+    """A tar of ``members``: gzipped for an ``EnvSpec`` files step, plain for the layered
+    builder's COPY payload (``layers.spec.CopyStep``: an uncompressed tar)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buf, mode="w:gz" if gz else "w") as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
@@ -247,8 +249,9 @@ def image_spec(plan: SwePlan, steps: list[Step]) -> dict[str, Any]:
             out.append({"run": _repo_deps_run(s.value)})
         elif s.op == "run":
             out.append({"run": s.value})
-        elif s.op == "repo_path":
-            out.append({"env": {"PYTHONPATH": ":".join(f"/testbed/{d}" for d in s.value)}})
+        elif s.op == "repo_path":  # PYTHONPATH, and for the sandbox's runner (python -I) its own
+            path = ":".join(f"/testbed/{d}" for d in s.value)
+            out.append({"env": {"PYTHONPATH": path, "DOCKYARD_ENV_SITE": path}})
         elif s.op == "locale":
             gen = " && ".join(f"locale-gen {shlex.quote(n)}" for n in s.value)
             out.append({"run": f"apt-get update && apt-get install -y locales && {gen}"})
@@ -257,16 +260,18 @@ def image_spec(plan: SwePlan, steps: list[Step]) -> dict[str, Any]:
 
 def _copy(files: dict[str, bytes], dest: str) -> dict[str, Any]:
     members = {f"s{i}": data for i, data in enumerate(files.values())}
-    return {"files": base64.b64encode(_tar(members)).decode(), "names": list(files), "dest": dest}
+    data = _tar(members, gz=False)
+    return {"files": base64.b64encode(data).decode(), "names": list(files), "dest": dest}
 
 
 def _copy_tree(archive: bytes, dest: str) -> dict[str, Any]:
     """A COPY of a whole tree (a ``.tar.gz``) into ``dest``: the builder's source ``s0`` is a
-    directory, whose contents Docker copies into the destination."""
+    directory, whose contents Docker copies into the destination (a plain tar: the builder's
+    payload)."""
     buf = io.BytesIO()
     with (
         tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as src,
-        tarfile.open(fileobj=buf, mode="w:gz") as out,
+        tarfile.open(fileobj=buf, mode="w") as out,
     ):
         for m in src.getmembers():
             name = m.name.lstrip("./")

@@ -20,7 +20,8 @@ Every row that is not valid carries ``failure`` — the run that went wrong (``g
 ``tests``), the ``command`` that step ran, its ``exit_code`` and the last
 :data:`TAIL_BYTES` of its ``stdout`` / ``stderr`` — and so does its entry in ``invalid``.
 SWE-bench Pro instances that cannot run here (:func:`~dockyard.envs.swe.pro.check_pro`) are
-rows with ``status: "refused"`` and the line.
+rows with ``status: "refused"`` and the line, and so are instances whose task the sandbox
+service refuses (a 4xx: e.g. a ``repo_git`` server path it does not allow), with its reason.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from dockyard.envs.swe.provision import ProvisionRefused, environment_for, provi
 from dockyard.envs.swe.records import from_record
 from dockyard.envs.swe.repofiles import repo_files
 from dockyard.envs.swe.specs import resolve_setup
+from dockyard.sandbox.client import SandboxRequestError
 from dockyard.sandbox.models import Limits, RepoSpec, Task, TaskResult
 
 TAIL_BYTES = 4096
@@ -83,9 +85,10 @@ def _failing(result: TaskResult, ids: list[str]) -> list[str]:
 
 async def validate_one(
     client: Any, task: dict[str, Any], spec_files: Sequence[str] = (), timeout_s: float = 120.0,
-    limits: Limits | None = None, network: bool = False,
+    limits: Limits | None = None, network: bool = False, builder: str = "prefix",
 ) -> dict[str, Any]:  # fmt: skip
-    """One instance's row of the report (see the module docstring)."""
+    """One instance's row of the report (see the module docstring); ``builder``: the
+    environment's (:mod:`~dockyard.envs.swe.provision`)."""
     iid = str(task.get("instance_id", "?"))
     row: dict[str, Any] = {"instance_id": iid, "repo": task.get("repo"), "valid": False}
     try:
@@ -105,7 +108,7 @@ async def validate_one(
         return row
     row["spec"] = setup.source
     try:
-        prov = environment_for(setup, network=network, files=repo_files(task))
+        prov = environment_for(setup, network=network, files=repo_files(task), builder=builder)
         setup_cmd = task_setup_command(prov, task)
     except ProvisionRefused as e:  # nothing ran: the refused step is the failure
         refused = {"run": "none", "step": "translation", "command": str(e)[:2000],
@@ -118,7 +121,7 @@ async def validate_one(
         "repo": RepoSpec.model_validate(repo_spec(task, inst)),
         "timeout_s": timeout_s,
         "limits": limits or Limits.model_validate({"memory_mb": 1024, "pids": 128}),
-        **evaluation_fields(rec, inst, setup),
+        **evaluation_fields(rec, inst, setup, prov.python),
         "environment": prov.spec,
         "setup_command": setup_cmd,
     }
@@ -129,7 +132,10 @@ async def validate_one(
             result = judge_log(result, setup, rec.to_task())
         return result
 
-    g, e = await asyncio.gather(run(gold), run(""))
+    try:
+        g, e = await asyncio.gather(run(gold), run(""))
+    except SandboxRequestError as err:  # the service refused the task (a 4xx): nothing ran
+        return {**row, "status": "refused", "reason": f"refused by the sandbox: {err}"}
     row["gold"] = {"verdict": str(g.verdict), "resolved": g.resolved, "s": g.timings.total_s}
     row["empty"] = {"verdict": str(e.verdict), "resolved": e.resolved, "s": e.timings.total_s}
     pf = provision_failure(g) or provision_failure(e)
@@ -165,14 +171,18 @@ async def validate(
     timeout_s: float = 120.0,
     on_row: Callable[[dict[str, Any]], None] | None = None,
     network: bool = False,
+    builder: str = "prefix",
 ) -> list[dict[str, Any]]:
     """Rows for every instance, in input order; ``on_row`` is called as each finishes.
-    ``network``: provisioning steps may download (the sandbox needs ``--allow-network``)."""
+    ``network``: provisioning steps may download (the sandbox needs ``--allow-network``);
+    ``builder``: ``prefix`` or ``layers`` (:mod:`~dockyard.envs.swe.provision`)."""
     sem = asyncio.Semaphore(max(1, concurrency // 2))  # two sandbox tasks per instance
 
     async def one(task: dict[str, Any]) -> dict[str, Any]:
         async with sem:
-            row = await validate_one(client, task, spec_files, timeout_s, network=network)
+            row = await validate_one(
+                client, task, spec_files, timeout_s, network=network, builder=builder
+            )
         if on_row is not None:
             on_row(row)
         return row

@@ -6,8 +6,10 @@ each instance run in parallel against a sandbox service — ``--sandbox-url`` (w
 ``--sandbox-token``), or one started here for the run. Writes a JSON report (``--out``), prints
 a table per repository and lists the instances that are not valid with the reason
 (:mod:`dockyard.envs.swe.validate`). Each (repo, version) environment is provisioned once from
-its spec's install steps (``--allow-network``: pip may reach the package index); an instance
-whose environment cannot be built is ``provision_failed`` with its log, never scored. Exit status: 0 when every instance is valid, 1 when some
+its spec's install steps (``--allow-network``: pip may reach the package index), by the
+sandbox's prefix builder or, with ``--builder layers``, as an image the tests then run on
+(:mod:`dockyard.envs.swe.provision`); an instance whose environment cannot be built is
+``provision_failed`` with its log, never scored. Exit status: 0 when every instance is valid, 1 when some
 are not, 2 for bad input.
 """
 
@@ -37,6 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="sandbox tasks at once")
     p.add_argument("--timeout-s", type=float, default=120.0, help="per test run")
     p.add_argument("--limit", type=int, default=None, help="only the first N instances")
+    p.add_argument(
+        "--builder", choices=("prefix", "layers"), default="prefix",
+        help="prefix: the sandbox's prefix environments, tests on its Python; layers (as in "
+        "`harbor validate`): each (repo, version) built as an image the way SWE-bench's Docker images are (a Debian root "
+        "with the spec's Python, its steps as layers), tests on the image's Python (needs "
+        "--allow-network: the build reaches the package registries through the service's proxy)",
+    )  # fmt: skip
     add_network_arguments(
         p,
         "let provisioning steps (pip install) reach the package index (the started service "
@@ -56,6 +65,18 @@ def _tasks(dataset: str) -> list[dict]:
     return load_swebench_jsonl(dataset)
 
 
+def local_repositories(tasks: list[dict]) -> list[str]:
+    """The local clones / directories the records name (``repo_git`` without a URL scheme,
+    ``repo_path``): what the service started here may read (its ``--repo-root``s)."""
+    paths = {
+        str(Path(p).resolve())
+        for t in tasks
+        for p in (t.get("repo_git"), t.get("repo_path"))
+        if isinstance(p, str) and p and "://" not in p and Path(p).is_dir()
+    }
+    return sorted(paths)
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -67,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
         for f in args.spec:
             if not Path(f).is_file():
                 raise FileNotFoundError(f"--spec {f}: no such file")
+        if args.builder == "layers" and not args.allow_network and args.sandbox_url is None:
+            raise ValueError(
+                "--builder layers builds each environment from the package registries: add "
+                "--allow-network (and --registry HOST for a mirror with a private address)"
+            )
     except (FileNotFoundError, ValueError) as e:
         print(f"dockyard swe validate: {e}", file=sys.stderr)
         return 2
@@ -77,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
             print("dockyard swe validate: starting a local sandbox service", flush=True)
             extra = service_args(args)
+            for repo in local_repositories(tasks):  # the records' own clones, and only them
+                print(f"dockyard swe validate: the service may read {repo}", flush=True)
+                extra.append(f"--repo-root={repo}")
             svc = stack.enter_context(
                 start_service(workers=max(1, args.concurrency), extra_args=extra)
             )
@@ -91,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
             client = AsyncSandboxClient(url, token)
             try:
                 return await validate(client, tasks, args.spec, args.concurrency, args.timeout_s,
-                                      on_row=done, network=args.allow_network)  # fmt: skip
+                                      on_row=done, network=args.allow_network,
+                                      builder=args.builder)  # fmt: skip
             finally:
                 await client.aclose()
 
