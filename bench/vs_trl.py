@@ -97,7 +97,11 @@ Before each run the bench waits (``settle_s``, at most 60 s) until the Ray daemo
 dockyard run started have exited: they outlive the ``dockyard`` process by seconds and would
 otherwise run beside the next system's start and first steps (TRL runs 2 and 3 follow a dockyard
 run). TRL's child records its torch thread count (``trl/torch_threads``) and inherited OpenMP
-variables.
+variables, and after training measures the floor of its trainer phase: a plain transformers
+training step (forward, log-softmax, backward, clip, AdamW) on a batch of the shape its loss
+forwarded (``trl/floor_s``; ``trl/rest_over_floor``: what TRL's own bookkeeping adds). On
+regime a that plain step is most of TRL's trainer phase: the phase is the work of 64 padded
+sequences through the model, not overhead the bench adds.
 
 This script's own work (SFT, evaluation) runs on one torch thread and is not measured; run it
 on an otherwise idle machine (on a busy 2-core box two OpenMP threads ran a step 8× slower).
@@ -580,6 +584,9 @@ ROWS = (  # key, label, ratio against TRL shown
     ("trl/reward_s", "TRL: its reward function, median (s)", False),
     ("trl/torch_threads", "TRL: torch threads", False),
     ("trl/rest_of_step_s", "TRL: the rest of the step, median (s)", False),
+    ("trl/floor_tokens", "TRL: tokens its loss forwards per step, padding included", False),
+    ("trl/floor_s", "TRL: a plain transformers training step on that batch (s)", False),
+    ("trl/rest_over_floor", "TRL: the rest of the step / that plain step", False),
     *((f"phase/{k.removeprefix('time/')}", f"dockyard: {k} (median)", False) for k in PHASES),
     ("staleness", "dockyard: staleness (mean age)", False),
     ("settle_s", "bench: waited for the previous run's Ray to exit (s)", False),

@@ -126,10 +126,49 @@ def trl_main(spec_path: str) -> int:
         return out
 
     trainer._generate_and_score_completions = timed  # pyright: ignore[reportAttributeAccessIssue]
+    shapes: list[tuple[int, int]] = []  # (rows, columns) of each batch TRL's loss forwards
+    compute_loss = trainer.compute_loss
+
+    def shaped(model: Any, inputs: Any, *a: Any, **kw: Any) -> Any:
+        p, c = inputs["prompt_ids"], inputs["completion_ids"]
+        shapes.append((int(p.shape[0]), int(p.shape[1] + c.shape[1])))
+        return compute_loss(model, inputs, *a, **kw)
+
+    trainer.compute_loss = shaped  # pyright: ignore[reportAttributeAccessIssue]
     trainer.train()
     trainer.save_model(spec["out"])
     event("saved")
+    rows, cols = sorted(shapes)[len(shapes) // 2]
+    t0 = time.perf_counter()
+    floor_s = training_floor(trainer.model, rows, cols)
+    # its time is taken out of TRL's wall and exit figures (trl_result): it is the bench's
+    event("floor", rows=rows, cols=cols, floor_s=floor_s, spent_s=time.perf_counter() - t0)
     return 0
+
+
+def training_floor(model: Any, rows: int, cols: int, reps: int = 10) -> float:
+    """The compute floor of TRL's trainer phase: a plain transformers training step (forward
+    to every position's logits, log-softmax, backward, grad-norm clip, AdamW) on a batch of the
+    shape TRL's loss forwarded (its median: padded prompts + completions), median of ``reps``
+    after two warm-ups, same process and threads. TRL's "rest of the step" over this floor is
+    what its own bookkeeping costs; the floor itself is the work (tokens × parameters)."""
+    import torch
+
+    torch.manual_seed(0)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    ids = torch.randint(0, model.config.vocab_size, (rows, cols))
+    took = []
+    for _ in range(reps + 2):
+        t0 = time.perf_counter()
+        logits = model(input_ids=ids).logits
+        lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])
+        (-lp.mean()).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+        opt.step()
+        opt.zero_grad()
+        took.append(time.perf_counter() - t0)
+    return statistics.median(took[2:])
 
 
 def trl_result(run: dict[str, Any]) -> dict[str, float]:
@@ -162,6 +201,13 @@ def trl_result(run: dict[str, Any]) -> dict[str, float]:
         "trl/reward_s": statistics.median(e.get("reward_s") or 0.0 for e in steps),
         "trl/torch_threads": float(begin_event.get("torch_threads", 0)),
     }
+    floor = next((e for e in events if e["event"] == "floor"), None)
+    if floor is not None:  # a plain training step on TRL's batch shape (training_floor)
+        for k in ("wall_s", "exit_lag_s", "exit/after_s"):  # the measurement is not TRL's exit
+            out[k] -= floor["spent_s"]
+        out["trl/floor_s"] = floor["floor_s"]
+        out["trl/floor_tokens"] = float(floor["rows"] * floor["cols"])
+        out["trl/rest_over_floor"] = out["trl/rest_of_step_s"] / floor["floor_s"]
     # the trainer's share: what follows generation and scoring (TRL trains in the same step)
     out["trainer_share"] = out["trl/rest_of_step_s"] / step_s
     counts = [x["num_tokens"] for x in logs if "num_tokens" in x]  # cumulative, real tokens

@@ -469,7 +469,10 @@ def test_a_layered_spec_is_the_builders_image_with_pytest_for_the_runner(tmp_pat
     assert prov.spec is not None
     assert prov.spec.image is not None
     runs = [s.run for s in prov.spec.image.stages[0].steps if s.run]
-    assert runs == ["python -m pip install pytest==7.1.2"], runs
+    assert runs[1:] == ["python -m pip install pytest==7.1.2"], runs
+    # first, SWE-bench's base image's packages (compilers for build_ext, git, locales)
+    assert runs[0].startswith("apt-get update && apt-get install -y"), runs
+    assert all(p in runs[0].split() for p in ("build-essential", "git", "locales-all")), runs
     assert prov.spec.image.stages[0].base == "python:bullseye"
     system = environment_for(setup)
     assert system.python is None

@@ -30,6 +30,7 @@ reported with its log.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +125,9 @@ def layered_image(
     pytest, a last step installs it (noted): the runner runs on the image's Python."""
     plan = plan or setup_plan(setup)
     image = image_spec(plan, resolve(plan, files))
+    base = base_packages()  # SWE-bench's base image: compilers for build_ext, git, locales
+    image["stages"][0]["steps"].insert(1, {"run": apt_install(base)})
+    image["notes"].append(f"SWE-bench's base image packages: {' '.join(base)}")
     if setup.uses_our_runner and not _installs_pytest(image):
         image["stages"][-1]["steps"].append({"run": "python -m pip install pytest"})
         image["notes"].append(
@@ -131,6 +135,34 @@ def layered_image(
             "on the image's Python: `pip install pytest` added"
         )
     return image
+
+
+BASE_PACKAGES = (
+    "wget", "git", "build-essential", "libffi-dev", "libtiff-dev", "python3", "python3-pip",
+    "python-is-python3", "jq", "curl", "locales", "locales-all", "tzdata",
+)  # fmt: skip
+"""SWE-bench's base image's packages (swebench 4.1's ``_DOCKERFILE_BASE_PY``), where the
+swebench package is not installed."""
+
+
+def base_packages() -> tuple[str, ...]:
+    """The Debian packages of SWE-bench's base image (``_DOCKERFILE_BASE_PY``'s ``apt install``
+    list, read from the installed swebench package; :data:`BASE_PACKAGES` without it)."""
+    try:
+        from swebench.harness.dockerfiles.python import _DOCKERFILE_BASE_PY
+    except ImportError:
+        return BASE_PACKAGES
+    m = re.search(r"apt install -y((?:\s*\\?\s*[A-Za-z0-9.+-]+)+)", _DOCKERFILE_BASE_PY)
+    names = tuple(n for n in re.split(r"[\s\\]+", m.group(1)) if n) if m else ()
+    return names or BASE_PACKAGES
+
+
+def apt_install(packages: tuple[str, ...]) -> str:
+    names = " ".join(shlex.quote(p) for p in packages)
+    return (
+        f"apt-get update && apt-get install -y --no-install-recommends {names} "
+        "&& rm -rf /var/lib/apt/lists/*"
+    )
 
 
 def _installs_pytest(image: dict[str, Any]) -> bool:
