@@ -472,7 +472,8 @@ def test_a_layered_spec_is_the_builders_image_with_pytest_for_the_runner(tmp_pat
     assert runs[1:] == ["python -m pip install pytest==7.1.2"], runs
     # first, SWE-bench's base image's packages (compilers for build_ext, git, locales)
     assert runs[0].startswith("apt-get update && apt-get install -y"), runs
-    assert all(p in runs[0].split() for p in ("build-essential", "git", "locales-all")), runs
+    wanted = ("build-essential", "git", "locales-all", "python3-setuptools")
+    assert all(p in runs[0].split() for p in wanted), runs
     assert prov.spec.image.stages[0].base == "python:bullseye"
     system = environment_for(setup)
     assert system.python is None
@@ -529,3 +530,30 @@ def test_a_spec_built_as_an_image_runs_its_tests_on_the_images_python(
     assert end.done, end.metadata
     assert not end.infra_error, end.metadata
     assert end.rewards[TESTS] == 1.0, end.metadata
+
+
+def test_a_compiled_extension_is_built_with_the_images_compiler(layers_sandbox_url, tmp_path):
+    """``builder: layers`` and a compiled editable install: the repository stage
+    (``build_ext --inplace``) runs over the image, with the compiler and Python headers of
+    SWE-bench's base packages in it (the service's own compilers are not in an image's jail),
+    and the extension imports on the image's Python 3.13."""
+    repo = "acme/cext"
+    path = tmp_path / "cext.json"
+    setup = {"python": "3.13", "install": ["python -m pip install --no-build-isolation -e ."],
+             "test_cmd": "pytest"}  # fmt: skip
+    path.write_text(json.dumps({repo: {"1.0": setup}}))
+    record = _cext_record(repo)
+    version = "import sys\n\n\ndef test_python():\n    assert sys.version_info[:2] == (3, 13)\n"
+    record["test_patch"] += unified_diff("tests/test_py.py", "", version)
+    record["PASS_TO_PASS"] = [*record["PASS_TO_PASS"], "tests/test_py.py::test_python"]
+
+    async def go() -> list[dict]:
+        client = AsyncSandboxClient(layers_sandbox_url)
+        try:
+            return await validate(client, [record], [str(path)], timeout_s=120, builder="layers")
+        finally:
+            await client.aclose()
+
+    (row,) = asyncio.run(go())
+    assert row["valid"], row
+    assert any("compiled in place" in n for n in row["provision_notes"]), row

@@ -126,8 +126,12 @@ def layered_image(
     plan = plan or setup_plan(setup)
     image = image_spec(plan, resolve(plan, files))
     base = base_packages()  # SWE-bench's base image: compilers for build_ext, git, locales
-    image["stages"][0]["steps"].insert(1, {"run": apt_install(base)})
-    image["notes"].append(f"SWE-bench's base image packages: {' '.join(base)}")
+    image["stages"][0]["steps"].insert(1, {"run": apt_install(base + CONDA_PYTHON)})
+    image["notes"].append(
+        f"SWE-bench's base image packages: {' '.join(base)}; and {' '.join(CONDA_PYTHON)} "
+        "(a conda env's python brings its headers, setuptools and wheel; Debian's python3-pip "
+        "brings setuptools only up to bookworm)"
+    )
     if setup.uses_our_runner and not _installs_pytest(image):
         image["stages"][-1]["steps"].append({"run": "python -m pip install pytest"})
         image["notes"].append(
@@ -143,6 +147,11 @@ BASE_PACKAGES = (
 )  # fmt: skip
 """SWE-bench's base image's packages (swebench 4.1's ``_DOCKERFILE_BASE_PY``), where the
 swebench package is not installed."""
+
+
+CONDA_PYTHON = ("python3-dev", "python3-setuptools", "python3-wheel")
+"""What SWE-bench's ``conda create python=X.Y`` env has beside the interpreter and pip: its
+headers (a C extension's build needs Python.h), setuptools, wheel."""
 
 
 def base_packages() -> tuple[str, ...]:
