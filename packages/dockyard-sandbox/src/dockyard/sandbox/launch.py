@@ -38,9 +38,11 @@ class ServiceHandle:
         log_path: Path,
         work_dir: Path,
         env_cache_dir: Path | None = None,
+        env_cache_tmp: tempfile.TemporaryDirectory[str] | None = None,
     ):
         self.work_dir = work_dir  # holds ws/ (workspaces), trusted/, cache/
         self.env_cache_dir = env_cache_dir  # provisioned environments and layered images
+        self._env_cache_tmp = env_cache_tmp  # the launcher's own (removed with the service)
         self.proc = proc
         self.url = url
         self.token = token
@@ -85,16 +87,18 @@ class ServiceHandle:
             reclaim(self.work_dir)
         except Exception as e:  # still remove what we can below
             print(f"dockyard-sandbox launch: reclaiming {self.work_dir}: {e!r}", file=sys.stderr)
-        root = os.path.realpath(self._tmp.name)
+        temps = [t for t in (self._tmp, self._env_cache_tmp) if t is not None]
+        roots = [os.path.realpath(t.name) + "/" for t in temps]
         try:
             with open("/proc/self/mounts") as f:
                 mounts = [line.split()[1] for line in f]
         except OSError:
             mounts = []
         for m in sorted(mounts, reverse=True):
-            if m.startswith(root + "/"):
+            if any(m.startswith(r) for r in roots):
                 subprocess.run(["umount", "-l", m], capture_output=True)
-        self._tmp.cleanup()
+        for t in temps:
+            t.cleanup()
 
     def kill(self) -> None:
         """SIGKILL the service (what a crash looks like to clients)."""
@@ -125,13 +129,8 @@ def start_service(
     generate_token: bool = False,
 ) -> ServiceHandle:
     """Start ``dockyard-sandbox serve`` in a subprocess and wait until it answers /healthz."""
-    tmp = tempfile.TemporaryDirectory(prefix="dockyard-sandbox-launch-")
+    tmp = tempfile.TemporaryDirectory(prefix="dockyard-sandbox-launch-")  # 0700: work, token
     d = Path(tmp.name)
-    # Traversable, not listable: layered images are built and mounted by the root of a user
-    # namespace (an unprivileged host uid), which must reach the layer cache (``envs``, below,
-    # unless the caller names one). What is private here is closed: the work dir (the service
-    # makes it 0700: held-out files, workspaces), the token and the log (0600).
-    os.chmod(d, 0o711)
     work = Path(work_dir) if work_dir is not None else d / "work"
     if token is None and generate_token:
         token = secrets.token_urlsafe(32)
@@ -165,14 +164,19 @@ def start_service(
         args += ["--token-file", str(d / "token")]
     args += extra_args or []
     named = [a for a in args if a == "--env-cache-dir" or a.startswith("--env-cache-dir=")]
+    envs_tmp = None
     if named:
         i = args.index(named[0])
         envs = Path(args[i + 1] if named[0] == "--env-cache-dir" else named[0].split("=", 1)[1])
     else:
-        envs = d / "envs"
+        # Not inside the 0700 dir above: layered images are built and mounted by the root of a
+        # user namespace (an unprivileged host uid), which must traverse to the layer cache.
+        envs_tmp = tempfile.TemporaryDirectory(prefix="dockyard-sandbox-envs-")
+        os.chmod(envs_tmp.name, 0o711)
+        envs = Path(envs_tmp.name)
         args += ["--env-cache-dir", str(envs)]
     log_path = d / "service.log"
-    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as logf:
+    with open(log_path, "wb") as logf:
         proc = subprocess.Popen(
             args, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
@@ -183,6 +187,8 @@ def start_service(
                 proc.kill()
             out = log_path.read_text(errors="replace")
             tmp.cleanup()
+            if envs_tmp is not None:
+                envs_tmp.cleanup()
             raise RuntimeError(
                 f"dockyard-sandbox did not start (exit {proc.returncode}):\n{out[-4000:]}"
             )
@@ -190,4 +196,4 @@ def start_service(
     bound = int((d / "port").read_text())
     url = f"http://{'[' + host + ']' if ':' in host else host}:{bound}"
     httpx.get(f"{url}/healthz", timeout=10).raise_for_status()
-    return ServiceHandle(proc, url, token, tmp, log_path, work, envs)
+    return ServiceHandle(proc, url, token, tmp, log_path, work, envs, envs_tmp)

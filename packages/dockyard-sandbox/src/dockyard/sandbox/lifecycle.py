@@ -172,8 +172,6 @@ class WorkDir:
             path = Path(work_dir)
             created = not os.path.lexists(path)
             path.mkdir(parents=True, exist_ok=True)
-            if created:  # as mkdtemp's: workspaces and held-out files are below
-                os.chmod(path, 0o700)
         try:
             fd = _lock(path)
         except BaseException:
