@@ -13,6 +13,7 @@ import io
 import json
 import os
 import tarfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -450,3 +451,60 @@ def test_a_container_whose_pid_1_died_is_started_again(client) -> None:
     r = client.exec(sid, "cat /etc/mark")
     assert r.stdout == f"{mark}\n", r
     assert _holder_of(mark) not in ([], holders)  # a new pid 1 holds it
+
+
+def _jail_servers(service_pid: int) -> list[int]:
+    """The service's jail server (``layers/runner.py``): its child ``jail_main.py --serve``."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            status = (d / "status").read_text().splitlines()
+            ppid = int(next(line for line in status if line.startswith("PPid:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            continue
+        if ppid == service_pid and b"--serve" in argv and any(a.endswith(b"jail_main.py") for a in argv):  # fmt: skip
+            found.append(int(d.name))
+    return found
+
+
+def test_a_containers_commands_inherit_no_descriptor_of_the_service(client) -> None:
+    """A command forked by the jail server holds its stdio and nothing else: not the server's
+    control socket, not another jail's reply socket or pipes (another session runs at once)."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    other, sid = (client.create_session({"environment": env}) for _ in range(2))
+    t = threading.Thread(target=lambda: client.exec(other, "sleep 2"))
+    t.start()  # a command of the other session runs while this one's is forked
+    time.sleep(0.5)
+    r = client.exec(sid, "ls /proc/self/fd")
+    t.join()
+    assert r.exit_code == 0, r
+    assert r.stdout.split() == ["0", "1", "2", "3"], r  # 3: ls's own reading of the directory
+
+
+def test_a_killed_jail_server_is_started_again_and_so_are_its_containers(
+    client, layers_sandbox
+) -> None:
+    """Every jail is a fork of the service's jail server and dies with it: a killed server is
+    started again by the next jail, and a container it took down is started again over its own
+    writable layer at its next command (what the session wrote survives, as a restart keeps)."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    mark = uuid.uuid4().hex
+    assert client.exec(sid, f"echo {mark} > /etc/mark").exit_code == 0
+    servers, holders = _jail_servers(layers_sandbox.pid), _holder_of(mark)
+    assert len(servers) == 1, servers
+    assert len(holders) == 1, holders
+    os.kill(servers[0], 9)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{holders[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{holders[0]}").exists()  # pid 1 died with the server
+    r = client.exec(sid, "cat /etc/mark")
+    assert r.stdout == f"{mark}\n", r
+    again = _jail_servers(layers_sandbox.pid)
+    assert len(again) == 1, again
+    assert again != servers
+    assert _holder_of(mark) not in ([], holders)

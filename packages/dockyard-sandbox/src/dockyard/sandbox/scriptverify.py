@@ -199,7 +199,7 @@ def _in_image(
         plan = egress_plan(plan, proxy)
     o = run_plan(
         plan, c.probe, timeout_s, limits.memory_mb, limits.pids, output_cap=limits.output_bytes,
-        prlimits=(f"--cpu={limits.cpu_s}", f"--nofile={limits.open_files}"),
+        rlimits={"cpu": limits.cpu_s, "nofile": limits.open_files},
     )  # fmt: skip
     content = ""
     if not o.started and not o.timed_out:  # jail_main.py printed why (no task code ran yet)

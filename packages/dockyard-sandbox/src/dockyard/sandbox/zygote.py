@@ -18,6 +18,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from dockyard.sandbox.toolchain import python_executable, site_dirs
@@ -67,8 +68,48 @@ def _child_syscall_readable() -> str | None:
         child.wait()
 
 
+def launch(
+    argv: Callable[[int], list[str]], what: str
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Start a pre-started interpreter (``argv(its control fd)``: the zygote, the jail server)
+    with an empty environment in its own session; wait for its ``ready`` line."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen(
+        argv(theirs.fileno()), pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"},
+        start_new_session=True,
+    )  # fmt: skip
+    theirs.close()
+    assert proc.stdout is not None
+    deadline = time.monotonic() + START_TIMEOUT_S
+    line = b""
+    while not line.endswith(b"\n") and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 64)
+            if not chunk:
+                break
+            line += chunk
+    if line != b"ready\n":
+        proc.kill()
+        proc.wait()
+        ours.close()
+        raise ZygoteError(f"{what} did not start (exit {proc.returncode})")
+    return proc, ours
+
+
+def _zygote_argv(fd: int) -> list[str]:
+    return [python_executable(), "-I", "-S", "-B", str(MAIN), str(fd), site_dirs()]
+
+
 class Zygote:
-    def __init__(self) -> None:
+    """A pre-started interpreter that forks per request (``spawn``), started on first use and
+    again if it died: the runner zygote by default; ``layers/runner.py``'s jail server too."""
+
+    def __init__(
+        self, argv: Callable[[int], list[str]] = _zygote_argv, what: str = "the runner zygote"
+    ) -> None:
+        self._argv, self.what = argv, what
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._ctl: socket.socket | None = None
@@ -79,47 +120,15 @@ class Zygote:
             return self._ctl
         if self._ctl is not None:
             self._ctl.close()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        proc = subprocess.Popen(
-            [
-                python_executable(),
-                "-I",
-                "-S",
-                "-B",
-                str(MAIN),
-                str(theirs.fileno()),
-                site_dirs(),
-            ],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            env={"LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"},
-            start_new_session=True,
-        )
-        theirs.close()
-        assert proc.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        line = b""
-        while not line.endswith(b"\n") and time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-            if ready:
-                chunk = os.read(proc.stdout.fileno(), 64)
-                if not chunk:
-                    break
-                line += chunk
-        if line != b"ready\n":
-            proc.kill()
-            proc.wait()
-            ours.close()
-            raise ZygoteError(f"the runner zygote did not start (exit {proc.returncode})")
+        proc, ours = launch(self._argv, self.what)
         self._proc, self._ctl = proc, ours
         self.starts += 1
         if self.starts > 1:
-            log.warning("runner zygote restarted (start %d)", self.starts)
+            log.warning("%s restarted (start %d)", self.what, self.starts)
         return ours
 
     def spawn(self, request: dict, fds: list[int]) -> None:
-        """Hand one test phase to the zygote (it forks the keeper and returns at once)."""
+        """Hand one request to the server (it forks for it and returns at once)."""
         payload = json.dumps(request).encode()
         with self._lock:
             ctl = self._ensure()
@@ -128,7 +137,7 @@ class Zygote:
                     [payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
                 )
             except OSError as e:
-                raise ZygoteError(f"the runner zygote is unreachable: {e}") from e
+                raise ZygoteError(f"{self.what} is unreachable: {e}") from e
 
     def close(self) -> None:
         with self._lock:

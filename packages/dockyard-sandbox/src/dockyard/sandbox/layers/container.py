@@ -39,8 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dockyard.sandbox.cgroups import Probe
-from dockyard.sandbox.layers.runner import Flag, StepOutcome, run_plan
+from dockyard.sandbox.layers.runner import Flag, JailLost, StepOutcome, run_plan
 from dockyard.sandbox.models import Limits
+from dockyard.sandbox.zygote import ZygoteError
 
 MAX_LIFE_S = 86_400.0
 log = logging.getLogger("dockyard.sandbox")
@@ -77,16 +78,18 @@ class Container:
         """Start pid 1 and wait until it has set the container up; raises ContainerFailed."""
         self._cancel, self._ended = threading.Event(), threading.Event()
         r, w = os.pipe()
-        plan = self.plan | {"op": "hold", "pid_fd": w, "argv": []}
+        plan = self.plan | {"op": "hold", "argv": []}
 
         def hold() -> None:
             try:
                 o = run_plan(
                     plan, self.probe, MAX_LIFE_S, self.limits.memory_mb, self.limits.pids,
-                    name=self.name, cancel=self._cancel, pass_fds=(w,),
-                    prlimits=(f"--nofile={self.limits.open_files}",),
+                    name=self.name, cancel=self._cancel, fds={"pid_fd": w},
+                    rlimits={"nofile": self.limits.open_files},
                 )  # fmt: skip
                 self.last_words = f"exit {o.exit_code}: {o.output.strip()[-300:]}"
+            except (JailLost, ZygoteError) as e:
+                self.last_words = str(e)
             finally:
                 self._ended.set()
 
@@ -113,7 +116,7 @@ class Container:
                  "user": self.plan.get("user") or "root", "env": env, "argv": argv},
                 self.probe, timeout_s, self.limits.memory_mb, self.limits.pids,
                 output_cap=output_cap, name=name, cancel=cancel, split=True,
-                prlimits=(f"--cpu={self.limits.cpu_s}", f"--nofile={self.limits.open_files}"),
+                rlimits={"cpu": self.limits.cpu_s, "nofile": self.limits.open_files},
             )  # fmt: skip
             if o.started or o.timed_out:
                 return o

@@ -1,6 +1,9 @@
 """The build jail: one Dockerfile step as root of a user namespace over an overlay (stdlib only).
 
-Run by the service (host root) as ``python -I -S jail_main.py`` with a JSON plan on stdin::
+Run as ``python -I -S jail_main.py`` with a JSON plan on stdin, or, as the service runs every
+jail, in a fork of the *jail server* (``python -I -S -B jail_main.py --serve <fd>``, host root,
+started once per service with every module an op needs imported: ``serve``) that joins the
+jail's cgroups and takes its rlimits first. A plan::
 
     {"uid_base": 1000000, "uid_count": 65536,      # inside uid/gid 0.. -> host uid_base..
      "chdir": dir | null,                            # lower dirs may be relative to it
@@ -24,8 +27,8 @@ overlay, each destination walked one component at a time in the merged root with
 followed (the image is the task's content: a link there must not aim a mount elsewhere); a
 link on the way is a ``dockyard-build: content:`` setup failure (the task's, not the service's).
 
-Chain: the service's process forks a child that ``unshare``s user, mount, pid, ipc, uts and
-net namespaces; this (host-root) process writes the child's ``uid_map``/``gid_map`` (0..N-1 ->
+Chain: the jail's process (the script, or the server's fork) forks a child that ``unshare``s
+user, mount, pid, ipc, uts and net namespaces; this (host-root) process writes the child's ``uid_map``/``gid_map`` (0..N-1 ->
 uid_base.., which a host root may, with no ``/etc/subuid``), then the child becomes uid 0 of
 its namespace (host uid ``uid_base``: unprivileged outside) and forks pid 1 of the new pid
 namespace. Pid 1 mounts the overlay (``userxattr``: whiteouts are 0/0 character devices and
@@ -39,21 +42,24 @@ may then read it without racing a writer). Exit status: the step's; 125 and a
 
 A session's *container* (``container.py``) is the same jail with ``op: hold``: pid 1 sets it up,
 reports, then only reaps until the host kills it; every command of the session is an ``op:
-enter`` of this script, which joins pid 1's namespaces (``setns`` on a pidfd, checked against the
+enter``: a fork that joins pid 1's namespaces (``setns`` on a pidfd, checked against the
 user namespace's inode the holder reported, so a reused pid is refused), becomes the
-namespace's root and runs the command as a ``run`` step does. The entering process is
+namespace's root and forks the command (the first process of ours in the container's pid
+namespace, which execs it as a ``run`` step's would be). The entering process is
 non-dumpable (``PR_SET_DUMPABLE`` 0, as runc's ``nsexec`` does): while it is a host process inside
 the container's namespaces nothing in them can ptrace it or open its ``/proc`` entries.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import grp
 import json
 import os
 import pwd
+import resource
 import signal
 import stat
 import struct
@@ -252,9 +258,11 @@ def _ids(spec: str | None) -> tuple[int, int]:
     return uid, gid
 
 
-def _run(plan: dict) -> int:
+def _prepare(plan: dict) -> tuple[int, int]:
+    """Say the jail is set up (what follows is the step's: its image, user, workdir), enter the
+    workdir; the user's (uid, gid)."""
     ready = plan.get("ready_fd")
-    if ready is not None:  # set up: what follows is the step's (its image, user, workdir)
+    if ready is not None:
         os.write(ready, b"1")
         os.close(ready)
     os.makedirs(plan["cwd"], exist_ok=True)  # Docker creates the WORKDIR for RUN too
@@ -265,19 +273,30 @@ def _run(plan: dict) -> int:
             plan["env"]["HOME"] = pwd.getpwuid(uid).pw_dir
         except KeyError:
             plan["env"]["HOME"] = "/root" if uid == 0 else "/"
+    return uid, gid
+
+
+def _exec(plan: dict, uid: int, gid: int) -> int:
+    """Become the step's process: a session of its own, the user's ids, ``argv``."""
+    try:
+        os.setsid()
+        if uid:
+            name = pwd.getpwuid(uid).pw_name if _has_uid(uid) else None
+            os.setgroups(os.getgrouplist(name, gid) if name else [gid])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        os.execve(plan["argv"][0], plan["argv"], plan["env"])
+    except OSError as e:
+        print(f"dockyard-build: {plan['argv'][0]}: {e.strerror}", file=sys.stderr)
+        sys.stderr.flush()
+    os._exit(127)
+
+
+def _run(plan: dict) -> int:
+    uid, gid = _prepare(plan)
     pid = os.fork()
     if pid == 0:
-        try:
-            os.setsid()
-            if uid:
-                name = pwd.getpwuid(uid).pw_name if _has_uid(uid) else None
-                os.setgroups(os.getgrouplist(name, gid) if name else [gid])
-                os.setresgid(gid, gid, gid)
-                os.setresuid(uid, uid, uid)
-            os.execve(plan["argv"][0], plan["argv"], plan["env"])
-        except OSError as e:
-            print(f"dockyard-build: {plan['argv'][0]}: {e.strerror}", file=sys.stderr)
-            os._exit(127)
+        _exec(plan, uid, gid)
     while True:  # pid 1: reap everything, return the step's own status
         try:
             done, status = os.wait()
@@ -318,7 +337,9 @@ def _enter(plan: dict) -> int:
         raise SetupError("the session's container has ended")
     _check(_libc.setns(pidfd, ENTER_FLAGS), "entering the session's container")
     os.close(pidfd)
-    return _root_child(lambda: _run(plan))  # the first process of ours in its pid namespace
+    # the first process of ours in its pid namespace becomes the command (not pid 1: the
+    # container's pid 1 reaps what it leaves behind)
+    return _root_child(lambda: _exec(plan, *_prepare(plan)))
 
 
 def _root_child(body: Callable[[], int], forked: Callable[[int], None] | None = None) -> int:
@@ -473,20 +494,16 @@ def _child(plan: dict, ready_w: int, go_r: int) -> int:
     return _root_child(lambda: _inner(plan), report)
 
 
-def main() -> None:
-    # dies with the service's thread that started it (a container's, a build's): nothing of a
-    # jail outlives a killed service (the chain below dies with this process in turn)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    plan = json.loads(sys.stdin.read())
+def run(plan: dict) -> int:
+    """One plan in this process (a script's, or a fork of the server's): its exit status. An
+    ``enter`` returns from inside the container's namespaces: the caller ``_exit``s at once."""
     _load(plan)
     if plan["op"] == "enter":
         try:
-            code = _enter(plan)
+            return _enter(plan)
         except (SetupError, OSError) as e:
             print(f"dockyard-build: {e}", file=sys.stderr)
-            code = SETUP_FAILED
-        sys.stderr.flush()
-        os._exit(code)  # nothing more runs in the container's namespaces (no finalisation)
+            return SETUP_FAILED
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     pid = os.fork()
@@ -502,8 +519,9 @@ def main() -> None:
         os._exit(code)
     os.close(ready_w)
     os.close(go_r)
-    if plan.get("pid_fd") is not None:
-        os.close(plan["pid_fd"])
+    for key in ("pid_fd", "ready_fd"):  # the child has them (this process writes neither)
+        if plan.get(key) is not None:
+            os.close(plan[key])
     try:
         if os.read(ready_r, 1) == b"1":
             base, n = int(plan["uid_base"]), int(plan["uid_count"])
@@ -514,8 +532,119 @@ def main() -> None:
     except OSError as e:
         print(f"dockyard-build: writing the id maps: {e}", file=sys.stderr)
         os.kill(pid, signal.SIGKILL)
+    os.close(ready_r)
+    os.close(go_w)
     _, status = os.waitpid(pid, 0)
-    sys.exit(os.waitstatus_to_exitcode(status) % 256)
+    return os.waitstatus_to_exitcode(status) % 256
+
+
+_MAX_FDS = 8  # per request: reply, out, err and the plan's fds (ready_fd, pid_fd)
+
+
+def serve(ctl_fd: int) -> None:
+    """The jail server (``runner.py``): for each request on ``ctl_fd`` (a JSON object: ``plan``,
+    ``fds`` naming the descriptors that come with it, ``join``: cgroup files, ``rlimits``: [[res,
+    value]...]) fork a child that joins the cgroups, takes the rlimits and the request's stdio,
+    and runs the plan as this script would; send the service its pidfd on the request's
+    ``reply`` socket, and once it is reaped here its wait status. A fork costs ~1 ms where a
+    fresh interpreter costs ~25: a container's every command is one."""
+    import array
+    import select
+    import socket
+
+    for op in ("run", "copy"):  # every module any op needs, imported once before the forks
+        _load({"op": op, "forwarder": True})
+    ctl = socket.socket(fileno=ctl_fd)
+    waiting: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, reply fd)
+    poller = select.poll()
+    poller.register(ctl_fd, select.POLLIN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if len(os.listdir("/proc/self/task")) != 1:  # children join cgroups thread-wise (tasks)
+        raise SystemExit("jail server: a thread was started; refusing to serve")
+    os.write(1, b"ready\n")
+    while True:
+        for fd, _ in poller.poll():
+            if fd != ctl_fd:
+                pid, reply = waiting.pop(fd)
+                poller.unregister(fd)
+                _, status = os.waitpid(pid, 0)
+                with contextlib.suppress(OSError):
+                    os.write(reply, b"status:%d" % status)
+                for f in (fd, reply):
+                    os.close(f)
+                continue
+            fds = array.array("i")
+            try:
+                msg, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_LEN(_MAX_FDS * fds.itemsize))
+            except InterruptedError:
+                continue
+            if not msg:
+                return  # the service closed its end, or died: so does every jail (pdeathsig)
+            for level, kind, data in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+            got, req = list(fds), json.loads(msg)
+            names = req.get("fds") or []
+            if len(got) != len(names) or "reply" not in names:
+                for f in got:
+                    os.close(f)  # the reply socket closed unanswered: the service reports it
+                continue
+            named = dict(zip(names, got, strict=True))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _served(req, named)
+            pidfd = os.pidfd_open(pid)  # not reaped before the poll says so: never a reused pid
+            reply = named.pop("reply")
+            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(reply)) as r:
+                socket.send_fds(r, [b"pid"], [pidfd])
+            for f in named.values():
+                os.close(f)
+            waiting[pidfd] = (pid, reply)
+            poller.register(pidfd, select.POLLIN)
+
+
+def _served(req: dict, fds: dict[str, int]) -> None:
+    """A fork of the server running one request (``serve``); never returns."""
+    code = SETUP_FAILED
+    try:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # every jail dies with the server
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fds.pop("out"), 1)
+        os.dup2(fds.pop("err"), 2)
+        low = 3  # close all but stdio and the plan's: the server's socket, other jails' replies
+        for fd in sorted(v for k, v in fds.items() if k.endswith("_fd")):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 1 << 20)
+        for path in req.get("join") or ():
+            with open(path, "w") as f:  # (single-threaded: the thread is the process)
+                f.write("0")  # this process, and so everything it forks, joins the group
+        for res, value in req.get("rlimits") or ():
+            resource.setrlimit(int(res), (int(value), int(value)))
+        code = run(req["plan"] | {k: v for k, v in fds.items() if k.endswith("_fd")})
+    except BaseException as e:  # (reported as the jail's setup failure)
+        print(f"dockyard-build: {e}", file=sys.stderr)
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(int(sys.argv[2]))
+        return
+    # dies with the service's thread that started it (the chain below dies with this process)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    code = run(json.loads(sys.stdin.read()))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # an enter: nothing more runs in the container's namespaces
 
 
 if __name__ == "__main__":

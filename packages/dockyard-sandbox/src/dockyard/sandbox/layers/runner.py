@@ -1,20 +1,22 @@
 """Run one build-jail plan (``jail_main.py``) under the service's limits.
 
-The helper runs as a child of the service (host root) in its own process group and in the
-build's pids/memory cgroups (joined by ``sh`` before anything else runs, as ``jail.py``'s
-unshare chain does); output is captured head+tail; at the wall clock the group and the cgroups
-are killed. Returns a :class:`StepOutcome`; never raises for what the step did.
+Each jail is a fork of the *jail server* (``jail_main.py --serve``, started once per service
+as host root, an interpreter with every module an op needs already imported): the fork joins the
+step's pids/memory cgroups and takes its rlimits before anything else runs, then runs the plan
+as ``python jail_main.py`` would. A container's pid 1 and every command entering it start in a
+few ms instead of an interpreter's start each (``bench/layers_session.py``). Output is captured
+head+tail; at the wall clock the jail's process and its cgroups are killed. Returns a
+:class:`StepOutcome`; never raises for what the step did.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import resource
 import select
-import shlex
 import signal
-import subprocess
+import socket
 import sys
 import threading
 import time
@@ -28,11 +30,16 @@ from dockyard.sandbox.capture import HeadTail
 from dockyard.sandbox.cgroups import Probe, TaskCgroups
 from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT
 from dockyard.sandbox.layers.store import Store
+from dockyard.sandbox.zygote import Zygote
 
 JAIL_MAIN = Path(__file__).resolve().parent / "jail_main.py"
 OUTPUT_CAP = 64 << 10
 SETUP_FAILED = 125
 FILE_CAP = 4 << 30  # bytes: RLIMIT_FSIZE of every process of a build step
+
+
+class JailLost(RuntimeError):
+    """The jail server died with a jail running (every jail dies with it): the service's fault."""
 
 
 @dataclass
@@ -95,61 +102,75 @@ def egress_plan(plan: dict, proxy: egress.Proxy) -> dict:
     }  # fmt: skip
 
 
+SERVER = Zygote(
+    lambda fd: [sys.executable, "-I", "-S", "-B", str(JAIL_MAIN), "--serve", str(fd)],
+    "the jail server",
+)
+_RLIMITS = {"cpu": resource.RLIMIT_CPU, "nofile": resource.RLIMIT_NOFILE}
+REAP_TIMEOUT_S = 30.0
+
+
 def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: int, *,
-             output_cap: int = OUTPUT_CAP, prlimits: tuple[str, ...] = (), name: str = "",
-             cancel: Flag | None = None, pass_fds: tuple[int, ...] = (),
+             output_cap: int = OUTPUT_CAP, rlimits: dict[str, int] | None = None, name: str = "",
+             cancel: Flag | None = None, fds: dict[str, int] | None = None,
              split: bool = False) -> StepOutcome:  # fmt: skip
-    """``prlimits``: more ``prlimit`` options (a verifier's ``--cpu=N``, ``--nofile=N``);
+    """``rlimits``: more limits by ``prlimit``'s names (a verifier's ``cpu``, ``nofile``);
     ``name``: the cgroups' name (freezer.py finds the processes by it); ``cancel``: set, the
-    jail is killed as at its wall clock; ``pass_fds``: more fds for the plan (closed here once
-    the helper has them); ``split``: stderr captured apart from stdout."""
+    jail is killed as at its wall clock; ``fds``: more fds for the plan, by the plan's key
+    (``pid_fd``; closed here once the server has them); ``split``: stderr captured apart from
+    stdout.
+
+    The jail is a fork of the jail server (``jail_main.py --serve``, one per service), which
+    joins the cgroups (v1's ``tasks``: ~10 ms sooner per controller than ``cgroup.procs``) and
+    sets the rlimits before anything else runs, then runs the plan as the script would."""
     cg = (
         TaskCgroups.create(probe, name or f"build-{uuid.uuid4().hex[:12]}", memory_mb << 20, pids)
         if probe.controllers
         else None
     )
-    # sh is single-threaded: it joins by its thread (``self_join_files``: v1's ``tasks``, ~10 ms
-    # sooner per controller than ``cgroup.procs``); what it execs and forks inherits the cgroups
-    join = "".join(
-        f"echo 0 > {shlex.quote(str(p))} || exit 125; " for p in (cg.self_join_files if cg else [])
-    )
-    # prlimit: no single file over FILE_CAP (a layer's disk is the store's; see the docs' limits)
-    argv = ["/bin/sh", "-c", join + 'exec "$@"', "sh", "prlimit", f"--fsize={FILE_CAP}", "--core=0",
-            *prlimits, "--", sys.executable, "-I", "-S", str(JAIL_MAIN)]  # fmt: skip
+    # no single file over FILE_CAP (a layer's disk is the store's; see the docs' limits), no core
+    limits = [(resource.RLIMIT_FSIZE, FILE_CAP), (resource.RLIMIT_CORE, 0)]
+    limits += [(_RLIMITS[k], v) for k, v in (rlimits or {}).items()]
     out = HeadTail(output_cap)
     err = HeadTail(output_cap) if split else None
     t0 = time.monotonic()
     # pid 1 of a run jail writes one byte here once it is set up, then closes it before the
     # step starts: no output or exit code of the step can pass for a setup failure, or hide one
     ready_r, ready_w = os.pipe()
-    plan = plan | {"ready_fd": ready_w}
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe() if split else (None, os.dup(out_w))
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    passed = {"reply": theirs.fileno(), "out": out_w, "err": err_w, "ready_fd": ready_w,
+              **(fds or {})}  # fmt: skip
+    request = {
+        "plan": plan, "fds": list(passed), "rlimits": limits,
+        "join": [str(p) for p in (cg.self_join_files if cg else [])],
+    }  # fmt: skip
     try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if split else subprocess.STDOUT, start_new_session=True,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, pass_fds=(ready_w, *pass_fds),
-        )  # fmt: skip
+        SERVER.spawn(request, list(passed.values()))
     finally:
-        for fd in (ready_w, *pass_fds):
+        theirs.close()
+        for fd in (out_w, err_w, ready_w, *(fds or {}).values()):
             os.close(fd)
-    readers = [threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True)]
-    if err is not None:
-        readers.append(threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True))
+    readers = [threading.Thread(target=_drain, args=(out_r, out), daemon=True)]
+    if err is not None and err_r is not None:
+        readers.append(threading.Thread(target=_drain, args=(err_r, err), daemon=True))
     for r in readers:
         r.start()
-    timed_out = False
+    timed_out, status, pidfd = False, None, -1
     try:
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(json.dumps(plan).encode())
-            proc.stdin.close()
-        timed_out = _wait(proc, t0 + max(0.1, timeout_s), cancel)
+        pidfd = _pidfd(ours)
+        if pidfd >= 0:
+            timed_out = _wait(ours, t0 + max(0.1, timeout_s), cancel)
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
         if cg is not None:
             cg.kill_all()
-        proc.wait()
+        status = _status(ours, REAP_TIMEOUT_S)
+        ours.close()
         for r in readers:
             r.join(timeout=5)
         os.set_blocking(ready_r, False)
@@ -158,8 +179,12 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
         except BlockingIOError:
             started = False
         os.close(ready_r)
+    if status is None and not timed_out:
+        if cg is not None:
+            cg.remove()
+        raise JailLost(f"{SERVER.what} ended before the jail reported (see the service's log)")
     res = StepOutcome(
-        exit_code=None if timed_out else proc.returncode, output=out.text(), timed_out=timed_out,
+        exit_code=None if timed_out or status is None else os.waitstatus_to_exitcode(status), output=out.text(), timed_out=timed_out,
         oom=bool(cg and cg.oom_killed()), pids_limit=bool(cg and cg.pids_limit_hit()),
         seconds=time.monotonic() - t0, truncated=out.truncated, started=started,
         errput=err.text() if err is not None else "",
@@ -170,30 +195,43 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
     return res
 
 
-def _wait(proc: subprocess.Popen[bytes], deadline: float, cancel: Flag | None) -> bool:
-    """Wait for ``proc`` until ``deadline`` (True: it passed) or ``cancel`` is set (looked at
-    every 50 ms, the process's exit seen at once through its pidfd)."""
-    if cancel is None:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            return False
-        except subprocess.TimeoutExpired:
+def _pidfd(reply: socket.socket) -> int:
+    """The jail's pidfd, the server's first answer (-1: it refused the request or died)."""
+    with contextlib.suppress(OSError):
+        _, got, _, _ = socket.recv_fds(reply, 16, 1)
+        if got:
+            return got[0]
+    return -1
+
+
+def _wait(reply: socket.socket, deadline: float, cancel: Flag | None) -> bool:
+    """Wait for the jail's end (the server's status on ``reply``, or its close) until
+    ``deadline`` (True: it passed) or ``cancel`` is set (looked at every 50 ms)."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return True
-    pidfd = os.pidfd_open(proc.pid)
+        if cancel is not None and cancel.is_set():
+            return False
+        tick = left if cancel is None else min(left, 0.05)
+        if select.select([reply], [], [], tick)[0]:
+            return False
+
+
+def _status(reply: socket.socket, timeout_s: float) -> int | None:
+    """The jail's wait status as the server reaped it (None: the server went first)."""
+    if not select.select([reply], [], [], timeout_s)[0]:
+        return None
+    with contextlib.suppress(OSError):
+        msg = reply.recv(64)
+        if msg.startswith(b"status:"):
+            return int(msg[7:])
+    return None
+
+
+def _drain(fd: int, out: HeadTail) -> None:
     try:
-        while proc.poll() is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return True
-            if cancel.is_set():
-                return False
-            select.select([pidfd], [], [], min(left, 0.05))
-        return False
+        while chunk := os.read(fd, 65536):
+            out.feed(chunk)
     finally:
-        os.close(pidfd)
-
-
-def _drain(stream: object, out: HeadTail) -> None:
-    assert stream is not None
-    while chunk := stream.read1(65536):  # type: ignore[attr-defined]
-        out.feed(chunk)
+        os.close(fd)
