@@ -194,9 +194,9 @@ echo 1 > /logs/verifier/reward.txt
 def test_a_session_runs_as_the_images_container(client) -> None:
     """A session over an image is Docker's container of it: commands and the terminal run as
     the image's root over the session's own writable layer (/etc, /opt writable; what one
-    command writes the next and the terminal see); a command's background processes end with
-    it; the verifier sees every change the agent made, none of its processes; another session
-    of the same image sees none of it."""
+    command writes the next and the terminal see); a command's background processes run on,
+    as under ``docker exec``; the verifier sees every change the agent made, none of its
+    processes; another session of the same image sees none of it."""
     env = _env(
         [{"base": BASE, "steps": [{"workdir": "/app"}, {"run": "echo conf=1 > /etc/tool.conf"}]}]
     )
@@ -207,8 +207,8 @@ def test_a_session_runs_as_the_images_container(client) -> None:
     assert r.exit_code == 0, r
     assert r.stdout.split() == ["0", "/app"], r
     again = client.exec(sid, "cat /etc/tool.conf /opt/agent/f; "
-                        "kill -0 $(cat /tmp/bg) 2>/dev/null || echo bg-gone; echo oops >&2")  # fmt: skip
-    assert again.stdout.split() == ["conf=1", "x", "hi", "bg-gone"], again
+                        "kill -0 $(cat /tmp/bg) 2>/dev/null && echo bg-runs; echo oops >&2")  # fmt: skip
+    assert again.stdout.split() == ["conf=1", "x", "hi", "bg-runs"], again
     assert again.stderr == "oops\n"  # stdout and stderr apart, as docker exec keeps them
     # the host processes that hold the container (pid 1) or enter it (the command's parent)
     # are closed to its root: no fd, environment or memory of theirs to read (not dumpable)
@@ -388,16 +388,77 @@ def test_a_verifier_cannot_pass_for_the_jails_setup(client, fake: str) -> None:
     assert r.exit_code == 125, r
 
 
-def test_a_verifier_filling_its_layer_is_a_resource_limit(client) -> None:
-    """The verifier's throwaway layer is a tmpfs of the task's disk_mb: filling it (anywhere in
-    the image, not only the workdir) is the task's resource_limit, reward 0."""
+@pytest.mark.parametrize("live", [False, True])
+def test_a_verifier_filling_its_layer_is_a_resource_limit(client, live: bool) -> None:
+    """The verifier's writable layer is a tmpfs of disk_mb — its throwaway layer's (the
+    task's limits), or in the live container the session's own: filling it (anywhere in the
+    image, not only the workdir) is the task's resource_limit, reward 0."""
     env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
-    sid = client.create_session({"environment": env})
+    small = {"disk_mb": 32}
+    sid = client.create_session({"environment": env, **({"limits": small} if live else {})})
     script = {"files": {"test.sh": "true\n"},
               "command": "head -c 64M /dev/zero > /var/big; echo 1 > /logs/verifier/reward.txt"}  # fmt: skip
-    r = client.finish(sid, {"script": script, "timeout_s": 60, "limits": {"disk_mb": 32}})
+    req = {"script": script, "timeout_s": 60, "live": live}
+    r = client.finish(sid, req if live else req | {"limits": small})
     assert r.verdict == "resource_limit", r
     assert r.reward == 0.0
+
+
+# the agent leaves a server on localhost:8000 (an exec) and a loop planting a reward file (its
+# terminal)
+SERVER = (
+    'perl -MIO::Socket::INET -e \'$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:8000", '
+    'Listen => 5, ReuseAddr => 1) or die; while ($c = $s->accept) { print $c "pong\\n"; '
+    "close $c }' > /dev/null 2>&1 &"
+)
+PLANTER = (
+    "(while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.05; done) &"
+)
+ASK = "perl -MIO::Socket::INET -e '$c = IO::Socket::INET->new(\"127.0.0.1:8000\") or exit 1; print scalar <$c>'"
+LIVE_VERIFIER = f"""test "$({ASK} 2>/dev/null)" = pong && echo served
+n=0; for p in /proc/[0-9]*; do n=$((n + 1)); done; test "$n" -lt 6 && echo few-processes
+test -S /tmp/.tty/sock || echo no-tty-socket
+echo "$EXPECT" > /logs/verifier/reward.txt; sleep 0.5; cat /logs/verifier/reward.txt
+"""
+
+
+def test_a_live_verifier_is_served_by_the_agents_daemon_and_keeps_its_reward_file(client) -> None:
+    """By default a container session's verifier runs in the live container, as Harbor's
+    ``docker exec``: a server the agent left running (started in the background by an exec,
+    which runs on as under Docker) answers it on localhost. Its /logs is its own: the agent's
+    loop (in its terminal) writing 1 into /logs/verifier/reward.txt all along cannot turn the
+    verifier's 0 into a pass. It sees none of the agent's processes, nor its terminal. ``live:
+    false`` is the frozen container: no server answers. A command that times out takes what it
+    started with it."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    started = client.exec(sid, SERVER)
+    assert started.exit_code == 0, started
+    client.tty(sid, [PLANTER, "<Enter>"], wait_s=0.5)
+    up = client.exec(sid, f"for i in $(seq 100); do {ASK} 2>/dev/null && exit 0; sleep 0.1; done")
+    assert up.stdout == "pong\n", up
+    late = client.exec(sid, "sleep 300 & echo $! > /tmp/late; sleep 30", timeout_s=1)
+    assert late.timed_out, late
+    gone = client.exec(sid, "kill -0 $(cat /tmp/late) 2>/dev/null || echo gone")
+    assert gone.stdout == "gone\n", gone
+
+    def verify(expect: int, **kw: object):
+        script = {"files": {"test.sh": "true\n"}, "command": f"EXPECT={expect}\n{LIVE_VERIFIER}"}
+        return client.finish(sid, {"script": script, "timeout_s": 60, **kw})
+
+    good = verify(1)
+    assert good.verdict == "passed", good
+    assert good.stdout.split() == ["served", "few-processes", "no-tty-socket", "1"], good
+    bad = verify(0)
+    assert bad.verdict == "failed", bad
+    assert bad.reward == 0.0
+    assert bad.stdout.split() == ["served", "few-processes", "no-tty-socket", "0"], bad
+    frozen = verify(1, live=False)
+    assert frozen.stdout.split() == ["few-processes", "no-tty-socket", "1"], frozen
+    planted = client.exec(sid, "cat /logs/verifier/reward.txt")  # the agent's own /logs
+    assert planted.stdout == "1\n", planted
+    with pytest.raises(SandboxRequestError, match="live"):
+        verify(1, live=True, agent_layer=False)
 
 
 def test_a_containers_apt_install_reaches_the_verifier(client) -> None:

@@ -291,6 +291,26 @@ class TaskCgroups:
                     out.add(int(tok))
         return out
 
+    def move_to(self, name: str, rounds: int = 20) -> bool:
+        """Move every process of these cgroups into the cgroups named ``name`` (another jail's,
+        on the same controllers): True once none is left (a process forking meanwhile is
+        caught by a later round), False if the target is gone or ``rounds`` did not suffice."""
+        for _ in range(rounds):
+            left = False
+            for cname, (ctrl, _d) in self.dirs.items():
+                target = ctrl.base / name / "cgroup.procs"
+                for tok in self._read(cname, "cgroup.procs").split():
+                    left = True
+                    try:
+                        target.write_text(tok)
+                    except ProcessLookupError:
+                        continue
+                    except OSError:
+                        return False
+            if not left:
+                return True
+        return not self.pids()
+
     def kill_all(self, rounds: int = 50) -> None:
         """SIGKILL every process in the task's cgroups until they are empty."""
         for cname, (ctrl, d) in self.dirs.items():

@@ -457,6 +457,15 @@ class FinishRequest(_Model):
         "so is anything it changed that the tests run with, as under Docker). False: over the "
         "image as built and the workspace only, for tasks whose solution lives in the workspace.",
     )
+    live: bool | None = Field(
+        None,
+        description="A container session's script verifier runs in the live container, as "
+        "Harbor's `docker exec` runs a task's tests: servers the agent left running answer it on "
+        "localhost, every file is as the agent left it (the default for a container session "
+        "with `agent_layer`). Its /tests, /logs and processes are its own: no process of the "
+        "agent sees them, so none can write its reward file. False: the container frozen and "
+        "the verifier over a throwaway layer stacked on the session's.",
+    )
     timeout_s: float = Field(60.0, gt=0, le=3600)
     limits: Limits | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)

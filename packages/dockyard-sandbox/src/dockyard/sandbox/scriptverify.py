@@ -18,9 +18,15 @@ image's **root**, over a throwaway writable layer on the image (``apt-get instal
 namespace, unprivileged on the host; the copy is owned by that root). ``/tests`` is owned by the
 host's root, outside the namespace's id map: its root can read it, never change it. The
 writable layer lives on a tmpfs of the task's ``disk_mb`` and is gone with the verification.
-Over a session's container (``layers/container.py``) that layer is stacked on the session's own
-(``upper``), with the container frozen and the session's lock held for the whole verification:
-what the agent installed or wrote anywhere is there, as under Docker, and none of its processes.
+Over a session's container (``layers/container.py``) the script runs, by default, **in the live
+container**, as Harbor's ``docker exec`` runs it (``FinishRequest.live``; jail_main.py's ``op:
+verify``): the container's network (a server the agent left running answers on localhost), its
+files as the agent left them (the session's layer and workspace), and a mount and pid namespace
+of the verifier's own — /tests and /logs are mounted only there and no process of the agent can
+see one of the verifier's, so none can reach its reward file (tested against a loop planting
+one all along). With ``live: false`` the throwaway layer is stacked on the session's own
+(``upper``), the container frozen: what the agent wrote anywhere is there, none of its processes.
+The session's lock is held for the whole verification either way.
 
 Network: none, or (``script.egress``) the package registries and the installer table only,
 through an egress proxy of this verification (egress/: its own network namespace, the proxy's
@@ -63,7 +69,8 @@ from dockyard.sandbox.envspec import LOGS_MOUNT, TESTS_MOUNT, ScriptTests
 from dockyard.sandbox.jail import JailSpec
 from dockyard.sandbox.jail import run as jail_run
 from dockyard.sandbox.layers.bases import UID_BASE
-from dockyard.sandbox.layers.runner import egress_plan, overlay_plan, run_plan
+from dockyard.sandbox.layers.container import Container
+from dockyard.sandbox.layers.runner import StepOutcome, egress_plan, overlay_plan, run_plan
 from dockyard.sandbox.models import Limits, TaskResult, Timings, Verdict
 from dockyard.sandbox.paths import FULL_ERRNOS, UnsafePath, check_rel, force_write, read_file
 from dockyard.sandbox.provision import Provisioned
@@ -201,6 +208,28 @@ def _in_image(
         plan, c.probe, timeout_s, limits.memory_mb, limits.pids, output_cap=limits.output_bytes,
         rlimits={"cpu": limits.cpu_s, "nofile": limits.open_files},
     )  # fmt: skip
+    return _ran(o)
+
+
+def _in_container(
+    box: Container, env: Provisioned, logs: Path, tests: Path, script: ScriptTests,
+    limits: Limits, timeout_s: float, proxy: egress.Proxy | None, tag: str,
+) -> _Ran:  # fmt: skip
+    """``script.command`` as the image's root in the session's live container (module doc)."""
+    binds = [{"src": str(tests), "dst": TESTS_MOUNT, "ro": True},
+             {"src": str(logs), "dst": LOGS_MOUNT}]  # fmt: skip
+    plan: dict[str, Any] = {
+        "cwd": env.spec.workdir, "user": "root", "env": env.jail_env(), "binds": binds,
+        "argv": ["/bin/sh", "-c", script.command],
+    }  # fmt: skip
+    if proxy is not None:
+        plan = egress_plan(plan, proxy, live=True)
+    return _ran(box.verify(plan, limits, timeout_s, name=f"v-{tag}"))
+
+
+def _ran(o: StepOutcome) -> _Ran:
+    """A build jail's outcome as a verifier's; its setup's own failure raised, unless the
+    image's content caused it (a verdict)."""
     content = ""
     if not o.started and not o.timed_out:  # jail_main.py printed why (no task code ran yet)
         why = (o.output.strip().splitlines() or [f"exit {o.exit_code}"])[-1]
@@ -281,10 +310,12 @@ def run_script(
     metadata: dict,
     task_id: str,
     upper: Path | None = None,
+    live: Container | None = None,
 ) -> TaskResult:
     """See the module docstring. ``source`` (the session's workspace) is copied inside
     ``still()``: the session's lock, its terminal frozen; ``upper``: the session container's
-    writable layer, under the verifier's own (``layers/container.py``)."""
+    writable layer, under the verifier's own (``layers/container.py``); ``live``: the session's
+    container, which the verifier joins (``still()`` held meanwhile: the session's lock)."""
     if script.egress and not getattr(ctx, "allow_network", False):
         raise ValueError(
             "script.egress: the verifier reaches the package registries through the service's "
@@ -306,12 +337,14 @@ def run_script(
         return TaskResult(task_id=task_id, verdict=verdict, metadata=metadata, **kw)  # type: ignore[arg-type]
 
     try:
-        ws = wss.create(f"v-{tag}", uid, limits.disk_mb, limits.inodes)
-        made.append(ws)
-        with still():
-            full = copy_workspace(source, ws, uid)
-        if full:
-            return result(Verdict.resource_limit, detail=full, reward=0.0)
+        ws = source  # a live container's verifier works in the session's own
+        if live is None:
+            ws = wss.create(f"v-{tag}", uid, limits.disk_mb, limits.inodes)
+            made.append(ws)
+            with still():
+                full = copy_workspace(source, ws, uid)
+            if full:
+                return result(Verdict.resource_limit, detail=full, reward=0.0)
         logs = wss.create(f"v-{tag}-logs", uid, 16, 1000)
         made.append(logs)
         for d in ("verifier", "agent"):
@@ -327,7 +360,11 @@ def run_script(
             proxy = egress.Proxy((root or c.trusted_root) / f"egress-{tag}", uid,  # type: ignore[attr-defined]
                                  egress.Allowlist.build(getattr(c, "registries", ())))  # fmt: skip
         t1 = time.monotonic()
-        if root is not None:
+        if live is not None:
+            assert env is not None
+            with still():
+                o = _in_container(live, env, logs, tests, script, limits, timeout_s, proxy, tag)
+        elif root is not None:
             assert env is not None
             with still() if upper is not None else contextlib.nullcontext():
                 o = _in_image(c, env, root, ws, logs, tests, script, limits, timeout_s, proxy,
@@ -337,6 +374,8 @@ def run_script(
                           proxy)  # fmt: skip
         timings = Timings(test_s=o.duration_s, setup_s=t1 - t0, total_s=time.monotonic() - t0)
         full = wss.full(ws) or (root is not None and wss.full(root))
+        if live is not None:  # what it wrote went to the session's layer
+            full = wss.full(ws) or wss.full(live.upper.parent)
         return _judge(o, timings, full, logs, proxy, script, result)
     finally:
         if proxy is not None:

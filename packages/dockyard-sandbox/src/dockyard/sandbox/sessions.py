@@ -300,7 +300,7 @@ class SessionManager:
         }  # fmt: skip
         if s.proxy is not None:
             plan = egress_plan(plan, s.proxy)
-        return Container(self.ctx.probe, plan, s.spec.limits)
+        return Container(self.ctx.probe, plan, s.spec.limits, hide=(SOCK_MOUNT,))
 
     def _free(self, s: Session) -> None:
         """Everything a session holds on the host, its uid aside."""
@@ -332,7 +332,7 @@ class SessionManager:
             assert s.env is not None
             o = s.box.run(
                 ["/bin/sh", "-c", command], s.env.spec.workdir + cwd[len(WORKSPACE) :],
-                timeout_s, env=s.box_env(), output_cap=s.spec.limits.output_bytes,
+                timeout_s, env=s.box_env(), output_cap=s.spec.limits.output_bytes, linger=True,
             )  # fmt: skip
             return JailOutcome(
                 exit_code=o.exit_code, stdout=o.output, stderr=o.errput,
@@ -405,12 +405,18 @@ class SessionManager:
     def finish(self, sid: str, req: FinishRequest) -> TaskResult:
         s = self.get(sid)
         limits = req.limits or s.spec.limits
+        if req.live and (s.box is None or not req.agent_layer):
+            raise ValueError("live: only a container session's verifier with agent_layer runs "
+                             "in the live container")  # fmt: skip
         if req.script is not None:  # Harbor-style: a copy of the whole workspace (.git too)
+            box = s.box if s.box is not None and req.agent_layer else None
+            live = box is not None and req.live is not False
             return run_script(
-                self.ctx, source=s.ws, still=lambda: self._still(s), env=s.env,
-                script=req.script, limits=limits, timeout_s=req.timeout_s,
+                self.ctx, source=s.ws, still=lambda: s.lock if live else self._still(s),
+                env=s.env, script=req.script, limits=limits, timeout_s=req.timeout_s,
                 network=s.spec.network, metadata=req.metadata, task_id=f"session-{sid}",
-                upper=s.box.upper if s.box is not None and req.agent_layer else None,
+                upper=box.upper if box is not None and not live else None,
+                live=box if live else None,
             )  # fmt: skip
         with self._still(s):
             try:

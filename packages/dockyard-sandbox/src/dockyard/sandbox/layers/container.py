@@ -13,13 +13,17 @@ starts in the background for the terminal's next keystroke all work as published
   forwarder when the session has a proxy. It runs in cgroups of its own until the session ends.
 * **Every command** — an ``exec``, the terminal's server, each keystroke call — is an ``op:
   enter``: it joins pid 1's namespaces and runs in cgroups of its own (the session's memory and
-  pids limits, its rlimits, a wall clock), stdout and stderr apart; when it ends its cgroups
-  are killed, background processes included (as every exec of a session always was).
+  pids limits, its rlimits, a wall clock), stdout and stderr apart. When an ``exec`` ends by
+  itself, what it left running in the background runs on, as under ``docker exec`` (a server
+  the oracle's ``solve.sh`` starts is there for the tests): moved into pid 1's cgroups, where
+  everything the session leaves behind shares the session's limits once. A command killed at
+  its wall clock takes its background with it.
 * A container whose pid 1 is gone (killed from inside) is started again over the same upper at
   the next command: what the session wrote survives, its processes do not.
-* The verifier (``scriptverify.py``) stacks a fresh throwaway layer on the session's upper while
-  the container's processes are frozen: it sees what the agent changed anywhere in the image, in
-  namespaces where none of the agent's processes run.
+* The verifier (``scriptverify.py``) runs in the live container (``verify``: its network, files
+  and servers, with a mount and pid namespace of its own, where none of the agent's processes
+  reach its /tests and /logs); with ``live: false`` it stacks a fresh throwaway layer on the
+  session's upper while the container's processes are frozen.
 
 Every session's root is the same host uid (``UID_BASE``, as every verifier's): sessions never
 share a mount, pid, ipc or network namespace, and their dirs are reachable only through their
@@ -60,6 +64,7 @@ class Container:
     probe: Probe
     plan: dict
     limits: Limits
+    hide: tuple[str, ...] = ()  # mounts of the container a live verifier does not see (verify)
     name: str = field(default_factory=lambda: f"c-{uuid.uuid4().hex[:12]}")
     pid: int = 0
     userns: int = 0
@@ -107,8 +112,11 @@ class Container:
         raise ContainerFailed(f"the session's container could not start: {self.last_words}")
 
     def run(self, argv: list[str], cwd: str, timeout_s: float, *, env: dict[str, str],
-            output_cap: int, name: str = "", cancel: Flag | None = None) -> StepOutcome:  # fmt: skip
-        """``argv`` in the container (module docstring), started again first if it ended."""
+            output_cap: int, name: str = "", cancel: Flag | None = None,
+            linger: bool = False) -> StepOutcome:  # fmt: skip
+        """``argv`` in the container (module docstring), started again first if it ended;
+        ``linger``: what it leaves running when it ends by itself runs on in the container
+        (``docker exec``'s semantics), in pid 1's cgroups (the session's limits, once for all)."""
         for attempt in (0, 1):
             pid, userns = self._ensure(dead=0)
             o = run_plan(
@@ -116,6 +124,7 @@ class Container:
                  "user": self.plan.get("user") or "root", "env": env, "argv": argv},
                 self.probe, timeout_s, self.limits.memory_mb, self.limits.pids,
                 output_cap=output_cap, name=name, cancel=cancel, split=True,
+                linger=self.name if linger else "",
                 rlimits={"cpu": self.limits.cpu_s, "nofile": self.limits.open_files},
             )  # fmt: skip
             if o.started or o.timed_out:
@@ -126,6 +135,17 @@ class Container:
             why = (o.errput.strip().splitlines() or [f"exit {o.exit_code}"])[-1]
             raise ContainerFailed(f"could not enter the session's container: {why[:300]}")
         raise AssertionError("unreachable")
+
+    def verify(self, plan: dict, limits: Limits, timeout_s: float, name: str) -> StepOutcome:
+        """A script verifier in this container while it runs (``jail_main.py``'s ``op: verify``:
+        the container's network, its files as they are, none of its processes), under
+        ``limits`` and cgroups of its own; ``hide`` (the agent's terminal) is not in its view."""
+        pid, userns = self._ensure(dead=0)
+        return run_plan(
+            plan | {"op": "verify", "pid": pid, "userns": userns, "hide": list(self.hide)},
+            self.probe, timeout_s, limits.memory_mb, limits.pids, output_cap=limits.output_bytes,
+            name=name, rlimits={"cpu": limits.cpu_s, "nofile": limits.open_files},
+        )  # fmt: skip
 
     def _ensure(self, dead: int) -> tuple[int, int]:
         """(pid, userns) of a live pid 1: started again if it ended, or if it is ``dead`` (a

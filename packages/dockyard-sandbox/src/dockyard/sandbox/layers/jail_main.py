@@ -10,17 +10,19 @@ jail's cgroups and takes its rlimits first. A plan::
      "lower": [dir, ...],                            # read-only layers, top first, base last
      "upper": dir | null, "work": dir | null,        # the new layer (null: read-only, export)
      "merged": dir,                                  # an empty dir: the overlay's mount point
-     "op": "run" | "copy" | "export" | "unpack" | "hold" | "enter",
+     "op": "run" | "copy" | "export" | "unpack" | "hold" | "enter" | "verify",
      "cwd": "/app", "env": {...}, "user": "root" | "name[:group]" | "uid[:gid]",
      "argv": [...],                                  # run: exec'd in the root
      "tar": path, "sources": [{"entry", "name"}], "dest": str, "chown": str|null,
      "chmod": str|null,                              # copy: extract ``tar`` Docker's way
      "paths": [...],                                 # export: tar these paths into ``tar``
      "forwarder": str|null, "sock_dir": dir|null, "sock_name": str, "port": int,  # egress (egress.py)
+     "egress_dir": "/abs" | null,                    # where sock_dir is mounted (verify: not the session's)
      "binds": [{"src": dir, "dst": "/abs", "ro": bool}, ...],   # run: host dirs in the root
      "ready_fd": int,                                # run: one byte once set up (runner.py)
      "pid_fd": int,                                  # hold: "pid:<host pid of pid 1>\n", "ready\n"
-     "pid": int, "userns": int}                      # enter: the holder's pid 1, its user ns inode
+     "pid": int, "userns": int,                      # enter, verify: the holder's pid 1, its user ns
+     "hide": [path, ...]}                            # verify: mounts of the container it must not see
 
 ``binds`` (a verifier's workspace, /tests, /logs: ``scriptverify.py``) are mounted after the
 overlay, each destination walked one component at a time in the merged root with no symlink
@@ -79,9 +81,12 @@ MS_RDONLY, MS_REMOUNT, MNT_DETACH = 1, 32, 2
 ENTER_FLAGS = (
     CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET
 )
+VERIFY_FLAGS = ENTER_FLAGS & ~CLONE_NEWPID  # its own pid namespace (``_verify``)
+_OPEN_TREE, _MOVE_MOUNT = 428, 429  # the same number on every architecture (asm-generic)
+OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY = 1, 4
 _ATIME_FLAGS = 1024 | 2048 | 4096  # MS_NOATIME, MS_NODIRATIME, MS_RELATIME (= statvfs's ST_*)
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
-EGRESS_DIR = "/dev/.egress"
+EGRESS_DIR = "/dev/.egress"  # where the proxy's dir is mounted, unless ``egress_dir`` says
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 SETUP_FAILED = 125
@@ -215,7 +220,8 @@ def _forwarder(plan: dict) -> None:
             if fd is not None:
                 os.close(fd)
         try:
-            sys.argv = ["forwarder", str(plan["port"]), f"{EGRESS_DIR}/{plan['sock_name']}"]
+            sock = f"{plan.get('egress_dir') or EGRESS_DIR}/{plan['sock_name']}"
+            sys.argv = ["forwarder", str(plan["port"]), sock]
             exec(compile(plan["forwarder"], "forwarder", "exec"), {"__name__": "forwarder"})
         finally:
             os._exit(0)
@@ -324,8 +330,8 @@ def _hold(plan: dict) -> int:
         signal.sigwait({signal.SIGCHLD})
 
 
-def _enter(plan: dict) -> int:
-    """``op: enter`` (module docstring): join the holder's namespaces, run ``argv`` as ``run``."""
+def _join(plan: dict, flags: int) -> None:
+    """Join the holder's namespaces (``flags`` of them), non-dumpable first (module docstring)."""
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     pid, pidfd = int(plan["pid"]), -1
     try:
@@ -335,11 +341,67 @@ def _enter(plan: dict) -> int:
         same = False
     if not same:
         raise SetupError("the session's container has ended")
-    _check(_libc.setns(pidfd, ENTER_FLAGS), "entering the session's container")
+    _check(_libc.setns(pidfd, flags), "entering the session's container")
     os.close(pidfd)
+
+
+def _enter(plan: dict) -> int:
+    """``op: enter`` (module docstring): join the holder's namespaces, run ``argv`` as ``run``."""
+    _join(plan, ENTER_FLAGS)
     # the first process of ours in its pid namespace becomes the command (not pid 1: the
     # container's pid 1 reaps what it leaves behind)
     return _root_child(lambda: _exec(plan, *_prepare(plan)))
+
+
+def _open_tree(path: str) -> int:
+    """A detached copy of the bind mount of host ``path`` (``open_tree(2)``), to attach in
+    another mount namespace (``_attach``), where a path of the host no longer resolves."""
+    fd = _libc.syscall(_OPEN_TREE, -100, os.fsencode(path), OPEN_TREE_CLONE | os.O_CLOEXEC)
+    if fd < 0:
+        _check(-1, f"open_tree {path}")
+    return fd
+
+
+def _attach(tree: int, target: str) -> None:
+    _check(_libc.syscall(_MOVE_MOUNT, tree, b"", -100, os.fsencode(target), MOVE_MOUNT_F_EMPTY),
+           f"move_mount {target}")  # fmt: skip
+    os.close(tree)
+
+
+def _verify(plan: dict) -> int:
+    """``op: verify``: a script verifier in the *live* container, as ``docker exec`` runs it,
+    with what the agent's processes cannot reach. It joins pid 1's user, mount, network, ipc and
+    uts namespaces (the agent's servers answer on localhost), takes a private copy of its mount
+    namespace and a new pid namespace (a sibling of the container's: no process of the agent
+    sees one of the verifier's, so none reaches its mounts through ``/proc/<pid>/root``), and in
+    that copy mounts ``binds`` from the host (``/tests`` read-only, ``/logs``: the reward file
+    exists only here), a fresh ``/proc``, the egress dir, and unmounts ``hide`` (the agent's
+    terminal). Its pid 1 runs ``argv`` as a ``run`` step's pid 1 does (and its forwarder)."""
+    trees = [(b, _open_tree(b["src"])) for b in plan.get("binds") or ()]  # host paths: before
+    if plan.get("sock_dir"):
+        trees.append(({"dst": plan["egress_dir"], "ro": True}, _open_tree(plan["sock_dir"])))
+    _join(plan, VERIFY_FLAGS)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID), "unshare")
+
+    def pid1() -> int:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of ours propagates to the agent's
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for path in plan.get("hide") or ():
+            with contextlib.suppress(SetupError):
+                _check(_libc.umount2(os.fsencode(path), MNT_DETACH), f"umount {path}")
+        for b, tree in trees:
+            target = _bind_target("", b["dst"])
+            _attach(tree, target)
+            if b.get("ro"):
+                _remount_ro(target)
+        if plan.get("forwarder"):
+            _forwarder(plan)
+        return _run(plan)
+
+    return _root_child(pid1)
 
 
 def _root_child(body: Callable[[], int], forked: Callable[[int], None] | None = None) -> int:
@@ -498,9 +560,9 @@ def run(plan: dict) -> int:
     """One plan in this process (a script's, or a fork of the server's): its exit status. An
     ``enter`` returns from inside the container's namespaces: the caller ``_exit``s at once."""
     _load(plan)
-    if plan["op"] == "enter":
+    if plan["op"] in ("enter", "verify"):
         try:
-            return _enter(plan)
+            return _enter(plan) if plan["op"] == "enter" else _verify(plan)
         except (SetupError, OSError) as e:
             print(f"dockyard-build: {e}", file=sys.stderr)
             return SETUP_FAILED

@@ -90,15 +90,22 @@ class Flag(Protocol):
 
 
 EGRESS_DIR = "/dev/.egress"  # where jail_main.py mounts the proxy's dir (its socket, the CA)
+EGRESS_VERIFY_DIR = "/dev/.egress-verifier"  # a live verifier's, beside the session's
 
 
-def egress_plan(plan: dict, proxy: egress.Proxy) -> dict:
+def egress_plan(plan: dict, proxy: egress.Proxy, *, live: bool = False) -> dict:
     """``plan`` reaching the registries through ``proxy``: the forwarder, the socket's dir, and
-    the proxy and trust variables (``egress.jail_env``) pointing where this jail mounts them."""
-    env = {k: v.replace(egress.MOUNT, EGRESS_DIR) for k, v in egress.jail_env().items()}
+    the proxy and trust variables (``egress.jail_env``) pointing where this jail mounts them.
+    ``live``: a verifier in a live container (``op: verify``), whose network namespace may hold
+    the session's own forwarder: another port and dir."""
+    where, port = (EGRESS_VERIFY_DIR, egress.PORT + 1) if live else (EGRESS_DIR, egress.PORT)
+    env = {
+        k: v.replace(egress.MOUNT, where).replace(f":{egress.PORT}/", f":{port}/")
+        for k, v in egress.jail_env().items()
+    }
     return plan | {
         "env": plan["env"] | env, "forwarder": egress.FORWARDER, "sock_dir": str(proxy.dir),
-        "sock_name": egress.SOCKET, "port": egress.PORT,
+        "sock_name": egress.SOCKET, "port": port, "egress_dir": where,
     }  # fmt: skip
 
 
@@ -108,17 +115,20 @@ SERVER = Zygote(
 )
 _RLIMITS = {"cpu": resource.RLIMIT_CPU, "nofile": resource.RLIMIT_NOFILE}
 REAP_TIMEOUT_S = 30.0
+LINGER_GRACE_S = 0.2  # output a lingering process writes after its jail ended: not the jail's
 
 
 def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: int, *,
              output_cap: int = OUTPUT_CAP, rlimits: dict[str, int] | None = None, name: str = "",
              cancel: Flag | None = None, fds: dict[str, int] | None = None,
-             split: bool = False) -> StepOutcome:  # fmt: skip
+             split: bool = False, linger: str = "") -> StepOutcome:  # fmt: skip
     """``rlimits``: more limits by ``prlimit``'s names (a verifier's ``cpu``, ``nofile``);
     ``name``: the cgroups' name (freezer.py finds the processes by it); ``cancel``: set, the
     jail is killed as at its wall clock; ``fds``: more fds for the plan, by the plan's key
     (``pid_fd``; closed here once the server has them); ``split``: stderr captured apart from
-    stdout.
+    stdout; ``linger``: the name of a container's cgroups — what the jail's process leaves
+    running when it ends by itself is moved there and runs on (``docker exec``'s semantics),
+    where it is otherwise killed with the jail.
 
     The jail is a fork of the jail server (``jail_main.py --serve``, one per service), which
     joins the cgroups (v1's ``tasks``: ~10 ms sooner per controller than ``cgroup.procs``) and
@@ -163,16 +173,18 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
         if pidfd >= 0:
             timed_out = _wait(ours, t0 + max(0.1, timeout_s), cancel)
     finally:
+        # the jail's process ended by itself (its status is waiting): it may leave processes
+        keep = bool(linger) and pidfd >= 0 and not timed_out and not (cancel and cancel.is_set())
         if pidfd >= 0:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             os.close(pidfd)
-        if cg is not None:
+        if cg is not None and not (keep and cg.move_to(linger)):
             cg.kill_all()
         status = _status(ours, REAP_TIMEOUT_S)
         ours.close()
-        for r in readers:
-            r.join(timeout=5)
+        for r in readers:  # a process left running may hold the pipes: it is not waited for
+            r.join(timeout=LINGER_GRACE_S if keep else 5)
         os.set_blocking(ready_r, False)
         try:
             started = os.read(ready_r, 1) == b"1"
@@ -181,7 +193,7 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
         os.close(ready_r)
     if status is None and not timed_out:
         if cg is not None:
-            cg.remove()
+            cg.remove()  # (kills what is left)
         raise JailLost(f"{SERVER.what} ended before the jail reported (see the service's log)")
     res = StepOutcome(
         exit_code=None if timed_out or status is None else os.waitstatus_to_exitcode(status), output=out.text(), timed_out=timed_out,
