@@ -569,3 +569,31 @@ def test_a_killed_jail_server_is_started_again_and_so_are_its_containers(
     assert len(again) == 1, again
     assert again != servers
     assert _holder_of(mark) not in ([], holders)
+
+
+# the agent's terminal keeps renaming /tests away (a verifier's mountpoint on the shared image
+# goes with it) and putting a link to a test.sh of its own there
+SWAPPER = (
+    "mkdir -p /fake && echo 'echo 1 > /logs/verifier/reward.txt' > /fake/test.sh && "
+    "(while :; do mv -T /tests /gone; rm -rf /gone; ln -sfn /fake /tests; rm -f /tests; "
+    "mkdir -p /tests; done) > /dev/null 2>&1 &"
+)
+
+
+def test_a_live_verifier_runs_its_own_tests_while_the_agent_swaps_them(client) -> None:
+    """/tests and /logs of a live verifier are directories of a root of its own, not paths of
+    the shared image: an agent loop renaming /tests away and linking a test.sh that writes 1
+    in its place (racing the verifier, round after round) never runs instead of the task's
+    test.sh, which writes 0."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    client.tty(sid, [SWAPPER, "<Enter>"], wait_s=0.5)
+    swapping = client.exec(sid, "sleep 0.3; ls /fake")
+    assert "test.sh" in swapping.stdout, swapping
+    script = {"files": {"test.sh": "echo ours; echo 0 > /logs/verifier/reward.txt\n"},
+              "command": "bash /tests/test.sh"}  # fmt: skip
+    for _ in range(20):
+        r = client.finish(sid, {"script": script, "timeout_s": 30})
+        assert r.verdict == "failed", r
+        assert r.reward == 0.0, r
+        assert r.stdout == "ours\n", r

@@ -22,9 +22,10 @@ Over a session's container (``layers/container.py``) the script runs, by default
 container**, as Harbor's ``docker exec`` runs it (``FinishRequest.live``; jail_main.py's ``op:
 verify``): the container's network (a server the agent left running answers on localhost), its
 files as the agent left them (the session's layer and workspace), and a mount and pid namespace
-of the verifier's own — /tests and /logs are mounted only there and no process of the agent can
-see one of the verifier's, so none can reach its reward file (tested against a loop planting
-one all along). With ``live: false`` the throwaway layer is stacked on the session's own
+of the verifier's own, with a root of its own — /tests and /logs are its directories, not paths
+of the shared image, and no process of the agent can see one of the verifier's, so none can
+reach its reward file or swap its tests (tested against loops planting one and renaming /tests
+away all along). With ``live: false`` the throwaway layer is stacked on the session's own
 (``upper``), the container frozen: what the agent wrote anywhere is there, none of its processes.
 The session's lock is held for the whole verification either way.
 
@@ -212,15 +213,18 @@ def _in_image(
 
 
 def _in_container(
-    box: Container, env: Provisioned, logs: Path, tests: Path, script: ScriptTests,
+    box: Container, env: Provisioned, root: Path, logs: Path, tests: Path, script: ScriptTests,
     limits: Limits, timeout_s: float, proxy: egress.Proxy | None, tag: str,
 ) -> _Ran:  # fmt: skip
-    """``script.command`` as the image's root in the session's live container (module doc)."""
+    """``script.command`` as the image's root in the session's live container (module doc);
+    ``root``: the verifier's own root dir (jail_main.py's ``_live_root``) is made in it."""
+    (root / "live").mkdir(mode=0o755)
+    os.chown(root / "live", UID_BASE, UID_BASE)
     binds = [{"src": str(tests), "dst": TESTS_MOUNT, "ro": True},
              {"src": str(logs), "dst": LOGS_MOUNT}]  # fmt: skip
     plan: dict[str, Any] = {
         "cwd": env.spec.workdir, "user": "root", "env": env.jail_env(), "binds": binds,
-        "argv": ["/bin/sh", "-c", script.command],
+        "argv": ["/bin/sh", "-c", script.command], "root": str(root / "live"),
     }  # fmt: skip
     if proxy is not None:
         plan = egress_plan(plan, proxy, live=True)
@@ -363,7 +367,8 @@ def run_script(
         if live is not None:
             assert env is not None
             with still():
-                o = _in_container(live, env, logs, tests, script, limits, timeout_s, proxy, tag)
+                o = _in_container(live, env, root, logs, tests, script, limits, timeout_s,
+                                  proxy, tag)  # fmt: skip
         elif root is not None:
             assert env is not None
             with still() if upper is not None else contextlib.nullcontext():

@@ -22,7 +22,8 @@ jail's cgroups and takes its rlimits first. A plan::
      "ready_fd": int,                                # run: one byte once set up (runner.py)
      "pid_fd": int,                                  # hold: "pid:<host pid of pid 1>\n", "ready\n"
      "pid": int, "userns": int,                      # enter, verify: the holder's pid 1, its user ns
-     "hide": [path, ...]}                            # verify: mounts of the container it must not see
+     "hide": [path, ...],                            # verify: mounts of the container it must not see
+     "root": dir}                                    # verify: an empty dir, its root (the ns root's)
 
 ``binds`` (a verifier's workspace, /tests, /logs: ``scriptverify.py``) are mounted after the
 overlay, each destination walked one component at a time in the merged root with no symlink
@@ -83,7 +84,7 @@ ENTER_FLAGS = (
 )
 VERIFY_FLAGS = ENTER_FLAGS & ~CLONE_NEWPID  # its own pid namespace (``_verify``)
 _OPEN_TREE, _MOVE_MOUNT = 428, 429  # the same number on every architecture (asm-generic)
-OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY = 1, 4
+OPEN_TREE_CLONE, MOVE_MOUNT_F_EMPTY, AT_RECURSIVE, AT_SYMLINK_NOFOLLOW = 1, 4, 0x8000, 0x100
 _ATIME_FLAGS = 1024 | 2048 | 4096  # MS_NOATIME, MS_NODIRATIME, MS_RELATIME (= statvfs's ST_*)
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
 EGRESS_DIR = "/dev/.egress"  # where the proxy's dir is mounted, unless ``egress_dir`` says
@@ -353,18 +354,18 @@ def _enter(plan: dict) -> int:
     return _root_child(lambda: _exec(plan, *_prepare(plan)))
 
 
-def _open_tree(path: str) -> int:
-    """A detached copy of the bind mount of host ``path`` (``open_tree(2)``), to attach in
-    another mount namespace (``_attach``), where a path of the host no longer resolves."""
-    fd = _libc.syscall(_OPEN_TREE, -100, os.fsencode(path), OPEN_TREE_CLONE | os.O_CLOEXEC)
+def _open_tree(path: str, dirfd: int = -100, flags: int = 0) -> int:
+    """A detached copy of the bind mount of ``path`` (``open_tree(2)``), to attach elsewhere
+    (``_attach``) — in another mount namespace, where a path of the host no longer resolves."""
+    fd = _libc.syscall(_OPEN_TREE, dirfd, os.fsencode(path), OPEN_TREE_CLONE | os.O_CLOEXEC | flags)
     if fd < 0:
         _check(-1, f"open_tree {path}")
     return fd
 
 
-def _attach(tree: int, target: str) -> None:
-    _check(_libc.syscall(_MOVE_MOUNT, tree, b"", -100, os.fsencode(target), MOVE_MOUNT_F_EMPTY),
-           f"move_mount {target}")  # fmt: skip
+def _attach(tree: int, target: str, dirfd: int = -100) -> None:
+    rc = _libc.syscall(_MOVE_MOUNT, tree, b"", dirfd, os.fsencode(target), MOVE_MOUNT_F_EMPTY)
+    _check(rc, f"move_mount {target}")
     os.close(tree)
 
 
@@ -373,13 +374,19 @@ def _verify(plan: dict) -> int:
     with what the agent's processes cannot reach. It joins pid 1's user, mount, network, ipc and
     uts namespaces (the agent's servers answer on localhost), takes a private copy of its mount
     namespace and a new pid namespace (a sibling of the container's: no process of the agent
-    sees one of the verifier's, so none reaches its mounts through ``/proc/<pid>/root``), and in
-    that copy mounts ``binds`` from the host (``/tests`` read-only, ``/logs``: the reward file
-    exists only here), a fresh ``/proc``, the egress dir, and unmounts ``hide`` (the agent's
-    terminal). Its pid 1 runs ``argv`` as a ``run`` step's pid 1 does (and its forwarder)."""
-    trees = [(b, _open_tree(b["src"])) for b in plan.get("binds") or ()]  # host paths: before
+    sees one of the verifier's, so none reaches its mounts through ``/proc/<pid>/root``), and
+    pivots into a root of its own (``_live_root``): the container's top-level entries bound in
+    (its files, live), and beside them ``binds`` from the host (``/tests`` read-only, ``/logs``:
+    the reward file exists only there), the egress dir and a fresh ``/proc``; ``hide`` (the
+    agent's terminal) unmounted. Its pid 1 runs ``argv`` as a ``run`` step's pid 1 does."""
+    binds = list(plan.get("binds") or ())
     if plan.get("sock_dir"):
-        trees.append(({"dst": plan["egress_dir"], "ro": True}, _open_tree(plan["sock_dir"])))
+        binds.append({"src": plan["sock_dir"], "dst": plan["egress_dir"], "ro": True})
+    for b in binds:
+        if b["dst"].count("/") != 1 or b["dst"] in ("/", "/.", "/..", "/proc"):
+            raise SetupError(f"verify: {b['dst']!r} is not a top-level path of its own")
+    trees = [(b, _open_tree(b["src"])) for b in binds]  # host paths: before the namespaces
+    root = _open_tree(plan["root"])  # an empty host dir the namespace's root may write
     _join(plan, VERIFY_FLAGS)
     os.setgroups([])
     os.setresgid(0, 0, 0)
@@ -388,20 +395,61 @@ def _verify(plan: dict) -> int:
 
     def pid1() -> int:
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of ours propagates to the agent's
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _live_root(root, trees)
         for path in plan.get("hide") or ():
             with contextlib.suppress(SetupError):
                 _check(_libc.umount2(os.fsencode(path), MNT_DETACH), f"umount {path}")
-        for b, tree in trees:
-            target = _bind_target("", b["dst"])
-            _attach(tree, target)
+        for b, _ in trees:
             if b.get("ro"):
-                _remount_ro(target)
+                _remount_ro(b["dst"])
         if plan.get("forwarder"):
             _forwarder(plan)
         return _run(plan)
 
     return _root_child(pid1)
+
+
+def _live_root(root: int, trees: list[tuple[dict, int]]) -> None:
+    """Pivot into ``root`` (a detached mount) holding the container's top-level entries — each
+    directory or file a recursive bind of the container's (so its files are the live ones),
+    each link a copy — and the ``trees`` at their own top-level names. Nothing here is reached
+    through a path the agent's processes can change: the entries are opened by fd from the old
+    root, and ``/tests``, ``/logs`` are directories of ``root``, which no process of the agent
+    can reach, not mountpoints on the shared image (which one could rename away meanwhile)."""
+    ours = {b["dst"][1:] for b, _ in trees} | {"proc"}
+    old = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    _attach(os.dup(root), "/")  # stacked on the old root (ours, unlike any path in it)
+    try:
+        for name in os.listdir(old):
+            if name in ours:
+                continue
+            try:
+                st = os.lstat(name, dir_fd=old)
+                if stat.S_ISLNK(st.st_mode):
+                    os.symlink(os.readlink(name, dir_fd=old), name, dir_fd=root)
+                    continue
+                if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                    continue
+                tree = _open_tree(name, old, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW)
+            except (OSError, SetupError):
+                continue  # gone or changed meanwhile: the agent's doing, left out of the view
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(name, 0o755, dir_fd=root)
+            else:
+                os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=root))
+            _attach(tree, name, root)
+    finally:
+        os.close(old)
+    for b, tree in trees:
+        os.mkdir(b["dst"][1:], 0o755, dir_fd=root)
+        _attach(tree, b["dst"][1:], root)
+    os.mkdir("proc", 0o555, dir_fd=root)
+    os.fchdir(root)
+    os.close(root)
+    # this pid namespace's /proc, mounted while the container's is still in the namespace (a
+    # new proc mount needs a visible one beside it)
+    mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _pivot(".")
 
 
 def _root_child(body: Callable[[], int], forked: Callable[[int], None] | None = None) -> int:

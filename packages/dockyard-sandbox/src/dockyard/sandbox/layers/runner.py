@@ -90,7 +90,7 @@ class Flag(Protocol):
 
 
 EGRESS_DIR = "/dev/.egress"  # where jail_main.py mounts the proxy's dir (its socket, the CA)
-EGRESS_VERIFY_DIR = "/dev/.egress-verifier"  # a live verifier's, beside the session's
+EGRESS_VERIFY_DIR = "/.dockyard-egress"  # a live verifier's: a top-level dir of its own root
 
 
 def egress_plan(plan: dict, proxy: egress.Proxy, *, live: bool = False) -> dict:
