@@ -13,7 +13,8 @@ refusal is the proxy's (``proxy.py``).
 trust path of the installer table's TLS (``tls.py``): ``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``,
 ``CURL_CA_BUNDLE``, ``PIP_CERT``, ``GIT_SSL_CAINFO`` name the bundle (the host's public roots +
 the service's CA; OpenSSL, curl, wget, pip, requests and uv read one of them),
-``NODE_EXTRA_CA_CERTS`` the CA alone.
+``NODE_EXTRA_CA_CERTS`` the CA alone; ``no_proxy`` (both cases) the loopback names, so a test
+talking to a server on the jail's own loopback (one the agent left running) reaches it directly.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SOCKET = "proxy.sock"
 CA_FILE = "ca.pem"  # the service's CA certificate (no key: that never leaves the service)
 CA_BUNDLE = "ca-bundle.pem"  # the host's public roots, then the CA
 PORT = 3128  # inside the jail's own network namespace
+LOCAL = "localhost,127.0.0.1,::1"  # never through the proxy: a server on the jail's own loopback
 
 # Runs inside the jail: python -I -S -c FORWARDER PORT SOCKET
 FORWARDER = r"""
@@ -83,7 +85,7 @@ def jail_env() -> dict[str, str]:
     trust = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO")
     return (
         dict.fromkeys(("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"), url)
-        | {"no_proxy": "", "NO_PROXY": ""}
+        | dict.fromkeys(("no_proxy", "NO_PROXY"), LOCAL)
         | dict.fromkeys(trust, bundle)
         | {"NODE_EXTRA_CA_CERTS": f"{MOUNT}/{CA_FILE}"}
     )
