@@ -174,12 +174,17 @@ def _many_task(ids: list[str], **kw: object) -> Task:
 def test_named_items_get_the_verdicts_of_a_full_run(sandbox: SandboxClient) -> None:
     r = sandbox.run_task(_many_task(IDS))
     assert r.tests == {k: v.value for k, v in EXPECTED.items()}, r.stdout[-2000:]
-    whole = sandbox.run_task(
-        _many_task(["tests/test_many.py::TestGroup", "tests/test_many.py::test_plain"])
-    )
+    groups = ["TestGroup", "test_plain", "test_unmatched", "test_pair"]
+    whole = sandbox.run_task(_many_task([f"tests/test_many.py::{g}" for g in groups]))
     # a class id selects every item under it (test_v[0..2], test_w) and reports under its id
-    assert whole.tests["tests/test_many.py::test_plain"] == "passed"
-    assert "4 passed, 1 failed" in whole.stdout or "1 failed, 4 passed" in whole.stdout, (
+    # the worst of them; so does a bare parametrised function's (all its cases)
+    assert whole.tests == {
+        "tests/test_many.py::TestGroup": "failed",  # test_v[2]
+        "tests/test_many.py::test_plain": "passed",
+        "tests/test_many.py::test_unmatched": "passed",  # [1] and [2]
+        "tests/test_many.py::test_pair": "failed",  # [y-2]
+    }, whole.stdout[-2000:]
+    assert "9 passed, 2 failed" in whole.stdout or "2 failed, 9 passed" in whole.stdout, (
         whole.stdout
     )
 

@@ -133,6 +133,27 @@ def test_outcomes_from_report() -> None:
     }
     assert any("duplicate" in p for p in problems)
     assert any("unreadable" in p for p in problems)
+    # an id naming a parametrised function, a class or a file: the worst of its cases
+    cases = b"\n".join(
+        [
+            rec("t::p[1]", "call", "passed"),
+            rec("t::p[2]", "call", "passed"),
+            rec("t::q[1]", "call", "passed"),
+            rec("t::q[2]", "call", "failed"),
+            rec("t::r[1]", "setup", "skipped"),
+            rec("t::C::x", "call", "passed"),
+            rec("t::C::y[a]", "setup", "skipped"),
+        ]
+    )
+    out, _ = outcomes_from_report(cases, ["t::p", "t::q", "t::r", "t::C", "t::pp", "t"])
+    assert out == {
+        "t::p": "passed",
+        "t::q": "failed",
+        "t::r": "skipped",
+        "t::C": "passed",
+        "t::pp": "missing",  # a name that only starts like another's is not one of its cases
+        "t": "failed",
+    }
 
 
 def test_outcomes_from_calls_compares_plain_values() -> None:

@@ -299,35 +299,55 @@ def outcomes_from_report(raw: bytes, ids: list[str]) -> tuple[dict[str, TestOutc
             collect_errors.append(str(rec.get("id")))
     out: dict[str, TestOutcome] = {}
     for tid in ids:
+        if tid not in phases and (under := _cases_of(tid, phases)):
+            # an id naming a parametrised function (or a class, a file): the runner ran every
+            # case under it; it passed if they all did
+            out[tid] = _worst([_outcome(c, phases[c], forged) for c in under])
+            continue
         p = phases.get(tid)
-        if tid in forged:
-            out[tid] = TestOutcome.failed
-        elif p is None:
+        if p is None:
             file = tid.split("::", 1)[0]
             out[tid] = (
                 TestOutcome.error
                 if any(c == file or c.startswith(file) for c in collect_errors)
                 else TestOutcome.missing
             )
-        elif p.get("setup", {}).get("outcome") == "failed":
-            out[tid] = TestOutcome.error
-        elif "call" in p:
-            c = p["call"]
-            if c.get("outcome") == "passed":
-                out[tid] = (
-                    TestOutcome.error
-                    if p.get("teardown", {}).get("outcome") == "failed"
-                    else TestOutcome.passed
-                )
-            elif c.get("outcome") == "skipped" or c.get("xfail"):
-                out[tid] = TestOutcome.skipped
-            else:
-                out[tid] = TestOutcome.failed
-        elif p.get("setup", {}).get("outcome") == "skipped":
-            out[tid] = TestOutcome.skipped
         else:
-            out[tid] = TestOutcome.missing
+            out[tid] = _outcome(tid, p, forged)
     return out, problems
+
+
+def _cases_of(tid: str, phases: dict[str, dict[str, dict]]) -> list[str]:
+    """The reported ids under ``tid``: its parametrised cases, or a class's or file's tests."""
+    return [k for k in phases if k.startswith((f"{tid}[", f"{tid}::"))]
+
+
+_WORST = ("failed", "error", "missing", "passed", "skipped")  # a group is its worst case
+
+
+def _worst(outcomes: list[TestOutcome]) -> TestOutcome:
+    """A group of cases: passed when none failed, errored or went missing (skipped ones aside),
+    skipped when all were."""
+    return min(outcomes, key=lambda o: _WORST.index(o.value))
+
+
+def _outcome(tid: str, p: dict[str, dict], forged: set[str]) -> TestOutcome:
+    """One test's outcome from its phases' records."""
+    if tid in forged:
+        return TestOutcome.failed
+    if p.get("setup", {}).get("outcome") == "failed":
+        return TestOutcome.error
+    if "call" in p:
+        c = p["call"]
+        if c.get("outcome") == "passed":
+            failed_teardown = p.get("teardown", {}).get("outcome") == "failed"
+            return TestOutcome.error if failed_teardown else TestOutcome.passed
+        if c.get("outcome") == "skipped" or c.get("xfail"):
+            return TestOutcome.skipped
+        return TestOutcome.failed
+    if p.get("setup", {}).get("outcome") == "skipped":
+        return TestOutcome.skipped
+    return TestOutcome.missing
 
 
 def _same(a: object, b: object) -> bool:

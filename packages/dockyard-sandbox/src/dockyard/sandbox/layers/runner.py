@@ -196,7 +196,8 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
             cg.remove()  # (kills what is left)
         raise JailLost(f"{SERVER.what} ended before the jail reported (see the service's log)")
     res = StepOutcome(
-        exit_code=None if timed_out or status is None else os.waitstatus_to_exitcode(status), output=out.text(), timed_out=timed_out,
+        exit_code=None if timed_out or status is None else os.waitstatus_to_exitcode(status),
+        output=out.text(), timed_out=timed_out,
         oom=bool(cg and cg.oom_killed()), pids_limit=bool(cg and cg.pids_limit_hit()),
         seconds=time.monotonic() - t0, truncated=out.truncated, started=started,
         errput=err.text() if err is not None else "",
@@ -226,13 +227,20 @@ def _wait(reply: socket.socket, deadline: float, cancel: Flag | None) -> bool:
         if cancel is not None and cancel.is_set():
             return False
         tick = left if cancel is None else min(left, 0.05)
-        if select.select([reply], [], [], tick)[0]:
+        if _readable(reply, tick):
             return False
+
+
+def _readable(sock: socket.socket, timeout_s: float) -> bool:
+    """``poll``, not ``select``: a busy service's descriptors may pass FD_SETSIZE."""
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(max(0.0, timeout_s) * 1000))
 
 
 def _status(reply: socket.socket, timeout_s: float) -> int | None:
     """The jail's wait status as the server reaped it (None: the server went first)."""
-    if not select.select([reply], [], [], timeout_s)[0]:
+    if not _readable(reply, timeout_s):
         return None
     with contextlib.suppress(OSError):
         msg = reply.recv(64)
