@@ -461,6 +461,41 @@ def test_a_live_verifier_is_served_by_the_agents_daemon_and_keeps_its_reward_fil
         verify(1, live=True, agent_layer=False)
 
 
+# the agent listens where a live verifier's forwarder once did (and where its own is): every
+# connection it takes is written down
+SQUATTER = (
+    "for port in 3129 3130; do perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr "
+    '=> "127.0.0.1:$ARGV[0]", Listen => 5, ReuseAddr => 1) or die; while ($c = $s->accept) '
+    '{ system("echo took >> /tmp/took"); print $c "HTTP/1.0 200 OK\\r\\n\\r\\nagent"; '
+    "close $c }' $port > /dev/null 2>&1 & done"
+)
+FETCH = (
+    "perl -MIO::Socket::INET -e '($h) = $ENV{http_proxy} =~ m{//([^/]+)}; $c = IO::Socket::INET"
+    '->new($h) or die "no proxy at $h"; print $c "GET http://deb.debian.org/debian/ HTTP/1.0'
+    '\\r\\nHost: deb.debian.org\\r\\n\\r\\n"; local $/; print <$c> =~ /agent/ ? "agent\\n" '
+    ': "proxy\\n"\''
+)
+
+
+def test_a_live_verifiers_egress_is_not_an_agents_listener(client) -> None:
+    """A live verifier shares the agent's network namespace: its registry forwarder listens on
+    a port the kernel picks, so an agent's process listening on the ports a verifier could
+    be given takes none of its traffic (it would see the verifier's requests and answer them)."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env, "egress": True})
+    assert client.exec(sid, SQUATTER).exit_code == 0
+    up = client.exec(sid, "for i in $(seq 100); do perl -MIO::Socket::INET -e 'exit !IO::Socket"
+                     "::INET->new(\"127.0.0.1:3129\")' && exit 0; sleep 0.1; done; exit 1")  # fmt: skip
+    assert up.exit_code == 0, up
+    client.exec(sid, "rm -f /tmp/took")
+    script = {"files": {"test.sh": "true\n"}, "egress": True,
+              "command": f"{FETCH}; echo 1 > /logs/verifier/reward.txt"}  # fmt: skip
+    r = client.finish(sid, {"script": script, "timeout_s": 60})
+    assert r.stdout == "proxy\n", r
+    took = client.exec(sid, "cat /tmp/took 2>/dev/null | wc -l")
+    assert took.stdout.strip() == "0", took
+
+
 def test_a_containers_apt_install_reaches_the_verifier(client) -> None:
     """A Terminal-Bench-style solution: the agent `apt-get install`s a tool as the image's root,
     through its session's registry proxy (no other network), and the held-out tests use it."""
@@ -587,13 +622,14 @@ def test_a_live_verifier_runs_its_own_tests_while_the_agent_swaps_them(client) -
     test.sh, which writes 0."""
     env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
     sid = client.create_session({"environment": env})
-    client.tty(sid, [SWAPPER, "<Enter>"], wait_s=0.5)
+    for _ in range(3):  # three loops: entries vanish while the verifier's root is assembled
+        client.tty(sid, [SWAPPER, "<Enter>"], wait_s=0.2)
     swapping = client.exec(sid, "sleep 0.3; ls /fake")
     assert "test.sh" in swapping.stdout, swapping
     script = {"files": {"test.sh": "echo ours; echo 0 > /logs/verifier/reward.txt\n"},
               "command": "bash /tests/test.sh"}  # fmt: skip
-    for _ in range(20):
+    for _ in range(60):
         r = client.finish(sid, {"script": script, "timeout_s": 30})
-        assert r.verdict == "failed", r
+        assert r.verdict == "failed", (r.detail, r)
         assert r.reward == 0.0, r
         assert r.stdout == "ours\n", r

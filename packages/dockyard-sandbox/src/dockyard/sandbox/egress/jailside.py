@@ -28,13 +28,16 @@ CA_BUNDLE = "ca-bundle.pem"  # the host's public roots, then the CA
 PORT = 3128  # inside the jail's own network namespace
 LOCAL = "localhost,127.0.0.1,::1"  # never through the proxy: a server on the jail's own loopback
 
-# Runs inside the jail: python -I -S -c FORWARDER PORT SOCKET
+# Runs inside the jail: python -I -S -c FORWARDER PORT|fd:N SOCKET
 FORWARDER = r"""
 import os, socket, sys, threading
-port, path = int(sys.argv[1]), sys.argv[2]
-srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("127.0.0.1", port))
+where, path = sys.argv[1], sys.argv[2]
+if where.startswith("fd:"):  # bound already, by the caller (a port the kernel picked)
+    srv = socket.socket(fileno=int(where[3:]))
+else:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", int(where)))
 srv.listen(64)
 if os.fork():
     os._exit(0)

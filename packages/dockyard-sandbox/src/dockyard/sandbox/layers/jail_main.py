@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import grp
 import json
@@ -103,7 +104,7 @@ def _load(plan: dict) -> None:
     forwarder, a fork after it, imports socket and threading there): a container's pid 1 and
     every command entering it start ~10 ms sooner without the rest."""
     global shutil, socket, tarfile, _TAR_ERRORS
-    if plan["op"] in ("run", "hold"):
+    if plan["op"] in ("run", "hold", "verify"):
         import socket
     if plan.get("forwarder"):
         import threading  # noqa: F401  (in sys.modules for the forwarder's own import)
@@ -211,22 +212,42 @@ def _bind_target(merged: str, dst: str) -> str:
     return path
 
 
-def _forwarder(plan: dict) -> None:
+def _forwarder(plan: dict) -> int:
     """The egress forwarder (``egress.FORWARDER``: 127.0.0.1:port -> the proxy's socket, bound
     read-only at /dev/.egress, on the jail's own /dev tmpfs: nothing lands in the layer). A fork
-    of this process, already inside the pivoted root: it sees only what the step sees."""
+    of this process, already inside the pivoted root: it sees only what the step sees. Port 0
+    (a live verifier's, in the agent's network namespace): a free port the kernel picks, so no
+    listener of the agent's (or a previous verifier's, still dying) can stand in for it; the
+    port it listens on is returned."""
+    port, listener = int(plan["port"]), None
+    if port == 0:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
     pid = os.fork()
     if pid == 0:
+        code = 1
         for fd in (plan.get("ready_fd"), plan.get("pid_fd")):
             if fd is not None:
                 os.close(fd)
         try:
             sock = f"{plan.get('egress_dir') or EGRESS_DIR}/{plan['sock_name']}"
-            sys.argv = ["forwarder", str(plan["port"]), sock]
+            where = f"fd:{listener.fileno()}" if listener is not None else str(port)
+            sys.argv = ["forwarder", where, sock]
+            code = 0  # (the forwarder exits 0 itself once it listens: it forks again)
             exec(compile(plan["forwarder"], "forwarder", "exec"), {"__name__": "forwarder"})
+        except BaseException as e:
+            print(f"dockyard-build: the registry forwarder did not start: {e!r}", file=sys.stderr)
+            code = 1
         finally:
-            os._exit(0)
-    os.waitpid(pid, 0)  # it forks again once it listens
+            sys.stderr.flush()
+            os._exit(code)
+    if listener is not None:
+        listener.close()
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise SetupError("the registry forwarder did not start")
+    return port
 
 
 def _pivot(new_root: str) -> None:
@@ -403,7 +424,10 @@ def _verify(plan: dict) -> int:
             if b.get("ro"):
                 _remount_ro(b["dst"])
         if plan.get("forwarder"):
-            _forwarder(plan)
+            port = _forwarder(plan)
+            # the proxy variables name port 0 (runner.egress_plan): the one listened on
+            url = ("http://127.0.0.1:0/", f"http://127.0.0.1:{port}/")
+            plan["env"] = {k: v.replace(*url) for k, v in plan["env"].items()}
         return _run(plan)
 
     return _root_child(pid1)
@@ -433,11 +457,18 @@ def _live_root(root: int, trees: list[tuple[dict, int]]) -> None:
                 tree = _open_tree(name, old, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW)
             except (OSError, SetupError):
                 continue  # gone or changed meanwhile: the agent's doing, left out of the view
-            if stat.S_ISDIR(st.st_mode):
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if is_dir:
                 os.mkdir(name, 0o755, dir_fd=root)
             else:
                 os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=root))
-            _attach(tree, name, root)
+            rc = _libc.syscall(_MOVE_MOUNT, tree, b"", root, os.fsencode(name), MOVE_MOUNT_F_EMPTY)
+            if rc != 0 and ctypes.get_errno() == errno.ENOENT:  # unlinked since it was opened
+                os.close(tree)  # (the agent's doing): left out, as above
+                (os.rmdir if is_dir else os.unlink)(name, dir_fd=root)
+                continue
+            _check(rc, f"move_mount {name}")
+            os.close(tree)
     finally:
         os.close(old)
     for b, tree in trees:

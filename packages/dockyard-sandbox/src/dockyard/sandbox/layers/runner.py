@@ -96,9 +96,10 @@ EGRESS_VERIFY_DIR = "/.dockyard-egress"  # a live verifier's: a top-level dir of
 def egress_plan(plan: dict, proxy: egress.Proxy, *, live: bool = False) -> dict:
     """``plan`` reaching the registries through ``proxy``: the forwarder, the socket's dir, and
     the proxy and trust variables (``egress.jail_env``) pointing where this jail mounts them.
-    ``live``: a verifier in a live container (``op: verify``), whose network namespace may hold
-    the session's own forwarder: another port and dir."""
-    where, port = (EGRESS_VERIFY_DIR, egress.PORT + 1) if live else (EGRESS_DIR, egress.PORT)
+    ``live``: a verifier in a live container (``op: verify``), whose network namespace is the
+    agent's: another dir, and port 0 — a free one the kernel picks (jail_main.py's
+    ``_forwarder`` puts it in the proxy variables), never a port an agent's process could hold."""
+    where, port = (EGRESS_VERIFY_DIR, 0) if live else (EGRESS_DIR, egress.PORT)
     env = {
         k: v.replace(egress.MOUNT, where).replace(f":{egress.PORT}/", f":{port}/")
         for k, v in egress.jail_env().items()
