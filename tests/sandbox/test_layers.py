@@ -633,3 +633,19 @@ def test_a_live_verifier_runs_its_own_tests_while_the_agent_swaps_them(client) -
         assert r.verdict == "failed", (r.detail, r)
         assert r.reward == 0.0, r
         assert r.stdout == "ours\n", r
+
+
+def test_a_live_verifier_the_agent_crowds_out_of_mounts_is_a_verdict(client) -> None:
+    """A live verifier binds each top-level entry of the container: an agent that makes ~10^5
+    of them (or as many mounts) takes its view past the kernel's fs.mount-max. That is the
+    agent's doing: a ``failed`` verdict naming it, never ``infra_error`` (which the trainer
+    masks, so the agent would escape its zero)."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    crowd = client.exec(sid, "cd / && seq 110000 | sed s,^,/d, | xargs mkdir 2>/dev/null; ls / | wc -l",
+                        timeout_s=120)  # fmt: skip
+    assert int(crowd.stdout) > 90_000, crowd
+    script = {"files": {"test.sh": "true\n"}, "command": "echo 1 > /logs/verifier/reward.txt"}
+    r = client.finish(sid, {"script": script, "timeout_s": 60})
+    assert r.verdict == "failed", (r.detail, r)
+    assert "mount-max" in r.detail, r

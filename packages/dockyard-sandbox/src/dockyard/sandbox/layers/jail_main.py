@@ -68,7 +68,7 @@ import signal
 import stat
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported by _load(): an ``enter`` (every command of a container) needs none
@@ -116,13 +116,15 @@ def _load(plan: dict) -> None:
 
 
 class SetupError(Exception):
-    pass
+    def __init__(self, message: str, errno: int = 0) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 def _check(rc: int, what: str) -> None:
     if rc != 0:
         e = ctypes.get_errno()
-        raise SetupError(f"{what}: {os.strerror(e)}")
+        raise SetupError(f"{what}: {os.strerror(e)}", e)
 
 
 def mount(src: str | None, tgt: str, fstype: str | None, flags: int, data: str | None = None):
@@ -412,11 +414,13 @@ def _verify(plan: dict) -> int:
     os.setgroups([])
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID), "unshare")
+    with _agents_mounts():
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID), "unshare")
 
     def pid1() -> int:
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of ours propagates to the agent's
-        _live_root(root, trees)
+        with _agents_mounts():
+            _live_root(root, trees)
         for path in plan.get("hide") or ():
             with contextlib.suppress(SetupError):
                 _check(_libc.umount2(os.fsencode(path), MNT_DETACH), f"umount {path}")
@@ -431,6 +435,22 @@ def _verify(plan: dict) -> int:
         return _run(plan)
 
     return _root_child(pid1)
+
+
+@contextlib.contextmanager
+def _agents_mounts() -> Iterator[None]:
+    """A live verifier's namespace copies the container's mounts and binds each of its
+    top-level entries: past the kernel's ``fs.mount-max`` (ENOSPC) only through what the agent
+    made (mounts, or ~10^5 entries at /), so the task's doing — a verdict, not the service's."""
+    try:
+        yield
+    except SetupError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise SetupError(
+            f"content: {e} — the container holds more mounts or top-level entries than a live "
+            "verifier's view can copy (the kernel's fs.mount-max)"
+        ) from e
 
 
 def _live_root(root: int, trees: list[tuple[dict, int]]) -> None:
