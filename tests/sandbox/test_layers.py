@@ -12,6 +12,8 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import subprocess
 import tarfile
 import threading
 import time
@@ -649,3 +651,42 @@ def test_a_live_verifier_the_agent_crowds_out_of_mounts_is_a_verdict(client) -> 
     r = client.finish(sid, {"script": script, "timeout_s": 60})
     assert r.verdict == "failed", (r.detail, r)
     assert "mount-max" in r.detail, r
+
+
+NSS_MODULE = r"""
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    int fd = open("/logs/verifier/reward.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) { write(fd, "1\n", 2); close(fd); }
+    _exit(0);
+}
+"""
+
+
+def test_a_verifiers_jail_reads_the_users_as_files_not_through_nss(client, tmp_path) -> None:
+    """The verifier's pid 1 looks up the user (HOME, groups) in the root it pivoted into — the
+    agent's, live. Through NSS that would load the library the root's /etc/nsswitch.conf names
+    into our process before the step: an agent's module planting reward 1 and exiting 0 passed
+    a verifier that writes 0. The files are read as files (as runc does); the step itself
+    (``/bin/sh``, which does no user lookup) runs and writes its 0."""
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is not installed: apt-get install -y gcc")
+    (tmp_path / "planted.c").write_text(NSS_MODULE)
+    so = tmp_path / "libnss_planted.so.2"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-nostartfiles", "-o", so, tmp_path / "planted.c"],
+                   check=True)  # fmt: skip
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    b64 = base64.b64encode(so.read_bytes()).decode()
+    plant = client.exec(
+        sid, f"echo {b64} | base64 -d > /usr/lib/x86_64-linux-gnu/libnss_planted.so.2 && "
+        "sed -i 's/^passwd:.*/passwd: planted files/; s/^group:.*/group: planted files/' "
+        "/etc/nsswitch.conf && getent passwd root; echo getent $?",
+    )  # fmt: skip
+    assert plant.stdout == "getent 0\n", plant  # no root line: the module ran (and exited 0)
+    script = {"files": {"test.sh": "true\n"}, "command": "echo 0 > /logs/verifier/reward.txt"}
+    for live in (True, False):
+        r = client.finish(sid, {"script": script, "timeout_s": 60, "live": live})
+        assert r.verdict == "failed", (live, r)
+        assert r.reward == 0.0, (live, r)

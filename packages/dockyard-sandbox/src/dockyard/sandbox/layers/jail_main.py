@@ -59,10 +59,8 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import grp
 import json
 import os
-import pwd
 import resource
 import signal
 import stat
@@ -261,6 +259,52 @@ def _pivot(new_root: str) -> None:
     os.chdir("/")
 
 
+def _entries(path: str) -> list[list[str]]:
+    """The colon-separated entries of the root's ``/etc/passwd`` or ``/etc/group``, read as a
+    file (as runc's user lookup does) — never through NSS, which would load the libraries the
+    root's ``/etc/nsswitch.conf`` names into this process, before the step runs (a library of
+    the agent's in a live verifier's pid 1). Only a regular file, its first 4 MiB."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return []
+        data = os.read(fd, 4 << 20).decode("utf-8", "replace")
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [line.split(":") for line in data.splitlines() if line and line[0] not in "#+-"]
+
+
+def _user(by: str | int) -> tuple[str, int, int, str] | None:
+    """(name, uid, gid, home) of the passwd entry named ``by`` (a str) or with uid ``by``."""
+    for e in _entries("/etc/passwd"):
+        if len(e) < 6 or not (e[2].isdigit() and e[3].isdigit()):
+            continue
+        if (e[0] == by) if isinstance(by, str) else (int(e[2]) == by):
+            return e[0], int(e[2]), int(e[3]), e[5]
+    return None
+
+
+def _group_gid(name: str) -> int | None:
+    for e in _entries("/etc/group"):
+        if len(e) >= 3 and e[0] == name and e[2].isdigit():
+            return int(e[2])
+    return None
+
+
+def _groups_of(name: str, gid: int) -> list[int]:
+    """``getgrouplist``: ``gid``, then every group listing ``name`` among its members."""
+    gids = [gid]
+    for e in _entries("/etc/group"):
+        if len(e) >= 4 and e[2].isdigit() and name in e[3].split(",") and int(e[2]) not in gids:
+            gids.append(int(e[2]))
+    return gids
+
+
 def _ids(spec: str | None) -> tuple[int, int]:
     """``user[:group]`` (names from the image's /etc/passwd and /etc/group) -> (uid, gid)."""
     if not spec or spec == "root":
@@ -268,23 +312,18 @@ def _ids(spec: str | None) -> tuple[int, int]:
     user, _, group = spec.partition(":")
     if user.isdigit():
         uid = int(user)
-        try:
-            gid = pwd.getpwuid(uid).pw_gid
-        except KeyError:
-            gid = uid
+        ent = _user(uid)
+        gid = ent[2] if ent else uid
     else:
-        try:
-            ent = pwd.getpwnam(user)
-        except KeyError as e:
-            raise SetupError(
-                f"unable to find user {user}: no matching entries in passwd file"
-            ) from e
-        uid, gid = ent.pw_uid, ent.pw_gid
+        ent = _user(user)
+        if ent is None:
+            raise SetupError(f"unable to find user {user}: no matching entries in passwd file")
+        uid, gid = ent[1], ent[2]
     if group:
-        try:
-            gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-        except KeyError as e:
-            raise SetupError(f"unable to find group {group}") from e
+        found = int(group) if group.isdigit() else _group_gid(group)
+        if found is None:
+            raise SetupError(f"unable to find group {group}")
+        gid = found
     return uid, gid
 
 
@@ -299,10 +338,8 @@ def _prepare(plan: dict) -> tuple[int, int]:
     os.chdir(plan["cwd"])
     uid, gid = _ids(plan.get("user"))
     if "HOME" not in plan["env"]:  # as Docker: the user's home from the image's /etc/passwd
-        try:
-            plan["env"]["HOME"] = pwd.getpwuid(uid).pw_dir
-        except KeyError:
-            plan["env"]["HOME"] = "/root" if uid == 0 else "/"
+        ent = _user(uid)
+        plan["env"]["HOME"] = ent[3] if ent else "/root" if uid == 0 else "/"
     return uid, gid
 
 
@@ -311,8 +348,8 @@ def _exec(plan: dict, uid: int, gid: int) -> int:
     try:
         os.setsid()
         if uid:
-            name = pwd.getpwuid(uid).pw_name if _has_uid(uid) else None
-            os.setgroups(os.getgrouplist(name, gid) if name else [gid])
+            ent = _user(uid)
+            os.setgroups(_groups_of(ent[0], gid) if ent else [gid])
             os.setresgid(gid, gid, gid)
             os.setresuid(uid, uid, uid)
         os.execve(plan["argv"][0], plan["argv"], plan["env"])
@@ -526,14 +563,6 @@ def _root_child(body: Callable[[], int], forked: Callable[[int], None] | None = 
         forked(pid)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) % 256
-
-
-def _has_uid(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
 
 
 def _copy(plan: dict) -> int:
