@@ -22,6 +22,17 @@ FAMILY_BASE: dict[str, dict[str, Any]] = {
     "llama": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "max_position_embeddings": 64},
+    # four layers, sliding and full; a window shorter than the test sequences (so it masks)
+    "gemma2": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
+               "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 5,
+               "max_position_embeddings": 64},
+    "gemma3_text": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
+                    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 5,
+                    "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+                                    "sliding_attention"],
+                    "max_position_embeddings": 64},
 }  # fmt: skip
 
 
@@ -33,9 +44,13 @@ def build_hf_model(path: Path, family: str, seed: int = 0, **overrides: Any):
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
+        "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
     }
     config_cls, model_cls = classes[family]
     config = config_cls(**{**FAMILY_BASE[family], **overrides})
+    if family.startswith("gemma"):  # sdpa drops Gemma 2's attention soft-cap; eager applies it
+        config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = model_cls(config).float().eval()
     gen = torch.Generator().manual_seed(seed + 1)

@@ -1,4 +1,5 @@
-"""NNX Qwen2 / Qwen3 / Llama logits equal transformers' on random tiny models (fp32)."""
+"""NNX Qwen2 / Qwen3 / Llama / Gemma 2 / Gemma 3 logits equal transformers' on random tiny
+models (fp32)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ CASES = {
     "qwen2-yarn": ("qwen2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0,
                                                  "factor": 4.0,
                                                  "original_max_position_embeddings": 16}}),
+    # Gemma 2's soft-caps low enough to bend these tiny models' scores and logits
+    "gemma2": ("gemma2", {"attn_logit_softcapping": 0.5, "final_logit_softcapping": 1.5}),
+    "gemma2-untied": ("gemma2", {"tie_word_embeddings": False}),
+    # Gemma 3: a RoPE per layer type, the full layers' scaled (as its 4B+ checkpoints)
+    "gemma3": ("gemma3_text", {}),
+    "gemma3-linear": ("gemma3_text", {"rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0}}}),
 }  # fmt: skip
 
 

@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 @pytest.mark.parametrize(
     ("family", "overrides"),
     [("qwen2", {}), ("qwen3", {"tie_word_embeddings": True}),
-     ("llama", {"attention_bias": True, "mlp_bias": True})],
+     ("llama", {"attention_bias": True, "mlp_bias": True}),
+     ("gemma2", {"tie_word_embeddings": False}), ("gemma3_text", {})],
 )  # fmt: skip
 def test_hf_nnx_hf_identical(family, overrides, hf_model_factory, tmp_path) -> None:
     path, _ = hf_model_factory(family, **overrides)

@@ -62,6 +62,30 @@ def test_logprobs_equal_transformers_eager(family):
     np.testing.assert_allclose(packed, want, atol=2e-5)
 
 
+def test_gemma2s_attention_soft_cap_is_trained_as_served(tmp_path):
+    """transformers' sdpa attention drops Gemma 2's soft-cap of the attention scores (eager
+    applies it, as vLLM does): the worker's default (``attn_implementation: sdpa``) trains such
+    a model with eager attention. A cap low enough to bend this tiny model's scores shows it."""
+    from transformers import AutoModelForCausalLM
+
+    from dockyard.torch.worker import TorchPolicyWorker
+
+    path = build_tiny_model(family="gemma2")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "attn_logit_softcapping": 0.05}))
+    batch = random_batch(4, 40, seed=5)
+    want = _hf_logprobs(path, batch)
+    sdpa = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                attn_implementation="sdpa").eval()  # fmt: skip
+    with torch.no_grad():
+        ids = torch.as_tensor(batch.input_ids[:1, : int(batch.attention_mask[0].sum())])
+        dropped = torch.log_softmax(sdpa(ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])
+    n = ids.shape[1]
+    assert np.abs(dropped[:, 0].numpy() - want[0, 1:n]).max() > 1e-3  # sdpa is another model
+    got = TorchPolicyWorker(_config(path)).get_logprobs(batch)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.parametrize("family", FAMILIES)

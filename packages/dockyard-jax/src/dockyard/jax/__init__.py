@@ -1,5 +1,5 @@
-"""dockyard.jax: the JAX policy worker — Flax NNX Qwen2/Qwen3/Llama with Hugging Face weight
-parity, ``jax.sharding`` over an ``(fsdp, tensor)`` mesh, optax AdamW, orbax checkpoints.
+"""dockyard.jax: the JAX policy worker — Flax NNX Qwen2/Qwen3/Llama/Gemma 2/3 with Hugging Face
+weight parity, ``jax.sharding`` over an ``(fsdp, tensor)`` mesh, optax AdamW, orbax checkpoints.
 
     from dockyard.jax import JaxPolicyWorker
     worker = JaxPolicyWorker({"model_name": "/path/to/hf_model"})

@@ -31,7 +31,9 @@ class MeshConfig(_Strict):
 class JaxPolicyConfig(_Strict):
     """The JAX policy worker's configuration."""
 
-    model_name: str = Field(description="local folder of a Hugging Face Qwen2/Qwen3/Llama model")
+    model_name: str = Field(
+        description="local folder of a Hugging Face Qwen2/Qwen3/Llama/Gemma 2/Gemma 3 (text) model"
+    )
     tokenizer_name: str | None = Field(
         None, description="tokenizer folder that checkpoints carry (default: model_name)"
     )

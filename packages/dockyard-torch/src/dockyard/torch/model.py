@@ -132,11 +132,15 @@ def load_hf_model(
     a reward model: 1), with ``config.pad_token_id`` set from the tokenizer (its pad token, else
     its end-of-sequence token) when the model's config has none, and LoRA's task type
     ``SEQ_CLS`` (the head trains in full)."""
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-    kwargs: dict[str, Any] = {
-        "dtype": torch.float32, "attn_implementation": cfg.attn_implementation
-    }  # fmt: skip
+    attn = cfg.attn_implementation
+    if attn == "sdpa" and getattr(AutoConfig.from_pretrained(cfg.model_name),
+                                  "attn_logit_softcapping", None):  # fmt: skip
+        # transformers' sdpa attention drops the scores' soft-cap (Gemma 2: c·tanh(s/c)),
+        # which eager applies, as vLLM does: sdpa would train another model than it serves
+        attn = "eager"
+    kwargs: dict[str, Any] = {"dtype": torch.float32, "attn_implementation": attn}
     if num_labels is None:
         model = AutoModelForCausalLM.from_pretrained(cfg.model_name, **kwargs)
     else:

@@ -1,4 +1,5 @@
-"""Model configuration read from a Hugging Face ``config.json`` (Qwen2, Qwen3, Llama).
+"""Model configuration read from a Hugging Face ``config.json`` (Qwen2, Qwen3, Llama, Gemma 2,
+Gemma 3's text model).
 
 Only what the forward pass needs is kept; the raw dict is kept too so that an exported model
 writes back the very ``config.json`` it was loaded from. RoPE parameters are read in both the
@@ -13,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FAMILIES = ("qwen2", "qwen3", "llama")
+FAMILIES = ("qwen2", "qwen3", "llama", "gemma2", "gemma3_text")
+GEMMA = ("gemma2", "gemma3_text")
+LAYER_TYPES = ("full_attention", "sliding_attention")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
 
@@ -47,10 +50,16 @@ class RopeConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The decoder-only transformer shared by Qwen2, Qwen3 and Llama.
+    """The decoder-only transformer shared by Qwen2, Qwen3, Llama and Gemma 2 / 3.
 
     Family differences are flags: Qwen2 has q/k/v biases (``qkv_bias``), Qwen3 RMS-normalises
     q and k per head (``qk_norm``), Llama may have ``attention_bias`` (q/k/v/o) and ``mlp_bias``.
+    Gemma (``gemma``): norms scale by ``1 + w`` in float32 and wrap attention and the MLP
+    before and after (``pre/post_feedforward_layernorm``), embeddings are multiplied by
+    √hidden, the MLP is GeGLU (tanh GELU), attention is scaled by ``query_pre_attn_scalar^-½``,
+    ``layer_types`` makes some layers attend within a ``sliding_window`` (with their own RoPE,
+    ``rope_local``, in Gemma 3), and attention scores / final logits may be soft-capped
+    (``c · tanh(x / c)``: Gemma 2). Gemma 3 has Qwen3's per-head q/k norm.
     """
 
     family: str
@@ -69,7 +78,17 @@ class ModelConfig:
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    gemma: bool = False
+    query_pre_attn_scalar: float | None = None  # None: head_dim
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()  # () : every layer full_attention
+    rope_local: RopeConfig | None = None  # sliding layers' RoPE where it differs (Gemma 3)
     hf_config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def is_sliding(self, layer: int) -> bool:
+        return bool(self.layer_types) and self.layer_types[layer] == "sliding_attention"
 
     @property
     def num_kv_groups(self) -> int:
@@ -84,9 +103,11 @@ class ModelConfig:
                 f"config.json: model_type={family!r} is not supported by dockyard.jax; "
                 f"supported: {', '.join(FAMILIES)}"
             )
-        act = d.get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"config.json: hidden_act={act!r} is not supported (only 'silu')")
+        gemma = family in GEMMA
+        act = d.get("hidden_activation") or d.get("hidden_act") if gemma else d.get("hidden_act")
+        want = "gelu_pytorch_tanh" if gemma else "silu"
+        if (act or want) != want:
+            raise ValueError(f"config.json: hidden_act={act!r} is not supported (only {want!r})")
         if family in ("qwen2", "qwen3") and d.get("use_sliding_window"):
             raise ValueError(
                 "config.json: use_sliding_window=true is not supported by dockyard.jax; "
@@ -104,23 +125,26 @@ class ModelConfig:
         hidden = int(d["hidden_size"])
         head_dim = int(d.get("head_dim") or hidden // heads)
         attn_bias = bool(d.get("attention_bias", False))
+        layers = int(d["num_hidden_layers"])
+        gemma_keys = _gemma_from_hf(d, layers) if gemma else {}
         return cls(
             family=family,
             vocab_size=int(d["vocab_size"]),
             hidden_size=hidden,
             intermediate_size=int(d["intermediate_size"]),
-            num_hidden_layers=int(d["num_hidden_layers"]),
+            num_hidden_layers=layers,
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
             head_dim=head_dim,
             max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            rope=_rope_from_hf(d),
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            rope=_rope_from_hf(d, gemma_keys.pop("rope_full", None)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", gemma)),
             qkv_bias=True if family == "qwen2" else attn_bias,
             o_bias=False if family == "qwen2" else attn_bias,
             mlp_bias=bool(d.get("mlp_bias", False)) if family == "llama" else False,
-            qk_norm=family == "qwen3",
+            qk_norm=family in ("qwen3", "gemma3_text"),
+            **gemma_keys,
             hf_config=dict(d),
         )
 
@@ -133,7 +157,51 @@ class ModelConfig:
         return cls.from_hf_dict(json.loads(p.read_text()))
 
 
-def _rope_from_hf(d: dict[str, Any]) -> RopeConfig:
+def _gemma_from_hf(d: dict[str, Any], layers: int) -> dict[str, Any]:
+    """Gemma's fields of :class:`ModelConfig` (+ ``rope_full``: the full layers' RoPE
+    parameters where Gemma 3 gives one set per layer type)."""
+    types = tuple(d.get("layer_types") or ())
+    if not types:  # older configs: Gemma 2 alternates from a sliding first layer
+        pattern = int(d.get("sliding_window_pattern") or 2)
+        types = tuple(
+            "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+            for i in range(layers)
+        )
+    if len(types) != layers or set(types) - set(LAYER_TYPES):
+        raise ValueError(
+            f"config.json: layer_types must name {layers} layers, each one of "
+            f"{', '.join(LAYER_TYPES)}"
+        )
+    window = d.get("sliding_window")
+    if "sliding_attention" in types and not window:
+        raise ValueError("config.json: sliding layers need sliding_window")
+    out: dict[str, Any] = {
+        "gemma": True,
+        "query_pre_attn_scalar": float(d.get("query_pre_attn_scalar") or d["head_dim"]),
+        "attn_logit_softcapping": d.get("attn_logit_softcapping"),
+        "final_logit_softcapping": d.get("final_logit_softcapping"),
+        "sliding_window": int(window) if window else None,
+        "layer_types": types,
+    }
+    params = d.get("rope_parameters")
+    if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
+        if set(params) - set(LAYER_TYPES):
+            raise ValueError(
+                f"config.json: rope_parameters per layer type names {sorted(params)}; "
+                f"known: {', '.join(LAYER_TYPES)}"
+            )
+        full, local = params.get("full_attention"), params.get("sliding_attention")
+        out["rope_full"] = full or {"rope_type": "default", "rope_theta": 10000.0}
+        if local is not None:
+            out["rope_local"] = _rope_from_hf({**d, "rope_parameters": local})
+    elif d.get("rope_local_base_freq") is not None:  # transformers 4's Gemma 3
+        out["rope_local"] = RopeConfig(theta=float(d["rope_local_base_freq"]))
+    return out
+
+
+def _rope_from_hf(d: dict[str, Any], params_override: dict[str, Any] | None = None) -> RopeConfig:
+    if params_override is not None:
+        d = {**d, "rope_parameters": params_override}
     params = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
     if params and any(isinstance(v, dict) for v in params.values()):
         raise ValueError("config.json: per-layer-type rope_parameters are not supported")

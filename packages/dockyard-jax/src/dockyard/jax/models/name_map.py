@@ -60,6 +60,9 @@ def name_map(cfg: ModelConfig) -> list[NameMapEntry]:
             linear(f"{hf}.mlp.{name}", (*p, "mlp", name), cfg.mlp_bias)
         norm(f"{hf}.input_layernorm", (*p, "input_layernorm"))
         norm(f"{hf}.post_attention_layernorm", (*p, "post_attention_layernorm"))
+        if cfg.gemma:
+            norm(f"{hf}.pre_feedforward_layernorm", (*p, "pre_feedforward_layernorm"))
+            norm(f"{hf}.post_feedforward_layernorm", (*p, "post_feedforward_layernorm"))
     norm("model.norm", ("model", "norm"))
     if not cfg.tie_word_embeddings:
         linear("lm_head", ("lm_head",), False)

@@ -1,4 +1,4 @@
-"""Flax NNX decoder-only transformer covering Qwen2, Qwen3 and Llama.
+"""Flax NNX decoder-only transformer covering Qwen2, Qwen3, Llama and Gemma 2 / 3 (text).
 
 Attribute names mirror the Hugging Face modules (``model.layers[i].self_attn.q_proj`` …) so the
 name map in :mod:`dockyard.jax.models.name_map` is a plain table. Linear kernels are stored
@@ -12,9 +12,20 @@ One layer, with h the residual stream:
 grouped-query (each of the ``num_key_value_heads`` K/V heads serves ``num_kv_groups`` query
 heads), scaled by ``head_dim^-1/2``, with RoPE on q and k (after the per-head q/k RMSNorm in
 Qwen3) and optional q/k/v biases (Qwen2; Llama's ``attention_bias``).
+
+Gemma's layer (``ModelConfig.gemma``) norms before and after each block,
+
+    h = h + N₂(Attn(N₁(h)));  h = h + N₄(W_down(gelu_tanh(W_gate x) ⊙ W_up x)),  x = N₃(h)
+
+with ``N(x) = (1 + w) ⊙ x / sqrt(mean(x²) + ε)`` in float32, the embedding times √hidden,
+scores scaled by ``query_pre_attn_scalar^-½`` and soft-capped (``c·tanh(s/c)``) where configured,
+a sliding layer's key s visible to query t only if ``t − s < sliding_window``, and the final
+logits soft-capped where configured.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -51,17 +62,27 @@ class Embed(nnx.Module):
 
 
 class RMSNorm(nnx.Module):
-    """``w ⊙ x / sqrt(mean(x²) + ε)`` over the last axis, normalised in float32."""
+    """``w ⊙ x / sqrt(mean(x²) + ε)`` over the last axis, normalised in float32; Gemma's
+    (``offset``): ``(1 + w) ⊙ …``, all in float32 before the cast back."""
 
-    def __init__(self, dim: int, eps: float):
-        self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
+    def __init__(self, dim: int, eps: float, offset: bool = False):
+        init = jnp.zeros if offset else jnp.ones
+        self.scale = nnx.Param(init((dim,), jnp.float32))
         self.eps = eps
+        self.offset = offset
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         var = jnp.mean(x32 * x32, axis=-1, keepdims=True)
+        if self.offset:
+            normed32 = x32 * jax.lax.rsqrt(var + self.eps)
+            return (normed32 * (1.0 + self.scale[...].astype(jnp.float32))).astype(x.dtype)
         normed = (x32 * jax.lax.rsqrt(var + self.eps)).astype(x.dtype)
         return self.scale[...].astype(x.dtype) * normed
+
+
+def _softcap(x: jax.Array, cap: float | None) -> jax.Array:
+    return x if cap is None else jnp.tanh(x / cap) * cap
 
 
 class Attention(nnx.Module):
@@ -73,8 +94,8 @@ class Attention(nnx.Module):
         self.v_proj = Linear(h, cfg.num_key_value_heads * hd, bias=cfg.qkv_bias, rngs=rngs)
         self.o_proj = Linear(cfg.num_attention_heads * hd, h, bias=cfg.o_bias, rngs=rngs)
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, cfg.gemma)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, cfg.gemma)
         else:
             self.q_norm = self.k_norm = None
 
@@ -91,7 +112,9 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # GQA: query head n uses K/V head n // groups.
         q = q.reshape(B, T, nkv, cfg.num_kv_groups, hd)
-        scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) * (hd**-0.5)
+        scale = (cfg.query_pre_attn_scalar or hd) ** -0.5
+        scores = jnp.einsum("bqkgd,bskd->bkgqs", q, k).astype(jnp.float32) * scale
+        scores = _softcap(scores, cfg.attn_logit_softcapping)
         scores = jnp.where(mask[:, :, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(B, T, nq * hd)
@@ -99,35 +122,49 @@ class Attention(nnx.Module):
 
 
 class MLP(nnx.Module):
-    """SwiGLU: ``W_down(silu(W_gate x) ⊙ W_up x)``."""
+    """SwiGLU: ``W_down(silu(W_gate x) ⊙ W_up x)``; Gemma's GeGLU: tanh-approximated GELU."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         h, i, b = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
         self.gate_proj = Linear(h, i, bias=b, rngs=rngs)
         self.up_proj = Linear(h, i, bias=b, rngs=rngs)
         self.down_proj = Linear(i, h, bias=b, rngs=rngs)
+        self.gelu = cfg.gemma
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        g = self.gate_proj(x)
+        act = jax.nn.gelu(g, approximate=True) if self.gelu else jax.nn.silu(g)
+        return self.down_proj(act * self.up_proj(x))
 
 
 class DecoderLayer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        h, eps, gemma = cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma
+        self.input_layernorm = RMSNorm(h, eps, gemma)
         self.self_attn = Attention(cfg, rngs=rngs)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, eps, gemma)
         self.mlp = MLP(cfg, rngs=rngs)
+        if gemma:
+            self.pre_feedforward_layernorm = RMSNorm(h, eps, True)
+            self.post_feedforward_layernorm = RMSNorm(h, eps, True)
+        else:
+            self.pre_feedforward_layernorm = self.post_feedforward_layernorm = None
 
     def __call__(self, h: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array):
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        if self.pre_feedforward_layernorm is None or self.post_feedforward_layernorm is None:
+            h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask)
+            return h + self.mlp(self.post_attention_layernorm(h))
+        a = self.self_attn(self.input_layernorm(h), cos, sin, mask)
+        h = h + self.post_attention_layernorm(a)
+        m = self.mlp(self.pre_feedforward_layernorm(h))
+        return h + self.post_feedforward_layernorm(m)
 
 
 class Backbone(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs)
         self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_hidden_layers)])
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma)
 
 
 class CausalLM(nnx.Module):
@@ -167,13 +204,25 @@ class CausalLM(nnx.Module):
             start = jnp.arange(T)[None, :] - position_ids  # index where each token's segment begins
             mask = mask & (jnp.arange(T)[None, None, :] >= start[:, :, None])
         mask = mask[:, None]  # [B, 1, T, T]
-        cos, sin = rope_cos_sin(self.cfg, position_ids, attention_mask.astype(bool))
+        cfg, valid = self.cfg, attention_mask.astype(bool)
+        rope = rope_cos_sin(cfg, position_ids, valid)
+        local, window_mask = rope, mask
+        if cfg.sliding_window is not None:  # key s visible to query t only if t - s < window
+            t = jnp.arange(T)
+            window_mask = mask & (
+                t[None, None, :, None] - t[None, None, None, :] < cfg.sliding_window
+            )
+        if cfg.rope_local is not None:
+            local = rope_cos_sin(dataclasses.replace(cfg, rope=cfg.rope_local), position_ids, valid)
         h = self.model.embed_tokens(input_ids, self.dtype)
-        for layer in self.model.layers:
-            h = layer(h, cos, sin, mask)
+        if cfg.gemma:  # the normaliser in the activations' dtype, as transformers rounds it
+            h = h * jnp.asarray(cfg.hidden_size**0.5, h.dtype)
+        for i, layer in enumerate(self.model.layers):
+            sliding = cfg.is_sliding(i)
+            h = layer(h, *(local if sliding else rope), window_mask if sliding else mask)
         h = self.model.norm(h)
         if self.lm_head is None:
             logits = h @ self.model.embed_tokens.embedding[...].astype(h.dtype).T
         else:
             logits = self.lm_head(h)
-        return logits.astype(jnp.float32)
+        return _softcap(logits.astype(jnp.float32), cfg.final_logit_softcapping)
