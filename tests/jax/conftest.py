@@ -33,6 +33,11 @@ FAMILY_BASE: dict[str, dict[str, Any]] = {
                     "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
                                     "sliding_attention"],
                     "max_position_embeddings": 64},
+    # four experts, two per token; layer 1 sparse, layer 0 dense (mlp_only_layers)
+    "qwen3_moe": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
+                  "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "head_dim": 16, "mlp_only_layers": [0], "max_position_embeddings": 64},
 }  # fmt: skip
 
 
@@ -46,6 +51,7 @@ def build_hf_model(path: Path, family: str, seed: int = 0, **overrides: Any):
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
         "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
+        "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
     }
     config_cls, model_cls = classes[family]
     config = config_cls(**{**FAMILY_BASE[family], **overrides})

@@ -1,5 +1,5 @@
-"""NNX Qwen2 / Qwen3 / Llama / Gemma 2 / Gemma 3 logits equal transformers' on random tiny
-models (fp32)."""
+"""NNX Qwen2 / Qwen3 / Llama / Gemma 2 / Gemma 3 / Qwen3-MoE logits equal transformers' on random
+tiny models (fp32)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ CASES = {
     "gemma3-linear": ("gemma3_text", {"rope_parameters": {
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
         "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0}}}),
+    "qwen3_moe": ("qwen3_moe", {}),
+    "qwen3_moe-norm-topk": ("qwen3_moe", {"norm_topk_prob": True, "mlp_only_layers": []}),
 }  # fmt: skip
 
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
     ("family", "overrides"),
     [("qwen2", {}), ("qwen3", {"tie_word_embeddings": True}),
      ("llama", {"attention_bias": True, "mlp_bias": True}),
-     ("gemma2", {"tie_word_embeddings": False}), ("gemma3_text", {})],
+     ("gemma2", {"tie_word_embeddings": False}), ("gemma3_text", {}), ("qwen3_moe", {})],
 )  # fmt: skip
 def test_hf_nnx_hf_identical(family, overrides, hf_model_factory, tmp_path) -> None:
     path, _ = hf_model_factory(family, **overrides)

@@ -1,5 +1,5 @@
 """Model configuration read from a Hugging Face ``config.json`` (Qwen2, Qwen3, Llama, Gemma 2,
-Gemma 3's text model).
+Gemma 3's text model, Qwen3-MoE).
 
 Only what the forward pass needs is kept; the raw dict is kept too so that an exported model
 writes back the very ``config.json`` it was loaded from. RoPE parameters are read in both the
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FAMILIES = ("qwen2", "qwen3", "llama", "gemma2", "gemma3_text")
+FAMILIES = ("qwen2", "qwen3", "llama", "gemma2", "gemma3_text", "qwen3_moe")
 GEMMA = ("gemma2", "gemma3_text")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -60,6 +60,8 @@ class ModelConfig:
     ``layer_types`` makes some layers attend within a ``sliding_window`` (with their own RoPE,
     ``rope_local``, in Gemma 3), and attention scores / final logits may be soft-capped
     (``c · tanh(x / c)``: Gemma 2). Gemma 3 has Qwen3's per-head q/k norm.
+    Qwen3-MoE (``num_experts`` > 0): Qwen3's attention, and in its sparse layers
+    (``is_moe``) a router choosing ``num_experts_per_tok`` of the experts per token.
     """
 
     family: str
@@ -85,7 +87,21 @@ class ModelConfig:
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()  # () : every layer full_attention
     rope_local: RopeConfig | None = None  # sliding layers' RoPE where it differs (Gemma 3)
+    num_experts: int = 0  # Qwen3-MoE: 0 for a dense model
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
     hf_config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether ``layer``'s MLP is the experts (as transformers' Qwen3-MoE decides)."""
+        return (
+            self.num_experts > 0
+            and layer not in self.mlp_only_layers
+            and (layer + 1) % self.decoder_sparse_step == 0
+        )
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.layer_types) and self.layer_types[layer] == "sliding_attention"
@@ -108,7 +124,7 @@ class ModelConfig:
         want = "gelu_pytorch_tanh" if gemma else "silu"
         if (act or want) != want:
             raise ValueError(f"config.json: hidden_act={act!r} is not supported (only {want!r})")
-        if family in ("qwen2", "qwen3") and d.get("use_sliding_window"):
+        if family in ("qwen2", "qwen3", "qwen3_moe") and d.get("use_sliding_window"):
             raise ValueError(
                 "config.json: use_sliding_window=true is not supported by dockyard.jax; "
                 "set it to false (Qwen2/Qwen3 checkpoints train with full attention)"
@@ -127,6 +143,7 @@ class ModelConfig:
         attn_bias = bool(d.get("attention_bias", False))
         layers = int(d["num_hidden_layers"])
         gemma_keys = _gemma_from_hf(d, layers) if gemma else {}
+        moe_keys = _moe_from_hf(d) if family == "qwen3_moe" else {}
         return cls(
             family=family,
             vocab_size=int(d["vocab_size"]),
@@ -143,8 +160,9 @@ class ModelConfig:
             qkv_bias=True if family == "qwen2" else attn_bias,
             o_bias=False if family == "qwen2" else attn_bias,
             mlp_bias=bool(d.get("mlp_bias", False)) if family == "llama" else False,
-            qk_norm=family in ("qwen3", "gemma3_text"),
+            qk_norm=family in ("qwen3", "gemma3_text", "qwen3_moe"),
             **gemma_keys,
+            **moe_keys,
             hf_config=dict(d),
         )
 
@@ -155,6 +173,25 @@ class ModelConfig:
         if not p.is_file():
             raise FileNotFoundError(f"{p} not found: point the model path at a Hugging Face folder")
         return cls.from_hf_dict(json.loads(p.read_text()))
+
+
+def _moe_from_hf(d: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3-MoE's fields of :class:`ModelConfig`."""
+    experts = int(d.get("num_experts") or d.get("num_local_experts") or 0)  # (transformers 5)
+    k = int(d.get("num_experts_per_tok") or 0)
+    if experts < 1 or not 1 <= k <= experts:
+        raise ValueError(
+            f"config.json: num_experts={experts}, num_experts_per_tok={k}: need "
+            "1 <= num_experts_per_tok <= num_experts"
+        )
+    return {
+        "num_experts": experts,
+        "num_experts_per_tok": k,
+        "moe_intermediate_size": int(d["moe_intermediate_size"]),
+        "norm_topk_prob": bool(d.get("norm_topk_prob", False)),
+        "decoder_sparse_step": int(d.get("decoder_sparse_step") or 1),
+        "mlp_only_layers": tuple(int(i) for i in d.get("mlp_only_layers") or ()),
+    }
 
 
 def _gemma_from_hf(d: dict[str, Any], layers: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 from dockyard.jax.models.config import ModelConfig
-from dockyard.jax.models.name_map import check_names, iter_hf_tensors, name_map
+from dockyard.jax.models.name_map import NNXPath, check_names, iter_hf_tensors, name_map
 from dockyard.jax.models.transformer import CausalLM
 
 Params = dict[str, Any]
@@ -79,14 +79,29 @@ def load_hf_params(
     by_name = {e.hf_name: e for e in name_map(cfg)}
     params: Params = {}
     seen: set[str] = set()
+    stacks: dict[NNXPath, list[np.ndarray | None]] = {}  # experts' slices, until all came
+
+    def place(nnx_path: NNXPath, host: np.ndarray) -> None:
+        target = sharding(nnx_path, host.shape) if sharding is not None else None
+        _set(params, nnx_path, jax.device_put(host, target))
+
     for hf_name, array in iter_hf_tensors(path):
         seen.add(hf_name)
         entry = by_name.get(hf_name)
         if entry is None:
             continue
         host = entry.to_nnx(array).astype(param_dtype)
-        target = sharding(entry.path, host.shape) if sharding is not None else None
-        _set(params, entry.path, jax.device_put(host, target))
+        if entry.expert is None:
+            place(entry.path, host)
+            continue
+        parts = stacks.setdefault(entry.path, [None] * cfg.num_experts)
+        parts[entry.expert] = host
+        if all(p is not None for p in parts):  # the layer's experts, stacked [E, ...]
+            shapes = {p.shape for p in parts if p is not None}
+            if len(shapes) > 1:
+                raise ValueError(f"{hf_name}: the experts' shapes differ: {sorted(shapes)}")
+            place(entry.path, np.stack(parts))  # type: ignore[arg-type]
+            del stacks[entry.path]
     check_names(cfg, seen)
     _check_shapes(cfg, params)
     return params
@@ -97,6 +112,8 @@ def _check_shapes(cfg: ModelConfig, params: Params) -> None:
     for entry in name_map(cfg):
         want = _get(abstract, entry.path).shape
         got = _get(params, entry.path).shape
+        if entry.expert is not None:
+            want, got = want[1:], got[1:]
         if want != got:
             raise ValueError(
                 f"{entry.hf_name}: shape {entry.to_hf(np.empty(got)).shape} in the checkpoint, "
@@ -119,8 +136,15 @@ def iter_hf_weights(
     """``(HF name, host array in HF layout)`` for every parameter, in name-map order.
 
     Sharded arrays are gathered one tensor at a time; ``dtype`` converts (None: keep)."""
+    stacked: dict[NNXPath, np.ndarray] = {}  # one layer's experts, each gathered once
     for entry in name_map(cfg):
-        host = np.asarray(jax.device_get(_get(params, entry.path)))
+        if entry.expert is None:
+            stacked.clear()
+            host = np.asarray(jax.device_get(_get(params, entry.path)))
+        else:
+            if entry.path not in stacked:
+                stacked[entry.path] = np.asarray(jax.device_get(_get(params, entry.path)))
+            host = stacked[entry.path][entry.expert]
         if dtype is not None:
             host = host.astype(dtype)
         yield entry.hf_name, entry.to_hf(host)

@@ -23,9 +23,13 @@ NNXPath = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class NameMapEntry:
+    """``expert``: the HF tensor is slice ``expert`` (axis 0) of the NNX array (Qwen3-MoE's
+    experts are stacked ``[E, ...]`` here, one tensor per expert in HF files)."""
+
     hf_name: str
     path: NNXPath
     transpose: bool
+    expert: int | None = None
 
     def to_nnx(self, hf_array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(hf_array.T) if self.transpose else hf_array
@@ -56,8 +60,15 @@ def name_map(cfg: ModelConfig) -> list[NameMapEntry]:
         if cfg.qk_norm:
             norm(f"{hf}.self_attn.q_norm", (*p, "self_attn", "q_norm"))
             norm(f"{hf}.self_attn.k_norm", (*p, "self_attn", "k_norm"))
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            linear(f"{hf}.mlp.{name}", (*p, "mlp", name), cfg.mlp_bias)
+        if cfg.is_moe(i):
+            linear(f"{hf}.mlp.gate", (*p, "mlp", "gate"), False)
+            for e in range(cfg.num_experts):
+                for name in ("gate_proj", "up_proj", "down_proj"):
+                    rows.append(NameMapEntry(f"{hf}.mlp.experts.{e}.{name}.weight",
+                                             (*p, "mlp", "experts", name), True, e))  # fmt: skip
+        else:
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                linear(f"{hf}.mlp.{name}", (*p, "mlp", name), cfg.mlp_bias)
         norm(f"{hf}.input_layernorm", (*p, "input_layernorm"))
         norm(f"{hf}.post_attention_layernorm", (*p, "post_attention_layernorm"))
         if cfg.gemma:

@@ -1,4 +1,5 @@
-"""Flax NNX decoder-only transformer covering Qwen2, Qwen3, Llama and Gemma 2 / 3 (text).
+"""Flax NNX decoder-only transformer covering Qwen2, Qwen3, Llama, Gemma 2 / 3 (text) and
+Qwen3-MoE (its sparse layers: :class:`SparseMoE`).
 
 Attribute names mirror the Hugging Face modules (``model.layers[i].self_attn.q_proj`` …) so the
 name map in :mod:`dockyard.jax.models.name_map` is a plain table. Linear kernels are stored
@@ -137,13 +138,75 @@ class MLP(nnx.Module):
         return self.down_proj(act * self.up_proj(x))
 
 
-class DecoderLayer(nnx.Module):
+class Experts(nnx.Module):
+    """Qwen3-MoE's experts, stacked: ``gate_proj, up_proj: [E, H, I]``, ``down_proj: [E, I, H]``
+    (expert e's SwiGLU is ``W_down[e](silu(x W_gate[e]) ⊙ x W_up[e])``)."""
+
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+        self.gate_proj = nnx.Param(_INIT(rngs.params(), (e, h, i), jnp.float32))
+        self.up_proj = nnx.Param(_INIT(rngs.params(), (e, h, i), jnp.float32))
+        self.down_proj = nnx.Param(_INIT(rngs.params(), (e, i, h), jnp.float32))
+
+
+class SparseMoE(nnx.Module):
+    """Qwen3-MoE's sparse MLP, as transformers computes it: router logits ``x W_r`` (``gate``),
+    probabilities in float32, the top ``k`` experts per token with their probabilities as
+    gates (renormalised to sum 1 with ``norm_topk_prob``), ``y = Σ_k g_k · expert_k(x)``.
+
+    ``grouped`` (the default): the N·k (token, expert) assignments sorted by expert, each
+    projection one grouped GEMM over them (``jax.lax.ragged_dot``: one matmul per expert's
+    contiguous rows), then unsorted and gated; otherwise every expert on every token, gated by
+    a dense [N, E] matrix that is zero off the top k (``E/k`` times the FLOPs). Equal, tested."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, grouped: bool = True):
+        self.cfg = cfg
+        self.gate = Linear(cfg.hidden_size, cfg.num_experts, bias=False, rngs=rngs)
+        self.experts = Experts(cfg, rngs=rngs)
+        self.grouped = grouped
+
+    def route(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``(gates [N, k] in x's dtype, experts [N, k] int)`` of the tokens ``x: [N, H]``."""
+        probs = jax.nn.softmax(self.gate(x).astype(jnp.float32), axis=-1)
+        top, idx = jax.lax.top_k(probs, self.cfg.num_experts_per_tok)
+        if self.cfg.norm_topk_prob:
+            top = top / jnp.sum(top, axis=-1, keepdims=True)
+        return top.astype(x.dtype), idx
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        gates, idx = self.route(x)
+        wg, wu, wd = (getattr(self.experts, n)[...].astype(x.dtype)
+                      for n in ("gate_proj", "up_proj", "down_proj"))  # fmt: skip
+        if self.grouped:
+            n, k = idx.shape
+            flat = idx.reshape(-1)
+            order = jnp.argsort(flat, stable=True)
+            rows = x[order // k]  # assignment order -> its token's activations, by expert
+            sizes = jnp.bincount(flat, length=self.cfg.num_experts).astype(jnp.int32)
+            g = jax.lax.ragged_dot(rows, wg, sizes)
+            u = jax.lax.ragged_dot(rows, wu, sizes)
+            out = jax.lax.ragged_dot(jax.nn.silu(g) * u, wd, sizes)
+            unsorted = jnp.zeros_like(out).at[order].set(out).reshape(n, k, -1)
+            y = jnp.sum(unsorted * gates[..., None], axis=1)
+        else:
+            dense = jnp.sum(jax.nn.one_hot(idx, self.cfg.num_experts, dtype=x.dtype)
+                            * gates[..., None], axis=1)  # fmt: skip
+            g = jnp.einsum("nh,ehi->eni", x, wg)
+            u = jnp.einsum("nh,ehi->eni", x, wu)
+            out = jnp.einsum("eni,eih->enh", jax.nn.silu(g) * u, wd)
+            y = jnp.einsum("enh,ne->nh", out, dense)
+        return y.reshape(shape)
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0):
         h, eps, gemma = cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma
         self.input_layernorm = RMSNorm(h, eps, gemma)
         self.self_attn = Attention(cfg, rngs=rngs)
         self.post_attention_layernorm = RMSNorm(h, eps, gemma)
-        self.mlp = MLP(cfg, rngs=rngs)
+        self.mlp = SparseMoE(cfg, rngs=rngs) if cfg.is_moe(layer) else MLP(cfg, rngs=rngs)
         if gemma:
             self.pre_feedforward_layernorm = RMSNorm(h, eps, True)
             self.post_feedforward_layernorm = RMSNorm(h, eps, True)
@@ -163,7 +226,9 @@ class DecoderLayer(nnx.Module):
 class Backbone(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs)
-        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_hidden_layers)])
+        self.layers = nnx.List(
+            [DecoderLayer(cfg, rngs=rngs, layer=i) for i in range(cfg.num_hidden_layers)]
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma)
 
 
