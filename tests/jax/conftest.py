@@ -124,3 +124,50 @@ def tiny_qwen2(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("qwen2") / "model"
     build_hf_model(path, "qwen2")
     return path
+
+
+@pytest.fixture
+def served_logprobs():
+    """``(worker, source, batch) -> list per sequence``: vLLM's prompt logprobs of ``batch``'s
+    sequences under the JAX ``worker``'s weights — exported as an HF folder (the tensors a push
+    sends, by HF name) with ``source``'s tokenizer files beside them."""
+    import shutil
+    import tempfile
+
+    testing = pytest.importorskip("dockyard.torch.testing")
+
+    def serve(worker: Any, source: Path, batch: Any) -> list[list[float]]:
+        folder = Path(worker.export_hf(tempfile.mkdtemp(prefix="dockyard-jax-export-")))
+        for f in source.glob("*token*"):  # vLLM reads the tokenizer from the model folder
+            shutil.copy(f, folder / f.name)
+        prompts = [batch.input_ids[b, : int(batch.attention_mask[b].sum())].tolist()
+                   for b in range(batch.input_ids.shape[0])]  # fmt: skip
+        try:
+            return testing.vllm_prompt_logprobs(folder, prompts)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return serve
+
+
+@pytest.fixture
+def two_grpo_steps():
+    """``(worker, probe) -> (logprobs before, after)``: two clipped-PG steps of ``worker`` on
+    random batches (``dockyard.torch.testing.random_batch``, vocabulary 1024), each with a finite
+    loss and a gradient; the logprobs of ``probe`` moved by more than 1e-2."""
+    from dockyard.core.rl import PolicyLoss
+
+    testing = pytest.importorskip("dockyard.torch.testing")
+
+    def steps(worker: Any, probe: Any) -> tuple[np.ndarray, np.ndarray]:
+        before = worker.get_logprobs(probe)
+        loss = PolicyLoss(options={"eps_low": 0.2})
+        for seed in (1, 2):
+            m = worker.train_step(testing.random_batch(8, 40, seed=seed), loss)
+            assert np.isfinite(m["loss"])
+            assert m["grad_norm"] > 0
+        after = worker.get_logprobs(probe)
+        assert np.abs(after - before).max() > 1e-2  # the two steps changed the policy
+        return before, after
+
+    return steps

@@ -8,11 +8,6 @@ are ``test_models.py`` / ``test_roundtrip.py``'s ``qwen3_moe`` cases.
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,15 +15,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from dockyard.core.rl import PolicyLoss
 from dockyard.jax import JaxPolicyWorker
 from dockyard.jax.models import abstract_model, apply, load_hf_model
 from dockyard.jax.models.transformer import SparseMoE
 
 torch = pytest.importorskip("torch")
 testing = pytest.importorskip("dockyard.torch.testing")
-
-VLLM_CHECK = Path(__file__).parents[1] / "torch" / "_vllm_check.py"
 
 
 def _logits(graphdef, params, ids, mask, grouped: bool) -> jax.Array:
@@ -85,7 +77,9 @@ def test_routing_is_not_vacuous(hf_model_factory, make_batch) -> None:
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_jax_worker_trains_qwen3_moe_and_vllm_serves_its_weights(tmp_path) -> None:
+def test_jax_worker_trains_qwen3_moe_and_vllm_serves_its_weights(
+    tmp_path, served_logprobs, two_grpo_steps
+) -> None:
     path = testing.build_tiny_model(tmp_path / "model", family="qwen3_moe")
     worker = JaxPolicyWorker({"model_name": str(path), "precision": "float32",
                               "train_micro_batch_size": 4, "logprob_batch_size": 4,
@@ -93,25 +87,9 @@ def test_jax_worker_trains_qwen3_moe_and_vllm_serves_its_weights(tmp_path) -> No
     router = "model.layers.0.mlp.gate.weight"
     start = {k: v for b in worker.export_weights(1 << 30) for k, v in b.items()}
     probe = testing.random_batch(4, 40, seed=9)
-    before = worker.get_logprobs(probe)
-    loss = PolicyLoss(options={"eps_low": 0.2})
-    for seed in (1, 2):
-        m = worker.train_step(testing.random_batch(8, 40, seed=seed), loss)
-        assert np.isfinite(m["loss"])
-        assert m["grad_norm"] > 0
-    after = worker.get_logprobs(probe)
-    assert np.abs(after - before).max() > 1e-2  # the two steps changed the policy
+    _, after = two_grpo_steps(worker, probe)
     pushed = {k: v for b in worker.export_weights(1 << 30) for k, v in b.items()}
     assert np.abs(pushed[router] - start[router]).max() > 0  # the router trained
     assert "model.layers.0.mlp.experts.3.down_proj.weight" in pushed  # one tensor per expert
-    folder = Path(worker.export_hf(str(tmp_path / "hf")))
-    for f in path.glob("*token*"):  # vLLM reads the tokenizer from the model folder
-        shutil.copy(f, folder / f.name)
-    prompts = [probe.input_ids[b, : int(probe.attention_mask[b].sum())].tolist() for b in range(4)]
-    proc = subprocess.run([sys.executable, str(VLLM_CHECK), str(folder), json.dumps(prompts)],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    for b, item in enumerate(json.loads(lines[0][len("RESULT ") :])):
-        n = len(prompts[b])
-        np.testing.assert_allclose(item["logprobs"], after[b, :n], atol=2e-3)
+    for b, served in enumerate(served_logprobs(worker, path, probe)):
+        np.testing.assert_allclose(served, after[b, : len(served)], atol=2e-3)

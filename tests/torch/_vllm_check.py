@@ -6,6 +6,7 @@ Usage: ``python _vllm_check.py FOLDER IDS_JSON``; prints one JSON line prefixed 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -32,6 +33,10 @@ def main() -> None:
         ]
         result.append({"logprobs": lps, "generated": list(out.outputs[0].token_ids)})
     print("RESULT " + json.dumps(result), flush=True)
+    llm.llm_engine.engine_core.shutdown()  # the engine's process ends now, not at teardown
+    sys.stderr.flush()
+    os._exit(0)  # an engine thread can abort the interpreter's teardown ("terminate called
+    # without an active exception") after the results are out
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from dockyard.core.rl import PolicyLoss
-from dockyard.torch.testing import build_tiny_model, random_batch
+from dockyard.torch.testing import build_tiny_model, eager_logprobs, random_batch
 
 FAMILIES = ["gemma2", "gemma3_text"]
 VLLM_CHECK = Path(__file__).with_name("_vllm_check.py")
@@ -30,22 +30,6 @@ def _config(path: Path, **extra) -> dict:
             "logprob_batch_size": 4, "optimizer": {"lr": 1e-2}, **extra}  # fmt: skip
 
 
-def _hf_logprobs(path: Path, batch) -> np.ndarray:
-    """``[B, T]``: transformers' eager attention, one unpadded sequence at a time."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                 attn_implementation="eager").eval()  # fmt: skip
-    out = np.zeros(batch.input_ids.shape, dtype=np.float32)
-    with torch.no_grad():
-        for b in range(batch.input_ids.shape[0]):
-            n = int(batch.attention_mask[b].sum())
-            ids = torch.as_tensor(batch.input_ids[b, :n])[None]
-            logp = torch.log_softmax(model(ids).logits[0, :-1], dim=-1)
-            out[b, 1:n] = logp.gather(-1, ids[0, 1:, None])[:, 0].numpy()
-    return out
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_logprobs_equal_transformers_eager(family):
     from dockyard.torch.worker import TorchPolicyWorker
@@ -53,7 +37,7 @@ def test_logprobs_equal_transformers_eager(family):
     path = build_tiny_model(family=family)
     batch = random_batch(6, 48, seed=3)
     assert batch.attention_mask.sum(1).max() > 16  # sequences cross the sliding window
-    want = _hf_logprobs(path, batch)
+    want = eager_logprobs(path, batch)
     padded = TorchPolicyWorker(_config(path)).get_logprobs(batch)
     packed = TorchPolicyWorker(
         _config(path, sequence_packing={"enabled": True, "logprob_mb_tokens": 200})
@@ -74,7 +58,7 @@ def test_gemma2s_attention_soft_cap_is_trained_as_served(tmp_path):
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**config, "attn_logit_softcapping": 0.05}))
     batch = random_batch(4, 40, seed=5)
-    want = _hf_logprobs(path, batch)
+    want = eager_logprobs(path, batch)
     sdpa = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
                                                 attn_implementation="sdpa").eval()  # fmt: skip
     with torch.no_grad():

