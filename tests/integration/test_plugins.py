@@ -1,6 +1,8 @@
 """Registries are open (issue 36 item 3): a package nobody in dockyard wrote registers an
-advantage estimator and a generation engine through entry points, and `dockyard train` runs two
-GRPO steps with both — the engine in its own Ray actor process, the estimator in the driver.
+advantage estimator, a generation engine, a weight transport and a trainer backend through entry
+points, and `dockyard train` runs two GRPO steps with all four — the estimator in the driver, the
+engine and the transport's receiver in the engine's Ray actor, the backend's worker and the
+transport's sender in the trainer's rank.
 
 The package is made here: a folder on ``PYTHONPATH`` holding its module and a ``.dist-info``
 with the ``entry_points.txt`` an installer writes (what ``pip install`` of a package declaring
@@ -22,12 +24,23 @@ import pytest
 pytestmark = pytest.mark.slow
 
 PLUGIN = '''
-"""A third party's dockyard plugins."""
+"""A third party's dockyard plugins (light: the driver loads them; the worker is a module of
+its own, imported in the trainer's rank only)."""
 import os
+import tempfile
 
 import numpy as np
 
+from dockyard.core.interfaces import TrainerBackend
 from dockyard.serve.engines.hf_engine import TransformersEngine
+from dockyard.serve.transports import Transport
+from dockyard.serve.transports.shm import ShmReceiver, ShmSender
+from dockyard.torch.backend import worker_config as torch_config
+
+
+def _mark(marker, what):
+    with open(marker, "a") as f:
+        f.write(f"{what} pid {os.getpid()}\\n")
 
 
 def median_baseline(rewards, valid=None, *, marker):
@@ -40,6 +53,41 @@ def median_baseline(rewards, valid=None, *, marker):
     return ((r - med[:, None]) * v).astype(np.float32)
 
 
+class MarkedSender(ShmSender):
+    """shm with a marker: built in the trainer's rank."""
+
+    def __init__(self, socket_path, *, marker, **kwargs):
+        _mark(marker, "sender")
+        super().__init__(socket_path, **kwargs)
+
+
+class MarkedReceiver(ShmReceiver):
+    """shm with a marker: opened in the engine's process."""
+
+    def __init__(self, socket_path, *, marker, **kwargs):
+        _mark(marker, "receiver")
+        super().__init__(socket_path, **kwargs)
+
+
+def marked_endpoints(t, sync, index, engine_host):
+    """Its own rendezvous: a socket per engine (the marker comes from its options)."""
+    path = os.path.join(tempfile.gettempdir(), f"marked-{sync.run_id}-{index}.sock")
+    tx = {"socket_path": path, "timeout_s": t.timeout_s, "bucket_bytes": sync.bucket_bytes}
+    return tx, {"socket_path": path, "timeout_s": t.timeout_s}
+
+
+TRANSPORT = Transport(sender=MarkedSender, receiver=MarkedReceiver, endpoints=marked_endpoints)
+
+
+def marked_config(policy, loss_fn, *, seed, max_steps, teachers=None, options=None):
+    """The torch backend's config, and the marker its worker writes to."""
+    own = torch_config(policy, loss_fn, seed=seed, max_steps=max_steps, teachers=teachers)
+    return {**own, "marker": options["marker"]}
+
+
+BACKEND = TrainerBackend(worker="example_plugins_worker:MarkedWorker", config=marked_config)
+
+
 class MarkedEngine(TransformersEngine):
     """The transformers engine, saying that it was the one built (in its actor's process)."""
 
@@ -49,12 +97,33 @@ class MarkedEngine(TransformersEngine):
         super().__init__(**kwargs)
 '''
 
+WORKER = '''
+"""The third party's trainer worker: torch's, saying that it was the one built."""
+import os
+
+from dockyard.torch.worker import TorchPolicyWorker
+
+
+class MarkedWorker(TorchPolicyWorker):
+    def __init__(self, config, rank=None, world_size=None):
+        config = dict(config)
+        with open(config.pop("marker"), "a") as f:
+            f.write(f"trainer pid {os.getpid()}\\n")
+        super().__init__(config, rank, world_size)
+'''
+
 ENTRY_POINTS = """\
 [dockyard.advantages]
 median_baseline = example_plugins:median_baseline
 
 [dockyard.engines]
 marked = example_plugins:MarkedEngine
+
+[dockyard.transports]
+marked_shm = example_plugins:TRANSPORT
+
+[dockyard.trainers]
+marked = example_plugins:BACKEND
 """
 
 CONFIG = """\
@@ -64,6 +133,8 @@ policy:
   train_global_batch_size: 8
   train_micro_batch_size: 8
   precision: float32
+  trainer_backend: marked
+  trainer_options: {{marker: {marker}}}
   optimizer: {{name: adamw, lr: 1.0e-3, weight_decay: 0.0}}
   generation:
     backend: marked
@@ -85,13 +156,14 @@ logger:
 checkpointing:
   enabled: false
 data_plane:
-  weight_transport: {{type: shm, timeout_s: 120}}
+  weight_transport: {{type: marked_shm, timeout_s: 120, options: {{marker: {marker}}}}}
 """
 
 
 def _package(root: Path) -> Path:
     root.mkdir()
     (root / "example_plugins.py").write_text(textwrap.dedent(PLUGIN))
+    (root / "example_plugins_worker.py").write_text(textwrap.dedent(WORKER))
     info = root / "example_plugins-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: example-plugins\nVersion: 0.1\n")
@@ -122,6 +194,8 @@ def test_a_third_party_estimator_and_engine_train_two_steps(tmp_path: Path) -> N
     assert bare.returncode != 0
     assert "no engine 'marked'" in bare.stderr
     assert "unknown advantage estimator 'median_baseline'" in bare.stderr
+    assert "no weight transport 'marked_shm'" in bare.stderr
+    assert "no trainer backend 'marked'" in bare.stderr
     run = subprocess.run(
         [sys.executable, "-m", "dockyard.train.cli", "train", "--config", str(config),
          "--no-progress"],
@@ -132,6 +206,13 @@ def test_a_third_party_estimator_and_engine_train_two_steps(tmp_path: Path) -> N
     engine_pids = {int(x.split()[2]) for x in lines if x.startswith("engine pid")}
     assert engine_pids, lines
     assert os.getpid() not in engine_pids  # built in the engine's actor, not here
+    pids = {w: {int(x.split()[2]) for x in lines if x.startswith(f"{w} pid")}
+            for w in ("trainer", "sender", "receiver")}  # fmt: skip
+    assert len(pids["trainer"]) == 1, lines
+    assert os.getpid() not in pids["trainer"], lines  # built in the trainer's rank
+    assert pids["sender"] == pids["trainer"], lines  # the rank sends
+    assert pids["receiver"], lines
+    assert pids["receiver"] <= engine_pids, lines  # the engine receives
     assert sum(x.startswith("advantages (2, 4)") for x in lines) >= 2, lines  # P x G, each step
     rows = [json.loads(x) for x in (logs / "metrics.jsonl").read_text().splitlines() if x]
     assert [r["step"] for r in rows if r["step"] >= 1] == [1, 2]

@@ -1,5 +1,5 @@
-"""``JaxPolicyConfig.from_master``: every run-config key the JAX worker honours, and the stack's
-``jax_worker_config`` (what the trainer's Ray actor receives) delegating to it."""
+"""``JaxPolicyConfig.from_sections``: every run-config key the JAX worker honours, and the
+driver's split ``worker_config`` (what the trainer's Ray actor receives) delegating to it."""
 
 from __future__ import annotations
 
@@ -33,8 +33,15 @@ def _master(**policy: Any):
     return config_from_dict(d)
 
 
+def _from(m: Any) -> JaxPolicyConfig:
+    """``m``'s sections and loop values, passed as the driver's split passes them."""
+    return JaxPolicyConfig.from_sections(
+        m.policy, m.loss_fn, seed=m.grpo.seed, max_steps=m.grpo.max_num_steps
+    )
+
+
 def test_every_key_is_mapped() -> None:
-    cfg = JaxPolicyConfig.from_master(_master())
+    cfg = _from(_master())
     assert cfg == JaxPolicyConfig(
         model_name="/m",
         precision="bfloat16",
@@ -55,19 +62,21 @@ def test_no_kl_penalty_no_reference_and_defaults() -> None:
     m = m.model_copy(
         update={"loss_fn": m.loss_fn.model_copy(update={"reference_policy_kl_penalty": 0.0})}
     )
-    cfg = JaxPolicyConfig.from_master(m)
+    cfg = _from(m)
     assert cfg.reference_policy is False
     assert cfg.logprob_batch_size == 4
     assert cfg.max_grad_norm is None
 
 
-def test_stack_config_is_from_master_as_a_plain_dict() -> None:
-    from dockyard.train.runtime.stack import jax_worker_config
+def test_the_worker_config_is_from_sections_as_a_plain_dict() -> None:
+    from dockyard.train.algorithms.configs import worker_config
 
     master = _master()
-    d = jax_worker_config(master)
-    assert d == JaxPolicyConfig.from_master(master).to_dict()
-    assert JaxPolicyConfig(**d) == JaxPolicyConfig.from_master(master)
+    d = worker_config(master)
+    # the split passes grpo.seed (7) and grpo.max_num_steps (40)
+    want = JaxPolicyConfig.from_sections(master.policy, master.loss_fn, seed=7, max_steps=40)
+    assert d == want.to_dict()
+    assert JaxPolicyConfig(**d) == want
 
 
 @pytest.mark.parametrize(
@@ -79,7 +88,7 @@ def test_stack_config_is_from_master_as_a_plain_dict() -> None:
 )
 def test_unsupported_keys_are_named(policy: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        JaxPolicyConfig.from_master(_master(**policy))
+        _from(_master(**policy))
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "adam", "sgd"])
@@ -87,7 +96,7 @@ def test_unsupported_keys_are_named(policy: dict[str, Any], match: str) -> None:
 def test_every_optimizer_and_schedule_the_schema_offers_is_taken(
     optimizer: str, scheduler: str
 ) -> None:
-    cfg = JaxPolicyConfig.from_master(
+    cfg = _from(
         _master(optimizer={"name": optimizer}, scheduler={"name": scheduler, "total_steps": 9})
     )
     assert (cfg.optimizer.name, cfg.scheduler.name) == (optimizer, scheduler)

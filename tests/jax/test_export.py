@@ -190,16 +190,17 @@ def test_the_worker_checkpoints_its_configured_tokenizer(model_dir, tmp_path):
     assert _tokenizer(tmp_path / "policy" / "hf").chat_template == TEMPLATE
 
 
-def test_from_master_maps_the_tokenizer_keys(tmp_path):
+def test_the_run_config_maps_the_tokenizer_keys(tmp_path):
     from dockyard.core.config import load_config
     from dockyard.jax.config import JaxPolicyConfig
+    from dockyard.train.algorithms.configs import worker_config
 
     quickstart = Path(__file__).resolve().parents[2] / "examples/configs/grpo_quickstart.yaml"
     (tmp_path / "t.jinja").write_text(TEMPLATE)
     jax_on = ["policy.jax_cfg.enabled=true", "policy.dtensor_cfg.enabled=false"]
     overrides = [f"policy.tokenizer.chat_template={tmp_path / 't.jinja'}",
                  f"policy.tokenizer.name={tmp_path}"]  # fmt: skip
-    cfg = JaxPolicyConfig.from_master(load_config(quickstart, [*jax_on, *overrides]))
+    cfg = JaxPolicyConfig(**worker_config(load_config(quickstart, [*jax_on, *overrides])))
     assert (cfg.chat_template, cfg.tokenizer_name) == (TEMPLATE, str(tmp_path))
-    cfg = JaxPolicyConfig.from_master(load_config(quickstart, jax_on))
+    cfg = JaxPolicyConfig(**worker_config(load_config(quickstart, jax_on)))
     assert (cfg.chat_template, cfg.tokenizer_name) == (None, None)

@@ -177,7 +177,7 @@ def test_topk_logits_match_transformers(tiny_qwen2, make_grpo_batch) -> None:
     assert np.all(values[~batch.attention_mask] == 0)
 
 
-def test_config_from_master_config() -> None:
+def test_config_from_the_run_config() -> None:
     from dockyard.core.config.schema import MasterConfig
 
     master = MasterConfig.model_validate({
@@ -191,8 +191,9 @@ def test_config_from_master_config() -> None:
         "grpo": {"max_num_steps": 50},
     })  # fmt: skip
     from dockyard.jax.config import JaxPolicyConfig
+    from dockyard.train.algorithms.configs import worker_config
 
-    cfg = JaxPolicyConfig.from_master(master)
+    cfg = JaxPolicyConfig(**worker_config(master))  # what the driver's split maps it to
     assert cfg.model_name == "/m"
     assert cfg.train_micro_batch_size == 2
     assert cfg.logprob_batch_size == 2

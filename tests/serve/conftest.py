@@ -1,10 +1,41 @@
-"""Shared fixtures for tests/serve: a tiny model folder and its perturbed "next" weights."""
+"""Shared fixtures for tests/serve: a tiny model folder and its perturbed "next" weights; the
+serve package's configs built from a run config's sections (``split``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+
+from dockyard.serve.config import EngineConfig, WeightSync
+
+
+def _engines(master: Any, model_path: str | None = None, version: int = 0) -> EngineConfig:
+    """The engines of ``master``'s sections, as the driver's split builds them."""
+    return EngineConfig.from_sections(
+        master.policy,
+        seed=master.grpo.seed,
+        gpus_per_node=master.cluster.gpus_per_node,
+        model_path=model_path,
+        version=version,
+    )
+
+
+def _sync(master: Any, run_id: str) -> WeightSync:
+    """The weight sync of ``master``'s transport and cluster, as the stack builds it."""
+    c = master.cluster
+    return WeightSync(
+        master.data_plane.weight_transport, run_id=run_id, gpus=bool(c.gpus_per_node),
+        num_nodes=c.num_nodes,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def split() -> SimpleNamespace:
+    """``split.engines(master, ...)`` and ``split.sync(master, run_id)``."""
+    return SimpleNamespace(engines=_engines, sync=_sync)
 
 
 @pytest.fixture(scope="session")

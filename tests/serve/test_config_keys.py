@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dockyard.core.config import config_from_dict
-from dockyard.serve.config import EngineConfig, WeightSync
+from dockyard.serve.config import WeightSync
 from dockyard.serve.engines import build_engine
 from dockyard.serve.engines.sglang import SGLangEngine
 from dockyard.serve.engines.sglang_server import EngineDeadError, SGLangServer
@@ -33,7 +33,11 @@ def _master(**sections: Any):
 
 def _http(nodes: int = 1, **transport: Any) -> WeightSync:
     dp = {"weight_transport": {"type": "http", "port": 7000, **transport}}
-    return WeightSync.from_master(_master(data_plane=dp, cluster={"num_nodes": nodes}), "r")
+    m = _master(data_plane=dp, cluster={"num_nodes": nodes})
+    c = m.cluster
+    return WeightSync(
+        m.data_plane.weight_transport, run_id="r", gpus=bool(c.gpus_per_node), num_nodes=c.num_nodes
+    )
 
 
 # ------------------------------------------------------------------ weight_transport.host
@@ -86,8 +90,8 @@ def _sglang_master(**gen: Any):
     return _master(policy={"generation": g}, cluster={"gpus_per_node": 2}, grpo={"seed": 4})
 
 
-def test_sglang_engines_get_sglang_cfg() -> None:
-    engines = EngineConfig.from_master(_sglang_master(), "/exported", version=2)
+def test_sglang_engines_get_sglang_cfg(split: Any) -> None:
+    engines = split.engines(_sglang_master(), "/exported", version=2)
     assert (engines.num_engines, engines.gpus) == (3, 2.0)
     assert engines.engine_kwargs() == {
         "backend": "sglang",
@@ -101,8 +105,8 @@ def test_sglang_engines_get_sglang_cfg() -> None:
     }
 
 
-def test_the_engine_starts_a_server_with_those_flags() -> None:
-    engine = build_engine(**EngineConfig.from_master(_sglang_master(), "/exported").engine_kwargs())
+def test_the_engine_starts_a_server_with_those_flags(split: Any) -> None:
+    engine = build_engine(**split.engines(_sglang_master(), "/exported").engine_kwargs())
     assert isinstance(engine, SGLangEngine)
     assert engine.server is not None
     cmd = engine.server.command()

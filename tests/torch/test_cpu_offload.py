@@ -18,6 +18,7 @@ from dockyard.torch.model import DistInfo, fsdp_kwargs, process_group_backend, u
 from dockyard.torch.parallel import MeshInfo
 from dockyard.torch.testing import random_batch
 from dockyard.torch.worker import TorchPolicyWorker
+from dockyard.train.algorithms.configs import torch_worker_config
 
 CUDA = torch.device("cuda", 0)
 TWO_RANKS = MeshInfo(2, 1, 0, 0, {"dp": "the dp mesh"})
@@ -31,8 +32,8 @@ def _cfg(offload: bool, **fsdp) -> TorchPolicyConfig:
 
 def test_the_core_key_reaches_the_worker_config() -> None:
     master = config_from_dict({"policy": {"dtensor_cfg": {"cpu_offload": True}}})
-    assert TorchPolicyConfig.from_master(master).fsdp.cpu_offload
-    assert not TorchPolicyConfig.from_master(config_from_dict({})).fsdp.cpu_offload
+    assert TorchPolicyConfig(**torch_worker_config(master)).fsdp.cpu_offload
+    assert not TorchPolicyConfig(**torch_worker_config(config_from_dict({}))).fsdp.cpu_offload
 
 
 def test_fully_shard_gets_the_offload_policy_on_cuda_only() -> None:

@@ -292,15 +292,16 @@ def test_the_export_carries_tokenizer_name_not_the_models_tokenizer(base_config,
         assert (out / "generation_config.json").is_file(), out  # still the model's
 
 
-def test_from_master_reads_a_template_file_and_passes_the_rest(tmp_path):
+def test_the_run_config_mapping_reads_a_template_file_and_passes_the_rest(tmp_path):
     from dockyard.core.config import load_config
+    from dockyard.train.algorithms.configs import torch_worker_config
 
     quickstart = Path(__file__).resolve().parents[2] / "examples/configs/grpo_quickstart.yaml"
     (tmp_path / "t.jinja").write_text(TEMPLATE)
     values = {str(tmp_path / "t.jinja"): TEMPLATE, "plain": "plain", "null": None}
     for value, want in values.items():
         cfg = load_config(quickstart, [f"policy.tokenizer.chat_template={value}"])
-        assert TorchPolicyConfig.from_master(cfg).chat_template == want, value
+        assert TorchPolicyConfig(**torch_worker_config(cfg)).chat_template == want, value
     cfg = load_config(quickstart, [f"policy.tokenizer.chat_template={tmp_path / 'no.jinja'}"])
     with pytest.raises(FileNotFoundError, match="chat_template: no file"):
-        TorchPolicyConfig.from_master(cfg)
+        torch_worker_config(cfg)

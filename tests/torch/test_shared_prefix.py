@@ -198,10 +198,14 @@ def test_distillation_equal_unshared(models):
 def test_one_key_turns_it_off_and_jax_says_why_not():
     from dockyard.core.config import ConfigError, config_from_dict
     from dockyard.torch.config import TorchPolicyConfig
+    from dockyard.train.algorithms.configs import torch_worker_config
 
-    assert TorchPolicyConfig.from_master(config_from_dict({})).shared_prefix  # on by default
+    def mapped(cfg):  # what the driver's split maps the run config to
+        return TorchPolicyConfig(**torch_worker_config(cfg))
+
+    assert mapped(config_from_dict({})).shared_prefix  # on by default
     off = config_from_dict({"policy": {"shared_prefix": False}})
-    assert not TorchPolicyConfig.from_master(off).shared_prefix
+    assert not mapped(off).shared_prefix
     jax = {"dtensor_cfg": {"enabled": False}, "jax_cfg": {"enabled": True}}
     config_from_dict({"policy": jax})  # null: the JAX trainer simply trains unshared
     with pytest.raises(ConfigError) as e:

@@ -118,7 +118,7 @@ def test_the_preflight_checks_the_teacher(tiny: Path, tmp_path: Path, capsys) ->
 
 @torch_only
 def test_the_torch_worker_gets_the_teacher(tiny: Path, tmp_path: Path) -> None:
-    from dockyard.train.runtime.stack import torch_worker_config
+    from dockyard.train.algorithms.configs import torch_worker_config
 
     cfg = config_from_dict(_cfg(tmp_path, tiny, tmp_path / "teacher"))
     assert torch_worker_config(cfg)["teacher_model_name"] == str(tmp_path / "teacher")
@@ -130,7 +130,7 @@ def test_the_torch_worker_gets_the_teacher(tiny: Path, tmp_path: Path) -> None:
 def test_several_teachers_and_the_opd_advantage_reach_the_torch_worker(
     tiny: Path, tmp_path: Path
 ) -> None:
-    from dockyard.train.runtime.stack import torch_worker_config
+    from dockyard.train.algorithms.configs import torch_worker_config
 
     teachers = [{"model_name": str(tiny), "weight": 2.0}, {"model_name": "b", "weight": 1.0}]
     d = _cfg(tmp_path, tiny, tiny)

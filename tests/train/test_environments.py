@@ -58,7 +58,7 @@ def test_check_and_build_from_the_registry() -> None:
     cfg = config_from_dict(
         {"env": {"m": {"type": "math", "options": {"verify_timeout_s": 2}}, "code": {}}}
     )
-    check_names(cfg)
+    check_names(cfg.env, cfg.data.dataset_name)
     assert not needs_sandbox("m", cfg.env["m"])
     assert needs_sandbox("code", cfg.env["code"])
     assert build_environment("m", cfg.env["m"]).name == "math"

@@ -16,6 +16,7 @@ import pytest
 from dockyard.core.config import MasterConfig
 from dockyard.core.interfaces.environment import Environment, StepResult
 from dockyard.core.interfaces.generation import GenerationResult, SamplingParams
+from dockyard.train.algorithms.configs import collector_config, prompt_renderer
 from dockyard.train.prompts import SEPARATOR, PromptRenderer
 from dockyard.train.rollout import rollout_group
 
@@ -69,10 +70,10 @@ def _cfg(**data: Any) -> MasterConfig:
 
 def test_plain_mode_joins_the_contents(base_tok: Any) -> None:
     with pytest.raises(ValueError, match=r"no chat template.*'plain'"):
-        PromptRenderer.from_config(_cfg(), base_tok)
+        prompt_renderer(_cfg(), base_tok)
     with pytest.raises(ValueError, match="chat_template"):  # the tokenizer itself refuses
         base_tok.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
-    r = PromptRenderer.from_config(_cfg(chat_template="plain"), base_tok)
+    r = prompt_renderer(_cfg(chat_template="plain"), base_tok)
     assert r.text(MESSAGES) == "Be brief.\n\nWhat is 7 times 6"
     assert r.prompt_ids(MESSAGES) == base_tok.encode(
         "Be brief.\n\nWhat is 7 times 6", add_special_tokens=False
@@ -80,7 +81,7 @@ def test_plain_mode_joins_the_contents(base_tok: Any) -> None:
 
 
 def test_the_tokenizers_own_template_by_default(chat_tok: Any) -> None:
-    r = PromptRenderer.from_config(_cfg(), chat_tok)
+    r = prompt_renderer(_cfg(), chat_tok)
     want = chat_tok.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
     assert r.text(MESSAGES) == want
     assert want.endswith("<|im_start|>assistant\n")
@@ -88,42 +89,42 @@ def test_the_tokenizers_own_template_by_default(chat_tok: Any) -> None:
 
 def test_a_jinja_template_from_text_and_from_a_file(chat_tok: Any, tmp_path: Path) -> None:
     want = "[system] Be brief.\n[user] What is 7 times 6\n[assistant] "
-    r = PromptRenderer.from_config(_cfg(chat_template=TEMPLATE), chat_tok)
+    r = prompt_renderer(_cfg(chat_template=TEMPLATE), chat_tok)
     assert r.text(MESSAGES) == want
     (tmp_path / "t.jinja").write_text(TEMPLATE)
-    r = PromptRenderer.from_config(_cfg(chat_template=str(tmp_path / "t.jinja")), chat_tok)
+    r = prompt_renderer(_cfg(chat_template=str(tmp_path / "t.jinja")), chat_tok)
     assert r.text(MESSAGES) == want
     assert r.prompt_ids(MESSAGES) == chat_tok.encode(want, add_special_tokens=False)
     assert "<|im_start|>" in chat_tok.chat_template  # the tokenizer itself is left alone
     with pytest.raises(FileNotFoundError, match="chat_template: no file"):
-        PromptRenderer.from_config(_cfg(chat_template=str(tmp_path / "no.jinja")), chat_tok)
+        prompt_renderer(_cfg(chat_template=str(tmp_path / "no.jinja")), chat_tok)
     with pytest.raises(FileNotFoundError, match="no file 'plane'"):
-        PromptRenderer.from_config(_cfg(chat_template="plane"), chat_tok)
+        prompt_renderer(_cfg(chat_template="plane"), chat_tok)
 
 
 @pytest.mark.parametrize("slot", ["{prompt}", "{}"])
 def test_the_prompt_file_wraps_the_user_message(chat_tok: Any, tmp_path: Path, slot: str) -> None:
     f = tmp_path / "prompt.txt"
     f.write_text(f'Solve {{"json": "kept"}}:\n{slot}\nThink step by step.\n')
-    r = PromptRenderer.from_config(_cfg(prompt_file=str(f)), chat_tok)
+    r = prompt_renderer(_cfg(prompt_file=str(f)), chat_tok)
     few_shot = [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "2"}]
     out = r.messages([*few_shot, MESSAGES[1]])
     assert out[:2] == few_shot  # only the last user message is wrapped
     assert out[2]["content"] == 'Solve {"json": "kept"}:\nWhat is 7 times 6\nThink step by step.'
     f.write_text("no placeholder here")
     with pytest.raises(ValueError, match="has no"):
-        PromptRenderer.from_config(_cfg(prompt_file=str(f)), chat_tok)
+        prompt_renderer(_cfg(prompt_file=str(f)), chat_tok)
 
 
 def test_the_system_prompt_file_replaces_the_environments(chat_tok: Any, tmp_path: Path) -> None:
     f = tmp_path / "system.txt"
     f.write_text("You are a careful mathematician.\n")
-    r = PromptRenderer.from_config(_cfg(system_prompt_file=str(f)), chat_tok)
+    r = prompt_renderer(_cfg(system_prompt_file=str(f)), chat_tok)
     want = [{"role": "system", "content": "You are a careful mathematician."}, MESSAGES[1]]
     assert r.messages(MESSAGES) == want
     assert r.messages(MESSAGES[1:]) == want  # added where the environment has none
     with pytest.raises(FileNotFoundError, match=r"data\.system_prompt_file"):
-        PromptRenderer.from_config(_cfg(system_prompt_file=str(tmp_path / "none")), chat_tok)
+        prompt_renderer(_cfg(system_prompt_file=str(tmp_path / "none")), chat_tok)
 
 
 class Env(Environment):
@@ -143,12 +144,12 @@ class Env(Environment):
 
 def test_max_input_seq_length_drops_long_tasks(base_tok: Any, capsys: Any) -> None:
     tasks = [{"text": "add 1 and 2"}, {"text": "add " * 40}, {"text": "x"}]
-    r = PromptRenderer.from_config(_cfg(chat_template="plain", max_input_seq_length=20), base_tok)
+    r = prompt_renderer(_cfg(chat_template="plain", max_input_seq_length=20), base_tok)
     assert r.filter_tasks(Env(), tasks) == [tasks[0], tasks[2]]
     assert "dropped 1 of 3 training tasks" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"all 1 training tasks .* longer than 20 tokens"):
         r.filter_tasks(Env(), [tasks[1]])
-    default = PromptRenderer.from_config(_cfg(chat_template="plain"), base_tok)
+    default = prompt_renderer(_cfg(chat_template="plain"), base_tok)
     assert default.max_input_tokens == 64 - 16
 
 
@@ -162,7 +163,7 @@ def test_the_default_limit_leaves_room_for_the_response(base_tok: Any) -> None:
             }
         }
     )
-    assert PromptRenderer.from_config(cfg, base_tok).max_input_tokens == 200
+    assert prompt_renderer(cfg, base_tok).max_input_tokens == 200
 
 
 @pytest.mark.parametrize("mode", ["plain", "chat"])
@@ -171,9 +172,9 @@ def test_observation_ids_round_trip(chat_tok: Any, base_tok: Any, mode: str) -> 
     (the reply ends with EOS in chat mode, as the engine produces it)."""
     plain = mode == "plain"
     r = (
-        PromptRenderer.from_config(_cfg(chat_template="plain"), base_tok)
+        prompt_renderer(_cfg(chat_template="plain"), base_tok)
         if plain
-        else PromptRenderer.from_config(_cfg(), chat_tok)
+        else prompt_renderer(_cfg(), chat_tok)
     )
     tok = r.tokenizer
     reply, obs = "The answer is 42", "Wrong: 7 times 6 is 42 only in base 10"
@@ -224,7 +225,7 @@ class TwoTurnEnv(Env):
 
 
 def test_plain_multi_turn_rollout_is_the_text_of_the_conversation(base_tok: Any) -> None:
-    r = PromptRenderer.from_config(_cfg(chat_template="plain"), base_tok)
+    r = prompt_renderer(_cfg(chat_template="plain"), base_tok)
     engine = ScriptedEngine(base_tok)
     task = {"text": "What is 7 times 6"}
     g = asyncio.run(
@@ -271,7 +272,7 @@ def test_a_model_without_a_chat_template_trains(tmp_path: Path) -> None:
             "data": {"prompt_file": str(tmp_path / "prompt.txt")},
         }
     )
-    r = PromptRenderer.from_config(cfg, tok)
+    r = prompt_renderer(cfg, tok)
     engine = asyncio.run(TransformersEngine(str(model)).start())
     params = SamplingParams(n=4, max_tokens=6, temperature=1.0, seed=0)
     tasks = [{"text": "what is 7 times 6?"}, {"text": "add 2 and 3"}]
@@ -306,7 +307,6 @@ def test_the_collector_actor_renders_and_filters_by_the_config(tmp_path: Path, c
     config's renderer and trains only on the tasks whose prompt fits."""
     from dockyard.train.environments import build_environment, load_dataset
     from dockyard.train.runtime.collector import CollectorHost, load_tokenizer
-    from dockyard.train.runtime.collector_config import CollectorConfig
 
     model = _base_model(tmp_path)
     cfg: dict[str, Any] = {
@@ -322,12 +322,12 @@ def test_the_collector_actor_renders_and_filters_by_the_config(tmp_path: Path, c
     urls = ["http://127.0.0.1:9"]  # never called: nothing is scored here
     tasks = load_dataset("expression", "train")
     master = MasterConfig.model_validate(cfg)
-    r = PromptRenderer.from_config(master, load_tokenizer(str(model)))
+    r = prompt_renderer(master, load_tokenizer(str(model)))
     env = build_environment("expression", master.env["expression"], urls)
     lengths = [len(r.prompt_ids(r.messages(env.prompt(t)))) for t in tasks]
     assert min(lengths) < max(lengths)
     cfg["data"]["max_input_seq_length"] = max(lengths) - 1
-    own = CollectorConfig.from_master(MasterConfig.model_validate(cfg), 1, 0)
+    own = collector_config(MasterConfig.model_validate(cfg), 1, 0)
     assert own.prompts.max_input_tokens == max(lengths) - 1
     host = CollectorHost(own, [], None, urls, tasks)
     assert isinstance(host.tokenizer, PromptRenderer)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dockyard.core.config import load_config
-from dockyard.train.runtime.stack import torch_worker_config
+from dockyard.train.algorithms.configs import torch_worker_config
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "configs" / "grpo_quickstart.yaml"
 

@@ -48,7 +48,12 @@ def _stack(host: str, engines: list[_Engine]) -> tuple[Stack, _Method]:
     cfg = config_from_dict({"policy": {"model_name": "/m"}, "data_plane": dp})
     s = Stack.__new__(Stack)  # no Ray: only what push_weights uses
     s.ray = SimpleNamespace(get=lambda ref: ref, exceptions=SimpleNamespace(RayActorError=OSError))
-    s.weight_sync = WeightSync.from_master(cfg, "r")
+    s.weight_sync = WeightSync(
+        cfg.data_plane.weight_transport,
+        run_id="r",
+        gpus=bool(cfg.cluster.gpus_per_node),
+        num_nodes=cfg.cluster.num_nodes,
+    )
     s._engine_ips = {}
     s.engines = _Fleet(engines)  # type: ignore[assignment]
     send = _Method(8.0)

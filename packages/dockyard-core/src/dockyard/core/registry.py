@@ -49,6 +49,20 @@ def closest(name: str, known: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def check_registered(
+    value: str, *, key: str, family: str, builtins: tuple[str, ...], group: str
+) -> str:
+    """``value`` when it is a built-in or registered under entry-point ``group``; else a
+    ValueError for config key ``key`` naming the closest known name (schema validators)."""
+    known = sorted({*builtins, *entry_point_names(group)})
+    if value not in known:
+        raise ValueError(
+            f"{key}: no {family} {value!r}{closest(value, known)}; known: {', '.join(known)} "
+            f"(a package adds one under the entry-point group {group!r})"
+        )
+    return value
+
+
 class Registry(Generic[F]):
     """Maps a name (the config's ``name`` / ``type`` value) to an implementation: the entries
     registered in code, then those of entry-point ``group`` (module docstring)."""

@@ -42,7 +42,14 @@ from typing import Any
 
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.envs.base import BaseEnvironment
-from dockyard.envs.expression import BUGGY, GOOD, check_expression, prompt_text, sandbox_task
+from dockyard.envs.expression import (
+    ALLOWED_NAMES,
+    BUGGY,
+    GOOD,
+    check_expression,
+    prompt_text,
+    sandbox_task,
+)
 from dockyard.envs.rewards import INVALID_ACTION, TESTS, RewardConfig, infra_failure
 from dockyard.envs.sandboxed import SandboxPool, verdict_to_step
 from dockyard.envs.tools import ToolRegistry, parse_tool_calls
@@ -228,8 +235,6 @@ class ExpressionAgentEnvironment(BaseEnvironment):
 
 def describe_locally(expr: str) -> str:
     """What ``check`` would say, computed here (the demonstrations; never a reward)."""
-    from dockyard.envs.expression import ALLOWED_NAMES
-
     b = __builtins__
     safe = {k: b[k] if isinstance(b, dict) else getattr(b, k) for k in ALLOWED_NAMES}
     try:

@@ -125,7 +125,10 @@ class RewardModelEnvironment(BaseEnvironment):
     # ------------------------------------------------------------ the model
     def _load(self) -> Any:
         try:
+            # lazy: torch is not a dependency of dockyard-envs (it comes with dockyard-torch)
             import torch
+
+            # lazy: transformers is not a dependency of dockyard-envs (it comes with dockyard-torch)
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
         except ImportError as e:
             raise ImportError(_INSTALL) from e
@@ -160,6 +163,7 @@ class RewardModelEnvironment(BaseEnvironment):
         (thread-safe; blocking)."""
         with self._lock:
             model = self._model if self._model is not None else self._load()
+            # lazy: torch is not a dependency of dockyard-envs; _load has checked it is there
             import torch
 
             out: list[float] = []

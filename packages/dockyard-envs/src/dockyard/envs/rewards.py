@@ -28,7 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from dockyard.core.interfaces.environment import StepResult
+from dockyard.core.rl.shaping import overlong_penalty as core_overlong_penalty
 
 CORRECT = "reward/correct"
 TESTS = "reward/tests"
@@ -47,10 +50,6 @@ def overlong_penalty(length: int, max_len: int, cache_len: int) -> float:
         raise ValueError(
             f"overlong: need 0 < cache_tokens <= max_response_tokens, got {cache_len=} {max_len=}"
         )
-    import numpy as np
-
-    from dockyard.core.rl.shaping import overlong_penalty as core_overlong_penalty
-
     shaped = core_overlong_penalty(
         np.asarray([length]), max_response_length=max_len, buffer_length=cache_len
     )

@@ -31,6 +31,8 @@ import orbax.checkpoint as ocp
 
 from dockyard.core.config.policy import TOKENIZER_FILES as _TOKENIZER_FILES
 from dockyard.core.config.policy import set_chat_template
+from dockyard.jax.models.config import ModelConfig
+from dockyard.jax.models.hf import abstract_model, save_hf
 
 # Files of a Hugging Face folder besides the weights (copied when present).
 _MODEL_FILES = ("config.json", "generation_config.json")
@@ -109,9 +111,6 @@ def export_hf(checkpoint: str | Path, out: str | Path) -> Path:
     config and tokenizer files. Reads only the parameters (not the optimizer state), onto the
     host, whatever mesh saved them. ``out`` is written in place: ``dockyard.train.export`` makes
     it atomic."""
-    from dockyard.jax.models.config import ModelConfig
-    from dockyard.jax.models.hf import abstract_model, save_hf
-
     root = Path(checkpoint).absolute()
     meta_file = root / "trainer_state.json"
     if not meta_file.is_file() or not (root / "state").is_dir():

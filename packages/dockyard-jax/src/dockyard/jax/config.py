@@ -1,9 +1,10 @@
 """Configuration of the JAX policy worker (pydantic; keys follow the torch worker's and NeMo-RL's).
 
 ``JaxPolicyConfig(**d)`` from a dict (what a Ray actor receives) or
-:meth:`JaxPolicyConfig.from_master` from a validated ``MasterConfig``. Unknown keys are errors
-naming the key. The optimizer and the schedule are the run config's own models
-(``dockyard.core.config.optim``).
+:meth:`JaxPolicyConfig.from_sections` from the run config's ``policy`` and ``loss_fn`` sections
+and the loop values (seed, steps) that the driver's split (``dockyard.train.algorithms.configs``)
+passes. Unknown keys are errors naming the key. The optimizer and the schedule are the run
+config's own models (``dockyard.core.config.optim``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dockyard.core.config.loss import LossConfig
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
-from dockyard.core.config.policy import read_chat_template
+from dockyard.core.config.policy import PolicyConfig, read_chat_template
 
 
 class _Strict(BaseModel):
@@ -70,27 +72,33 @@ class JaxPolicyConfig(_Strict):
     mesh: MeshConfig = Field(default_factory=MeshConfig)
 
     @classmethod
-    def from_master(cls, master: Any) -> JaxPolicyConfig:
-        """From a validated ``dockyard.core.config.MasterConfig`` (``policy.jax_cfg.enabled``).
+    def from_sections(
+        cls,
+        policy: PolicyConfig,
+        loss_fn: LossConfig | None = None,
+        *,
+        seed: int,
+        max_steps: int,
+    ) -> JaxPolicyConfig:
+        """From the run config's ``policy`` (``policy.jax_cfg.enabled``) and ``loss_fn``
+        sections.
 
         Every ``policy`` key the JAX worker can honour is mapped (the table in
         ``docs/packages/jax.md``); ``reference_policy`` is on when
-        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is ``grpo.seed`` and an unset
-        ``scheduler.total_steps`` is ``grpo.max_num_steps``; a ``.jinja`` file named by
-        ``policy.tokenizer.chat_template`` is read here (the worker need not see it). Keys it
-        cannot honour are errors naming the key and the fix: ``precision: float16``,
-        ``lora.enabled``. (A mesh larger than the devices JAX sees is refused when the worker
-        builds it.)"""
-        p = master.policy
+        ``loss_fn.reference_policy_kl_penalty`` β > 0, ``seed`` is the run's seed
+        (``grpo.seed``) and an unset ``scheduler.total_steps`` is ``max_steps``
+        (``grpo.max_num_steps``); a ``.jinja`` file named by ``policy.tokenizer.chat_template``
+        is read here (the worker need not see it). Keys it cannot honour are errors naming the
+        key and the fix: ``precision: float16``, ``lora.enabled``. (A mesh larger than the
+        devices JAX sees is refused when the worker builds it.)"""
+        p = policy
         if p.precision == "float16":
             raise ValueError("policy.precision=float16 is not supported by the JAX worker: "
                              "use bfloat16 or float32")  # fmt: skip
         if p.lora.enabled:
             raise ValueError("policy.lora.enabled is not supported by the JAX worker: set "
                              "policy.lora.enabled=false or train with policy.dtensor_cfg")  # fmt: skip
-        loss_fn = getattr(master, "loss_fn", None)
         beta = float(getattr(loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0)
-        grpo = master.grpo
         return cls(
             model_name=p.model_name,
             tokenizer_name=p.tokenizer.name,
@@ -101,10 +109,10 @@ class JaxPolicyConfig(_Strict):
             max_grad_norm=p.max_grad_norm,
             generation_temperature=p.generation.temperature or 1.0,
             reference_policy=beta > 0.0,
-            seed=int(grpo.seed),
+            seed=int(seed),
             optimizer=p.optimizer,
             scheduler=p.scheduler.model_copy(
-                update={"total_steps": p.scheduler.total_steps or max(int(grpo.max_num_steps), 1)}
+                update={"total_steps": p.scheduler.total_steps or max(int(max_steps), 1)}
             ),
             mesh=MeshConfig(
                 fsdp_size=p.jax_cfg.fsdp_size,

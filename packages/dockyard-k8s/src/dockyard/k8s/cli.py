@@ -15,13 +15,12 @@ from pathlib import Path
 
 import yaml
 
+from dockyard.k8s.build import build_context, load_infra, load_recipe, render, write_manifests
 from dockyard.k8s.errors import SpecError, SpecErrors
+from dockyard.k8s.validate import validate_dir, validate_objects
 
 
 def _render(args: argparse.Namespace) -> int:
-    from dockyard.k8s.build import build_context, load_infra, load_recipe, render, write_manifests
-    from dockyard.k8s.validate import validate_objects
-
     recipe = load_recipe(args.recipe)
     infra = load_infra(args.infra)
     objects = render(build_context(recipe, infra, Path(args.recipe).resolve().parent))
@@ -45,8 +44,6 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from dockyard.k8s.validate import validate_dir
-
     report = validate_dir(
         args.path, kubernetes_version=args.kubernetes_version, crd_dir=args.crd_dir
     )
@@ -55,8 +52,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    from dockyard.k8s.build import build_context, load_infra, load_recipe
-
     recipe = load_recipe(args.recipe)
     config = build_context(
         recipe, load_infra(args.infra), Path(args.recipe).resolve().parent

@@ -8,9 +8,11 @@ Every problem a user can fix in a recipe, an infra spec or a dockyard config sur
 from __future__ import annotations
 
 import difflib
+import types
+import typing
 from collections.abc import Iterable, Sequence
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class SpecError(ValueError):
@@ -67,10 +69,6 @@ def from_pydantic(prefix: str, err: ValidationError, model: type | None = None) 
 
 def _fields_at(model: type, loc: tuple[object, ...]) -> list[str]:
     """Field names of the (nested) pydantic model found by following ``loc`` from ``model``."""
-    import typing
-
-    from pydantic import BaseModel
-
     current: object = model
     for part in loc:
         if isinstance(part, int) or not (
@@ -94,11 +92,6 @@ def _fields_at(model: type, loc: tuple[object, ...]) -> list[str]:
 
 def _unwrap(annotation: object) -> object:
     """``Optional[Model]`` / ``Model | None`` -> ``Model``."""
-    import types
-    import typing
-
-    from pydantic import BaseModel
-
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     origin = typing.get_origin(annotation)

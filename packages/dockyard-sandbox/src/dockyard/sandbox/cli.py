@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dockyard.sandbox.isolation import IsolationError, resolve
+from dockyard.sandbox.lifecycle import WorkDirInUse
+
 KEEP_ALIVE_S = 75  # seconds an idle HTTP connection is kept open
 
 
@@ -174,8 +177,10 @@ def _server() -> tuple[Any, Any, Any] | None:
     the install command printed, where the ``server`` extra is missing: the base install is the
     client and the wire models only."""
     try:
+        # lazy: uvicorn is the server extra's; the base install (the client) lacks it
         import uvicorn
 
+        # lazy: the app imports fastapi, the server extra's; the base install lacks it
         from dockyard.sandbox.app import ServiceConfig, create_app
     except ImportError as e:
         print(
@@ -190,8 +195,6 @@ def _server() -> tuple[Any, Any, Any] | None:
 def _isolation(args: argparse.Namespace) -> Any:
     """The isolation ``--isolation`` resolves to (its warning printed in a banner); None, with
     the reason printed, where it cannot be had."""
-    from dockyard.sandbox.isolation import IsolationError, resolve
-
     try:
         isolation = resolve(args.isolation, args.unsafe_ok)
     except IsolationError as e:
@@ -221,14 +224,12 @@ def serve(args: argparse.Namespace) -> int:
     if server is None:
         return 2
     uvicorn, ServiceConfig, create_app = server
+    # lazy: egress imports cryptography and packaging, the server extra's (checked just above)
     from dockyard.sandbox import egress
 
     isolation = _isolation(args)
     if isolation is None:
         return 2
-
-    from dockyard.sandbox.isolation import IsolationError
-    from dockyard.sandbox.lifecycle import WorkDirInUse
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"

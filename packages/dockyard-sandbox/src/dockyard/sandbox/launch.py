@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from dockyard.sandbox.client import AsyncSandboxClient, SandboxClient
+from dockyard.sandbox.lifecycle import reclaim
 
 
 class ServiceHandle:
@@ -81,8 +82,6 @@ class ServiceHandle:
         """Reclaim what a killed service left (its cgroups, mounts and work dir, as its next
         start would: ``lifecycle.reclaim``; nothing after a clean stop, and nothing while
         another live service holds the work dir), then remove the temp dir."""
-        from dockyard.sandbox.lifecycle import reclaim
-
         try:
             reclaim(self.work_dir)
         except Exception as e:  # still remove what we can below

@@ -44,6 +44,7 @@ _made: collections.OrderedDict[tuple[bytes, str], bytes | None] = collections.Or
 def _rewriter():
     """pytest's rewrite function, pyc tail and pyc writer, or None where they do not fit."""
     try:
+        # lazy: pytest is the server extra's, not a dependency of dockyard-sandbox
         from _pytest.assertion.rewrite import PYC_TAIL, _write_pyc_fp, rewrite_asserts
     except ImportError:
         return None

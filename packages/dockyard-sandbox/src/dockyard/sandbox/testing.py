@@ -11,6 +11,7 @@ import base64
 import io
 import os
 import tarfile
+import tempfile
 from collections.abc import Mapping
 
 from dockyard.sandbox.models import RepoSpec, Task, TestsSpec
@@ -93,8 +94,6 @@ def layer_cache_dir() -> str:
     """The ``--env-cache-dir`` that test services building layered images share: base roots
     and layers are keyed by content, so one CI run builds each base once for every suite
     (``DOCKYARD_TEST_LAYER_CACHE`` overrides it)."""
-    import tempfile
-
     return os.environ.get("DOCKYARD_TEST_LAYER_CACHE") or os.path.join(
         tempfile.gettempdir(), "dockyard-test-layer-cache"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import site
 import sys
 from pathlib import Path
 
@@ -76,8 +77,6 @@ def _bwrap_toolchain_args() -> tuple[str, ...]:
 @functools.cache
 def site_dirs() -> str:
     """The interpreter's site-packages, for the runner (which starts with ``-S``)."""
-    import site
-
     return ":".join(p for p in site.getsitepackages() if os.path.isdir(p))
 
 

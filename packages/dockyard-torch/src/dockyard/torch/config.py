@@ -1,9 +1,11 @@
 """Configuration of the torch policy worker (pydantic; key names follow NeMo-RL's ``policy``).
 
 Build it from a dict (what a Ray actor receives): ``TorchPolicyConfig.model_validate(d)`` or
-``TorchPolicyConfig(**d)``, or with :meth:`TorchPolicyConfig.from_master` from a validated
-``MasterConfig`` (this package owns that mapping). Unknown keys are errors naming the key. The
-optimizer and the schedule are the run config's own models (``dockyard.core.config.optim``).
+``TorchPolicyConfig(**d)``, or with :meth:`TorchPolicyConfig.from_sections` from the run
+config's ``policy`` and ``loss_fn`` sections and the loop values (seed, steps, the OPD teachers)
+that the driver's split (``dockyard.train.algorithms.configs``) passes; this package owns that
+mapping. Unknown keys are errors naming the key. The optimizer and the schedule are the run
+config's own models (``dockyard.core.config.optim``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dockyard.core.config.loss import LossConfig, TeacherConfig
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
-from dockyard.core.config.policy import read_chat_template
+from dockyard.core.config.policy import PolicyConfig, read_chat_template
 
 
 class _Strict(BaseModel):
@@ -182,29 +185,36 @@ class TorchPolicyConfig(_Strict):
     )
 
     @classmethod
-    def from_master(cls, master: Any) -> TorchPolicyConfig:
-        """From a validated ``dockyard.core.config.MasterConfig`` (``policy.dtensor_cfg``).
+    def from_sections(
+        cls,
+        policy: PolicyConfig,
+        loss_fn: LossConfig | None,
+        *,
+        seed: int,
+        max_steps: int,
+        teachers: list[TeacherConfig] | None = None,
+    ) -> TorchPolicyConfig:
+        """From the run config's ``policy`` (``policy.dtensor_cfg``) and ``loss_fn`` sections.
 
         Every ``policy`` key the torch worker honours is mapped; ``reference_policy`` is on when
         ``loss_fn.reference_policy_kl_penalty`` β > 0, ``teacher_model_name`` is a distillation
-        loss's ``loss_fn.teacher_model_name``, ``teachers`` its ``loss_fn.teachers`` (with
-        ``teacher_combination``) or the OPD advantage's ``grpo.adv_estimator.teachers``, ``seed`` is ``grpo.seed`` and an unset
-        ``scheduler.total_steps`` is ``grpo.max_num_steps``; a ``.jinja`` file named by
-        ``policy.tokenizer.chat_template`` is read here (the ranks need not see it). A key it
-        cannot honour is an error naming the key and the fix: ``precision: float16``."""
-        p = master.policy
+        loss's ``loss_fn.teacher_model_name``, ``teachers`` the ``teachers`` passed (the OPD
+        advantage's ``grpo.adv_estimator.teachers``, when the driver passes them) or else
+        ``loss_fn.teachers`` (with ``teacher_combination``); ``seed`` is the run's seed
+        (``grpo.seed``) and an unset ``scheduler.total_steps`` is ``max_steps``
+        (``grpo.max_num_steps``); a ``.jinja`` file named by ``policy.tokenizer.chat_template``
+        is read here (the ranks need not see it). A key it cannot honour is an error naming
+        the key and the fix: ``precision: float16``."""
+        p = policy
         if p.precision == "float16":
             raise ValueError(
                 "policy.precision float16 is not supported by the torch trainer: use bfloat16 "
                 "or float32"
             )
-        loss_fn = getattr(master, "loss_fn", None)
         beta = float(getattr(loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0)
-        teachers = getattr(loss_fn, "teachers", None)
-        est = master.grpo.adv_estimator
-        if est.name == "opd":  # the OPD advantage's teachers
-            teachers = est.teachers
-        total = p.scheduler.total_steps or max(int(master.grpo.max_num_steps), 1)
+        if teachers is None:
+            teachers = getattr(loss_fn, "teachers", None)
+        total = p.scheduler.total_steps or max(int(max_steps), 1)
         return cls(
             model_name=p.model_name,
             tokenizer_name=p.tokenizer.name,
@@ -220,7 +230,7 @@ class TorchPolicyConfig(_Strict):
             teacher_combination=getattr(loss_fn, "teacher_combination", "weighted_sum"),
             activation_checkpointing=p.dtensor_cfg.activation_checkpointing,
             tensor_parallel_size=p.dtensor_cfg.tensor_parallel_size,
-            seed=int(master.grpo.seed),
+            seed=int(seed),
             optimizer=p.optimizer,
             scheduler=p.scheduler.model_copy(update={"total_steps": total}),
             sequence_packing=p.sequence_packing.model_dump(),

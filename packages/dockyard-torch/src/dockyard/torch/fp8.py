@@ -19,12 +19,15 @@ spacing is ``2⁻⁹ s``, so at most ``2⁻¹⁰ s``:  ``|W − q·s| ≤ max(2�
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 E4M3_MAX = 448.0
 BLOCK = (128, 128)
@@ -119,11 +122,6 @@ def save_fp8_checkpoint(src: str | Path, dst: str | Path, block: tuple[int, int]
     """Write the HF model folder ``src`` as a block-FP8 folder ``dst`` that vLLM serves
     (``config.json`` gains :func:`quantization_config`; tokenizer and generation files are
     copied): the engine's starting weights when every push is :func:`fp8_weights`."""
-    import json
-    import shutil
-
-    from safetensors.torch import load_file, save_file
-
     src, dst = Path(src), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     weights: dict[str, torch.Tensor] = {}

@@ -132,6 +132,7 @@ def load_hf_model(
     a reward model: 1), with ``config.pad_token_id`` set from the tokenizer (its pad token, else
     its end-of-sequence token) when the model's config has none, and LoRA's task type
     ``SEQ_CLS`` (the head trains in full)."""
+    # lazy: transformers takes ~2 s to import; importing the worker stays light
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     attn = cfg.attn_implementation
@@ -154,6 +155,7 @@ def load_hf_model(
     model.config.use_cache = False
     if trainable and cfg.lora.enabled:
         try:
+            # lazy: peft takes ~0.5 s to import on top of transformers; only LoRA needs it
             from peft import LoraConfig, get_peft_model
         except ImportError as exc:  # pragma: no cover - peft is a declared dependency
             raise ImportError('LoRA needs peft: pip install "dockyard-torch"') from exc
@@ -185,6 +187,7 @@ def _set_pad_token(config: Any, cfg: TorchPolicyConfig) -> None:
     classifier scores the last token that is not padding, and refuses a batch without one."""
     if config.pad_token_id is not None:
         return
+    # lazy: transformers takes ~2 s to import; only a model with no pad token id needs it
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(cfg.tokenizer_name or cfg.model_name)
@@ -225,6 +228,7 @@ def shard_model(model: torch.nn.Module, info: DistInfo, cfg: TorchPolicyConfig, 
         apply_tensor_parallel(model, layers, info.mesh)
     if not fsdp:
         return model
+    # lazy: torch.distributed.fsdp takes ~0.5 s to import; only FSDP-sharded models need it
     from torch.distributed.fsdp import fully_shard
 
     kwargs = fsdp_kwargs(cfg, info)
@@ -254,6 +258,7 @@ def _expert_parallel(
 def fsdp_kwargs(cfg: TorchPolicyConfig, info: DistInfo) -> dict[str, Any]:
     """``fully_shard``'s keyword arguments: the ``dp`` mesh, ``reshard_after_forward`` and, for
     ``fsdp.cpu_offload`` on CUDA, ``offload_policy=CPUOffloadPolicy()`` (see the module doc)."""
+    # lazy: torch.distributed.fsdp takes ~0.5 s to import; only FSDP-sharded models need it
     from torch.distributed.fsdp import CPUOffloadPolicy
 
     kwargs: dict[str, Any] = {

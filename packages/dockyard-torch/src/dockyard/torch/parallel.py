@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 
 TP_STYLES = ("colwise", "rowwise", "replicated_with_grad_allreduce")
 
@@ -63,8 +64,6 @@ def mesh_info(rank: int, world_size: int, tp_size: int, device_type: str) -> Mes
     dp = world_size // tp_size
     if not dist.is_initialized():
         return SINGLE_PROCESS
-    from torch.distributed.device_mesh import init_device_mesh
-
     mesh = init_device_mesh(device_type, (dp, tp_size), mesh_dim_names=("dp", "tp"))
     return MeshInfo(dp, tp_size, rank // tp_size, rank % tp_size, mesh)
 
@@ -93,6 +92,7 @@ def check_tp_divisibility(config: Any, tp: int) -> None:
 
 def tp_plan(model: torch.nn.Module) -> dict[str, Any]:
     """``{module path relative to the decoder layer: ParallelStyle}`` from the HF config."""
+    # lazy: torch.distributed.tensor takes ~0.5 s to import; only tensor parallelism needs it
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
@@ -131,6 +131,7 @@ def apply_tensor_parallel(
     model: torch.nn.Module, layers: list[torch.nn.Module], info: MeshInfo
 ) -> None:
     """``parallelize_module`` every decoder layer with :func:`tp_plan` on the ``tp`` axis."""
+    # lazy: torch.distributed.tensor takes ~0.5 s to import; only tensor parallelism needs it
     from torch.distributed.tensor.parallel import parallelize_module
 
     check_tp_divisibility(_hf_model(model).config, info.tp_size)

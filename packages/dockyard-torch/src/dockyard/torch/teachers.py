@@ -49,6 +49,7 @@ class Teacher:
 
 
 def load_tokenizer(name: str) -> Any:
+    # lazy: transformers takes ~2 s to import; only teachers with their own tokenizer need it
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name)

@@ -46,9 +46,24 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, NoReturn
+
+import numpy as np
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
+
+from dockyard.core.experience import Batch
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -185,8 +200,6 @@ def _cached_build(kind: str, args: dict[str, Any], path: str | os.PathLike | Non
 
 
 def _train_tokenizer(folder: Path, vocab_size: int) -> None:
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -265,17 +278,14 @@ def _model_config(family: str, a: dict[str, Any], vocab_size: int, ids: dict[str
         "pad_token_id": ids["pad"],
         "initializer_range": 0.02,
     }
-    if family == "qwen2":
-        from transformers import Qwen2Config
+    # lazy: transformers takes ~2 s to import; the tokenizer builder needs none
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
+    if family == "qwen2":
         return Qwen2Config(**common, rope_theta=10000.0)
     if family == "qwen3":
-        from transformers import Qwen3Config
-
         return Qwen3Config(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
     if family == "qwen3_moe":
-        from transformers import Qwen3MoeConfig
-
         return Qwen3MoeConfig(
             **common,
             head_dim=a["hidden_size"] // a["num_heads"],
@@ -287,8 +297,6 @@ def _model_config(family: str, a: dict[str, Any], vocab_size: int, ids: dict[str
         )
     if family in ("gemma2", "gemma3_text"):
         return _gemma_config(family, common, a)
-    from transformers import LlamaConfig
-
     return LlamaConfig(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
 
 
@@ -304,14 +312,13 @@ def _gemma_config(family: str, common: dict[str, Any], a: dict[str, Any]):
     ]
     gemma = {"head_dim": head_dim, "query_pre_attn_scalar": head_dim, "sliding_window": 16,
              "layer_types": layer_types}  # fmt: skip
-    if family == "gemma2":
-        from transformers import Gemma2Config
+    # lazy: transformers takes ~2 s to import; the tokenizer builder needs none
+    from transformers import Gemma2Config, Gemma3TextConfig
 
+    if family == "gemma2":
         return Gemma2Config(
             **common, **gemma, attn_logit_softcapping=50.0, final_logit_softcapping=30.0
         )
-    from transformers import Gemma3TextConfig
-
     return Gemma3TextConfig(**common, **gemma)
 
 
@@ -377,8 +384,10 @@ def build_tiny_model(
     tok_dir = build_tokenizer(vocab_size=vocab_size)
 
     def build(folder: Path) -> None:
+        # lazy: torch takes ~1.5 s to import; the tokenizer builder and random_batch need none
         import torch
-        from tokenizers import Tokenizer
+
+        # lazy: transformers takes ~2 s to import; the tokenizer builder needs none
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
@@ -410,10 +419,6 @@ def random_batch(
     the first ``prompt_len``; advantages are one N(0, 1) draw per sequence broadcast over its
     loss tokens; ``gen_logprobs`` are N(−2, 0.5) on loss tokens (0 elsewhere).
     """
-    import numpy as np
-
-    from dockyard.core.experience import Batch
-
     rng = np.random.default_rng(seed)
     lengths = rng.integers(prompt_len + 2, max_len + 1, size=batch_size)
     cols = np.arange(max_len)[None, :]
@@ -435,8 +440,10 @@ def eager_logprobs(path: str | os.PathLike, batch: Any) -> Any:
     """``[B, T]`` float32: the logprob of each token of ``batch`` (0 at position 0 and on
     padding) under the model folder ``path`` in transformers, eager attention, one unpadded
     sequence at a time."""
-    import numpy as np
+    # lazy: torch takes ~1.5 s to import; the tokenizer builder and random_batch need none
     import torch
+
+    # lazy: transformers takes ~2 s to import; the tokenizer builder needs none
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
@@ -483,9 +490,6 @@ def vllm_prompt_logprobs(folder: str | os.PathLike, prompts: list[list[int]]) ->
     """vLLM's prompt logprobs (0 for each first token) of the token-id ``prompts`` under the
     model folder ``folder`` (its tokenizer files beside the weights), float32, in a subprocess
     (vLLM's engine and its memory end with it). RuntimeError with vLLM's output if it fails."""
-    import subprocess
-    import sys
-
     with tempfile.TemporaryDirectory(prefix="dockyard-vllm-check-") as tmp:
         script = Path(tmp) / "vllm_prompt_logprobs.py"
         script.write_text(_VLLM_PROMPT_LOGPROBS)
@@ -513,9 +517,8 @@ def end_gloo_job() -> NoReturn:
     do is done: 3 of ~100 runs of a 2-rank FSDP job on a 2-core machine, one of them in CI (a
     core dump shows the gloo thread in ``~AsyncAllreduceWork`` and the main thread finalizing).
     """
-    import sys
-
-    import torch.distributed as dist  # torch stays lazy in this module (its builders need none)
+    # lazy: torch takes ~1.5 s to import; the tokenizer builder and random_batch need none
+    import torch.distributed as dist
 
     dist.barrier()
     dist.destroy_process_group()

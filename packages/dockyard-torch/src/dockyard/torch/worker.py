@@ -69,6 +69,7 @@ from dockyard.torch.prefix import (
     tree_mask,
     tree_tokens,
 )
+from dockyard.torch.teachers import TeacherSet, build_teacher, load_tokenizer
 
 _TOKEN_FIELDS = ("loss_mask", "advantages", "gen_logprobs", "prev_logprobs", "ref_logprobs")
 
@@ -127,8 +128,6 @@ class TorchPolicyWorker(PolicyWorker):
 
     def _load_teachers(self) -> Any:
         """``cfg.teachers``, frozen and sharded like the student (:mod:`dockyard.torch.teachers`)."""
-        from dockyard.torch.teachers import TeacherSet, build_teacher, load_tokenizer
-
         cfg = self.cfg
         student_tok = load_tokenizer(cfg.tokenizer_name or cfg.model_name)
         loaded = []

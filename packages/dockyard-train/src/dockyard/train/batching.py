@@ -28,7 +28,8 @@ SUCCESS_COMPONENTS = ("reward/tests", "reward/correct")
 
 @dataclass(frozen=True)
 class BatchOptions:
-    """What the driver applies when building a batch (from ``MasterConfig.grpo``)."""
+    """What the driver applies when building a batch (from ``MasterConfig.grpo``:
+    :func:`dockyard.train.algorithms.configs.batch_options`)."""
 
     estimator: str = "grpo"
     estimator_options: dict[str, Any] | None = None
@@ -38,21 +39,6 @@ class BatchOptions:
     max_response_length: int = 256
     overlong_buffer_length: int = 128
     overlong_penalty: float = 1.0
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> BatchOptions:
-        """From a ``MasterConfig``."""
-        g, rs = cfg.grpo, cfg.grpo.reward_shaping
-        return cls(
-            estimator=g.adv_estimator.name,
-            estimator_options=g.adv_estimator.estimator_options(),
-            advantage_clip=g.adv_estimator.advantage_clip,
-            overlong_filtering=g.overlong_filtering,
-            reward_shaping=rs.enabled,
-            max_response_length=rs.max_response_length or cfg.policy.generation.max_new_tokens,
-            overlong_buffer_length=rs.overlong_buffer_length,
-            overlong_penalty=rs.overlong_buffer_penalty,
-        )
 
 
 def response_length(t: Trajectory) -> int:

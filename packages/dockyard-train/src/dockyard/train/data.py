@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
 
 class TaskLoader:
@@ -89,13 +90,6 @@ def read_records(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     if not p.is_file():
         raise FileNotFoundError(f"data file {p} does not exist (data.train_path / data.val_path)")
     if p.suffix.lower() in PARQUET_SUFFIXES:
-        try:
-            import pyarrow.parquet as pq  # pyright: ignore[reportMissingImports] (optional)
-        except ImportError as e:
-            raise ImportError(
-                f"reading the Parquet file {p} needs pyarrow: "
-                "pip install 'dockyard-train[parquet]' (or pyarrow)"
-            ) from e
         rows = pq.read_table(p).to_pylist()
         return [(f"{p}:row {i}", row) for i, row in enumerate(rows, 1)]
     out = []

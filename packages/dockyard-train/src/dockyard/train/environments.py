@@ -11,8 +11,10 @@ anything starts.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
+from dockyard.core.config.errors import ConfigError
 from dockyard.core.config.sections import EnvConfig
 from dockyard.envs import registry
 from dockyard.envs.concurrency import ConcurrencyLimited
@@ -39,19 +41,20 @@ def needs_judge(name: str, env_cfg: Any) -> bool:
     return registry.needs_judge(env_type(name, env_cfg))
 
 
-def unknown_names(cfg: Any) -> list[str]:
-    """One line per ``env.<name>.type`` / ``data.dataset_name`` the registry does not know,
-    each listing the known names (empty: all known). ``data.train_path`` needs no dataset."""
+def unknown_names(env: Mapping[str, EnvConfig], dataset_name: str | None) -> list[str]:
+    """One line per ``env.<name>.type`` (``env``: the config's entries) / ``data.dataset_name``
+    the registry does not know, each listing the known names (empty: all known).
+    ``data.train_path`` needs no dataset."""
     problems = []
     envs = registry.env_names()
-    for name, env_cfg in cfg.env.items():
+    for name, env_cfg in env.items():
         kind = env_cfg.type or name
         if kind not in envs:
             null = "" if env_cfg.type else " (type is null: the entry's name is the type)"
             problems.append(
                 f"env.{name}.type: unknown environment {kind!r}{null}; known: {', '.join(envs)}"
             )
-    dataset = cfg.data.dataset_name
+    dataset = dataset_name
     datasets = registry.dataset_names()
     if dataset is not None and dataset not in datasets:
         problems.append(
@@ -61,11 +64,11 @@ def unknown_names(cfg: Any) -> list[str]:
     return problems
 
 
-def check_names(cfg: Any, source: str = "<config>") -> None:
+def check_names(
+    env: Mapping[str, EnvConfig], dataset_name: str | None = None, source: str = "<config>"
+) -> None:
     """Raise :class:`~dockyard.core.config.errors.ConfigError` for :func:`unknown_names`."""
-    from dockyard.core.config.errors import ConfigError
-
-    problems = unknown_names(cfg)
+    problems = unknown_names(env, dataset_name)
     if problems:
         raise ConfigError(problems, source)
 

@@ -25,6 +25,7 @@ replaced). Errors a user can fix raise :class:`ExportError` (``dockyard export``
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from collections.abc import Callable
@@ -94,8 +95,6 @@ def resolve_checkpoint(checkpoint: str | Path) -> tuple[Path, str]:
 
 
 def _writer(backend: str):
-    import importlib
-
     _, module, extra = _BACKENDS[backend]
     try:
         return importlib.import_module(module).export_hf

@@ -43,6 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+import httpx
+
+from dockyard.core.interfaces import SamplingParams
+from dockyard.train.prompts import PromptRenderer
+
 if TYPE_CHECKING:
     from dockyard.core.config.judge import JudgeConfig
 
@@ -183,8 +188,6 @@ class EngineBackend:
     constrains = True
 
     def __init__(self, engines: Sequence[Any], tokenizer: Any) -> None:
-        from dockyard.train.prompts import PromptRenderer
-
         if not engines:
             raise ValueError("EngineBackend needs at least one engine")
         self.engines = list(engines)
@@ -194,8 +197,6 @@ class EngineBackend:
     async def complete(
         self, messages: Messages, temperature: float, max_tokens: int, regex: str | None = None
     ) -> str:
-        from dockyard.core.interfaces import SamplingParams
-
         engine = self.engines[self._next % len(self.engines)]
         self._next += 1
         ids = self.renderer.prompt_ids(messages)
@@ -236,7 +237,7 @@ class OpenAIBackend:
     def _openai(self) -> Any:
         if self._client is None:
             try:
-                import openai
+                import openai  # lazy: openai is optional (not a dependency; httpx otherwise)
             except ImportError:
                 self._client = False
             else:
@@ -259,8 +260,6 @@ class OpenAIBackend:
         if client:
             reply = await client.chat.completions.create(**body)
             return str(reply.choices[0].message.content or "")
-        import httpx
-
         headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
         async with httpx.AsyncClient(timeout=self.timeout_s) as http:
             r = await http.post(f"{self.base_url}/chat/completions", json=body, headers=headers)
@@ -468,7 +467,7 @@ def backend_from_config(judge_cfg: JudgeConfig, engines: Sequence[Any] | None = 
                              api_key_env=judge_cfg.api_key_env, timeout_s=judge_cfg.timeout_s)  # fmt: skip
     if not judge_cfg.model_name or engines is None:
         raise ValueError("judge.model_name: backend 'engine' needs the judge model (and its fleet)")
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: transformers is optional (torch extra)
 
     return EngineBackend(engines, AutoTokenizer.from_pretrained(judge_cfg.model_name))
 

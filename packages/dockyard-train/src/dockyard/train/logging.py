@@ -13,13 +13,18 @@ or rewound run keeps the steps up to the one it restarts from, step 0 included.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import psutil
+from tqdm import tqdm
 
 # the metrics shown in the progress bar's postfix, in order, with a short label
 _BAR_KEYS = (
@@ -82,8 +87,6 @@ class MetricsLogger:
             self._wandb = _wandb_run(logger_cfg, self.dir, config_dict or {}, initial_step)
         self._bar = None
         if progress:
-            from tqdm import tqdm
-
             self._bar = tqdm(
                 total=total_steps,
                 initial=initial_step,
@@ -173,7 +176,7 @@ _TB_FILES = itertools.count()
 
 def _tensorboard_writer(folder: Path, purge_step: int | None) -> Any:
     try:
-        from tensorboardX import SummaryWriter
+        from tensorboardX import SummaryWriter  # lazy: tensorboardX is optional (tensorboard extra)
     except ImportError as e:
         raise ImportError(
             'logger.tensorboard_enabled needs tensorboardX: pip install "dockyard-train[tensorboard]"'
@@ -186,6 +189,7 @@ def _tensorboard_writer(folder: Path, purge_step: int | None) -> Any:
 
 def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
     try:
+        # lazy: wandb is optional (wandb extra)
         import wandb  # pyright: ignore[reportMissingImports]
     except ImportError as e:
         raise ImportError(
@@ -213,14 +217,14 @@ def plot_rewards(
     """Reward (and pass rate, validation pass rate where logged) against step, as a PNG;
     ``curves``: other ``(metric, matplotlib line style)`` pairs to draw instead."""
     try:
-        import matplotlib
+        import matplotlib  # lazy: matplotlib is optional (plot extra)
     except ImportError as e:
         raise ImportError(
             'the reward plot needs matplotlib: pip install "dockyard-train[plot]"'
         ) from e
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the Agg backend above
 
     rows = read_jsonl_metrics(jsonl_path)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
@@ -248,8 +252,6 @@ def plot_curves(
     """Draw ``curves`` of a finished run's metrics.jsonl as ``LOG_DIR/<name>.png``
     (:func:`plot_rewards`); its path, or why none was drawn (no JSONL log, no matplotlib), for
     a driver's closing line."""
-    import importlib.util
-
     if not cfg_logger.jsonl_enabled:
         return "none (logger.jsonl_enabled is false)"
     if importlib.util.find_spec("matplotlib") is None:
@@ -261,15 +263,11 @@ def process_age_s() -> float:
     """Wall seconds since this process started (its start time, as the OS records it: to a
     clock tick on Linux, where psutil's creation time is rounded by the boot time's whole
     seconds)."""
-    import time
-
     try:
         with open("/proc/self/stat") as f:  # field 22, after the parenthesised command name
             start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
         return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
-        import psutil
-
         return time.time() - psutil.Process().create_time()
 
 

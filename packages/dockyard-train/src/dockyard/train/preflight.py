@@ -27,8 +27,11 @@ extras     every optional dependency the config turns on is installed (the messa
            the reward plot
 engine     a registered third-party engine (``policy.generation.backend`` under the
            entry-point group ``dockyard.engines``) imports here
+trainer    a registered third-party trainer backend (``policy.trainer_backend`` under
+           ``dockyard.trainers``) imports here and maps the run's sections
 sandbox    a sandboxed environment without ``sandbox_urls`` needs bubblewrap here
-transport  ``data_plane.weight_transport.type: shm``: ``shm_dir`` is a writable folder
+transport  ``data_plane.weight_transport.type: shm``: ``shm_dir`` is a writable folder; a
+           third party's transport (``dockyard.transports``) imports here
 outputs    ``logger.log_dir``, ``checkpointing.checkpoint_dir``, ``checkpointing.export_hf``
            can be created
 ========== ================================================================================
@@ -56,7 +59,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from dockyard.core.config.errors import ConfigError
+from dockyard.core.config.loader import load_config
+from dockyard.core.config.sections import BUILTIN_TRANSPORTS
+from dockyard.core.interfaces import TRAINER_BACKENDS
+from dockyard.serve.config import EngineConfig
 from dockyard.serve.engines import engine_class
+from dockyard.serve.transports import transport
+from dockyard.train.algorithms.drivers import loss_problems
 from dockyard.train.environments import (
     needs_judge,
     needs_sandbox,
@@ -64,6 +73,7 @@ from dockyard.train.environments import (
     unknown_names,
 )
 from dockyard.train.models import resolve_model
+from dockyard.train.runtime.cluster import LOCAL_IS_ONE_NODE
 
 # the files of which a tokenizer folder needs one (fast, sentencepiece, BPE, WordPiece)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
@@ -141,7 +151,7 @@ def validate(
     in :data:`CHECKS` but ``skip`` (``driver`` as in :func:`deep_check`); else
     :class:`ConfigError` naming ``source``."""
     check = functools.partial(deep_check, load=load, skip=skip, driver=driver)
-    problems = check(cfg) if deep else unknown_names(cfg)
+    problems = check(cfg) if deep else unknown_names(cfg.env, cfg.data.dataset_name)
     if problems:
         raise ConfigError(problems, source)
     return cfg
@@ -158,8 +168,6 @@ def load_and_validate(
 ) -> Any:
     """The ``MasterConfig`` of ``path`` with ``overrides`` through the schema and
     :func:`validate`; every problem in one :class:`ConfigError`."""
-    from dockyard.core.config.loader import load_config
-
     cfg = load_config(path, list(overrides))
     return validate(cfg, str(path), deep, load=load, skip=skip, driver=driver)
 
@@ -220,7 +228,7 @@ def model_folder_problems(cfg: Any, key: str, folder: Path, load: bool) -> list[
         return [f"{key}: {config_json} is not a JSON object"]
     if load and _installed("transformers"):
         try:
-            from transformers import AutoConfig
+            from transformers import AutoConfig  # lazy: transformers is optional (torch extra)
 
             AutoConfig.from_pretrained(str(folder), local_files_only=True)
         except Exception as e:  # transformers raises ValueError, OSError, KeyError...
@@ -254,7 +262,7 @@ def tokenizer_problems(key: str, folder: Path, template: str | None, load: bool)
         return [f"{key}: {str(folder)!r} has no tokenizer ({' / '.join(TOKENIZER_FILES)}){hint}"]
     if load and _installed("transformers"):
         try:
-            from transformers import AutoTokenizer
+            from transformers import AutoTokenizer  # lazy: transformers is optional (torch extra)
 
             tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         except Exception as e:
@@ -280,7 +288,7 @@ def chat_template_problems(template: str | None) -> list[str]:
     if "{{" in template or "{%" in template:
         if not _installed("jinja2"):
             return []
-        import jinja2
+        import jinja2  # lazy: jinja2 is optional (not a dependency; transformers brings it)
 
         try:
             jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
@@ -316,7 +324,7 @@ def _first_line(e: BaseException) -> str:
 # --------------------------------------------------------------------------- the rest
 def check_names(cfg: Any, load: bool) -> list[str]:
     """``env.<name>.type`` / ``data.dataset_name`` are registered."""
-    return unknown_names(cfg)
+    return unknown_names(cfg.env, cfg.data.dataset_name)
 
 
 def check_envs(cfg: Any, load: bool) -> list[str]:
@@ -386,10 +394,10 @@ def required_extras(cfg: Any) -> list[tuple[str, str]]:
     need = []
     if p.generation.backend in EXTRAS:  # a built-in engine (a registered one: check_engine)
         need.append(("policy.generation.backend", p.generation.backend))
-    if p.dtensor_cfg.enabled:
-        need.append(("policy.dtensor_cfg.enabled", "torch"))
-    if p.jax_cfg.enabled:
-        need.append(("policy.jax_cfg.enabled", "jax"))
+    trainer = p.trainer_name()
+    if trainer in EXTRAS:  # a built-in backend (a third party's: check_trainer)
+        flag = {"torch": "policy.dtensor_cfg.enabled", "jax": "policy.jax_cfg.enabled"}[trainer]
+        need.append((flag, trainer))
     if cfg.data_plane.weight_transport.type == "collective":
         need.append(("data_plane.weight_transport.type", "collective"))
     if lg.tensorboard_enabled:
@@ -427,6 +435,22 @@ def check_engine(cfg: Any, load: bool) -> list[str]:
     return []
 
 
+def check_trainer(cfg: Any, load: bool) -> list[str]:
+    """A third-party trainer backend (``policy.trainer_backend`` registered under
+    ``dockyard.trainers``) loads here, and its config mapping takes the run's sections."""
+    name = cfg.policy.trainer_name()
+    if name in EXTRAS:
+        return []
+    try:
+        backend = TRAINER_BACKENDS.get(name)
+        backend.config(cfg.policy, cfg.loss_fn, seed=cfg.grpo.seed,
+                       max_steps=cfg.grpo.max_num_steps, teachers=None,
+                       options=cfg.policy.trainer_options)  # fmt: skip
+    except Exception as e:  # the plugin's own error, whatever it is
+        return [f"policy.trainer_backend: the trainer backend {name!r} does not load: {e!r}"]
+    return []
+
+
 def check_sandbox(cfg: Any, load: bool) -> list[str]:
     """A sandboxed environment without ``sandbox_urls`` gets services started here, which
     jail every task with bubblewrap (``DOCKYARD_SANDBOX_BWRAP`` names another binary)."""
@@ -451,16 +475,14 @@ def check_cluster(cfg: Any, load: bool) -> list[str]:
     """``cluster.num_nodes`` and ``gpus_per_node`` against what the run will start: several
     machines need a cluster to join; the GPUs must hold the trainer's ranks and the engines.
     (Joining, the runtime checks the cluster's alive nodes: ``runtime.cluster.shape_problems``.)"""
-    from dockyard.train.runtime.cluster import LOCAL_IS_ONE_NODE
-
     c = cfg.cluster
     problems = []
     if c.num_nodes > 1 and not c.address:
         problems.append(LOCAL_IS_ONE_NODE.format(n=c.num_nodes))
     if c.gpus_per_node:
-        from dockyard.serve.config import EngineConfig
-
-        e = EngineConfig.from_master(cfg)
+        e = EngineConfig.from_sections(
+            cfg.policy, seed=cfg.grpo.seed, gpus_per_node=c.gpus_per_node
+        )
         need = c.trainer_ranks + int(e.num_engines * e.gpus)
         have = c.num_nodes * c.gpus_per_node
         if need > have:
@@ -474,8 +496,16 @@ def check_cluster(cfg: Any, load: bool) -> list[str]:
 
 
 def check_transport(cfg: Any, load: bool) -> list[str]:
-    """``shm``: the segments' folder exists and is writable."""
+    """``shm``: the segments' folder exists and is writable; a third party's transport
+    (registered under ``dockyard.transports``) loads."""
     t = cfg.data_plane.weight_transport
+    if t.type not in BUILTIN_TRANSPORTS:
+        try:
+            transport(t.type)
+        except Exception as e:  # the plugin's own error, whatever it is
+            return [f"data_plane.weight_transport.type: the transport {t.type!r} does not "
+                    f"load: {e!r}"]  # fmt: skip
+        return []
     if t.type != "shm":
         return []
     folder = Path(t.shm_dir)
@@ -513,8 +543,6 @@ def check_outputs(cfg: Any, load: bool) -> list[str]:
 def check_loss(cfg: Any, load: bool, driver: str | None = None) -> list[str]:
     """``loss_fn.type`` is one ``driver`` trains (None: one some driver trains;
     :mod:`dockyard.train.algorithms.drivers`)."""
-    from dockyard.train.algorithms.drivers import loss_problems
-
     return loss_problems(cfg, driver)
 
 
@@ -528,6 +556,7 @@ CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
     "files": check_files,
     "extras": check_extras,
     "engine": check_engine,
+    "trainer": check_trainer,
     "sandbox": check_sandbox,
     "transport": check_transport,
     "cluster": check_cluster,
@@ -535,7 +564,7 @@ CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
 }
 """The deep checks by name, in the order they run (see the module docstring)."""
 
-ON_THE_WORKERS = ("models", "judge_model", "extras", "engine", "sandbox", "transport")
+ON_THE_WORKERS = ("models", "judge_model", "extras", "engine", "trainer", "sandbox", "transport")
 """The checks about the machines the fleets run on, which ``dockyard train`` skips when it joins
 a cluster (``cluster.address``: the driver's machine need not hold the model or the engines);
 ``--dry-run`` runs them anyway, for a driver on a machine like the workers."""

@@ -37,7 +37,8 @@ Messages = list[dict[str, str]]
 
 class PromptConfig(BaseModel):
     """A :class:`PromptRenderer`'s own config: the tokenizer it renders with and the prompt keys
-    of the run's config, read once (:meth:`from_master`)."""
+    of the run's config, read once by the driver
+    (:func:`dockyard.train.algorithms.configs.prompt_config`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -52,19 +53,6 @@ class PromptConfig(BaseModel):
     max_input_tokens: int | None = None
     """The longest prompt a task may have: ``data.max_input_seq_length``, else
     ``policy.max_total_sequence_length − policy.generation.max_new_tokens``."""
-
-    @classmethod
-    def from_master(cls, cfg: Any) -> PromptConfig:
-        """From a ``MasterConfig``: ``policy.tokenizer``, ``data``'s prompt keys, the limit."""
-        p, d = cfg.policy, cfg.data
-        limit = d.max_input_seq_length or (
-            p.max_total_sequence_length - p.generation.max_new_tokens
-        )
-        return cls(
-            tokenizer=p.tokenizer.name or p.model_name, chat_template=p.tokenizer.chat_template,
-            prompt_file=d.prompt_file, system_prompt_file=d.system_prompt_file,
-            max_input_tokens=limit,
-        )  # fmt: skip
 
 
 @dataclass
@@ -86,11 +74,6 @@ class PromptRenderer:
     prompt_template: str | None = None
     system_prompt: str | None = None
     max_input_tokens: int | None = None
-
-    @classmethod
-    def from_config(cls, cfg: Any, tokenizer: Any) -> PromptRenderer:
-        """From a ``MasterConfig`` (:meth:`PromptConfig.from_master`, then :meth:`build`)."""
-        return cls.build(PromptConfig.from_master(cfg), tokenizer)
 
     @classmethod
     def build(cls, pc: PromptConfig, tokenizer: Any) -> PromptRenderer:

@@ -20,8 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import ray
+
+from dockyard.core.config.sections import CheckpointingConfig
 from dockyard.train import checkpoint as ckpt
+from dockyard.train.runtime.collector import CollectorHost
 from dockyard.train.runtime.collector_config import CollectorConfig
+from dockyard.train.runtime.placement import on_driver_node
 
 if TYPE_CHECKING:
     from dockyard.train.runtime.trainer import TrainerLost
@@ -51,11 +56,6 @@ def new_collector(stack: Any, config: CollectorConfig, tasks: list[dict[str, Any
     """A :class:`~dockyard.train.runtime.collector.CollectorHost` actor, built from its own
     ``config``, feeding ``stack``'s engines' samples of ``tasks`` to its buffer (not started:
     ``collector.start``)."""
-    import ray
-
-    from dockyard.train.runtime.collector import CollectorHost
-    from dockyard.train.runtime.placement import on_driver_node
-
     return (
         ray.remote(CollectorHost)
         .options(num_cpus=0, max_concurrency=1000, scheduling_strategy=on_driver_node())
@@ -73,8 +73,6 @@ def new_collector(stack: Any, config: CollectorConfig, tasks: list[dict[str, Any
 def heal(stack: Any, collector: Any, version: int, lost: list[int] | None = None) -> None:
     """Replace dead engines — those the collector reported and ``lost`` (found by a weight
     push) — loading the trainer's weights as ``version``; revive dead sandbox services."""
-    import ray
-
     for i in sorted({*ray.get(collector.dead_engines.remote()), *(lost or [])}):
         handle = stack.restart_engine(i, version)
         ray.get(collector.replace_engine.remote(i, handle))
@@ -86,8 +84,6 @@ def driver_state(
     stack: Any, collector: Any, step: int, history: list[dict[str, float]]
 ) -> dict[str, Any]:
     """What the driver keeps of a run at ``step`` besides the trainer's own checkpoint."""
-    import ray
-
     coll = ray.get(collector.state.remote())  # before the buffer: see checkpoint.py
     buf = ray.get(stack.buffer.get_state.remote())
     return {
@@ -100,7 +96,12 @@ def driver_state(
 
 
 def save_run(
-    stack: Any, collector: Any, root: Path, step: int, history: list[dict[str, float]], cfg: Any
+    stack: Any,
+    collector: Any,
+    root: Path,
+    step: int,
+    history: list[dict[str, float]],
+    checkpointing: CheckpointingConfig,
 ) -> RestorePoint:
     """Checkpoint the run at ``step`` under ``root`` (then prune to
     ``checkpointing.keep_top_k``); the new restore point."""
@@ -111,12 +112,10 @@ def save_run(
     stack.trainer.save_checkpoint(str(folder / "policy"), {"step": step})
     ckpt.save_driver_state(folder, driver_state(stack, collector, step, history))
     ckpt.mark_done(folder)
-    metric = None
-    if cfg.checkpointing.metric_name:
-        metric = {
-            i + 1: h.get(cfg.checkpointing.metric_name, float("nan")) for i, h in enumerate(history)
-        }
-    ckpt.prune(root, cfg.checkpointing.keep_top_k, metric, cfg.checkpointing.higher_is_better)
+    c, metric = checkpointing, None
+    if c.metric_name:
+        metric = {i + 1: h.get(c.metric_name, float("nan")) for i, h in enumerate(history)}
+    ckpt.prune(root, c.keep_top_k, metric, c.higher_is_better)
     return RestorePoint(folder)  # (pruning always keeps the latest)
 
 
@@ -125,8 +124,6 @@ def restore_run(
 ) -> tuple[list[dict[str, float]], int]:
     """Load ``point`` into the trainer (a checkpoint's policy), the collector, the buffer and
     the driver's RNG, and give the engines its weights; returns (history, step)."""
-    import ray
-
     state = point.driver_state()
     if point.folder is not None:
         stack.trainer.load_checkpoint(str(point.folder / "policy"))
@@ -151,8 +148,6 @@ def recover(
     fleet, replace engines whose weight sync it broke, and rewind the run to ``point`` with a
     new collector and an empty buffer (work of the abandoned steps must not leak into the
     redone ones), built from the collector's own ``config``. Returns (collector, history, step)."""
-    import ray
-
     with contextlib.suppress(Exception):
         ray.get(collector.stop.remote(), timeout=30)
     with contextlib.suppress(Exception):

@@ -99,6 +99,8 @@ def _constraints(f: Any) -> str:
 
 def _tag_text(m: type[BaseModel]) -> str:
     key, tags = discriminator(m) or ("type", ())
+    if not tags:
+        return f"{key}: any other registered name"
     return f"{key}: " + " / ".join(f"`{t}`" for t in tags)
 
 

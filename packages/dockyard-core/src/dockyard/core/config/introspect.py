@@ -31,12 +31,20 @@ def is_model(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
+PLUGIN_TAG = "plugin"
+"""The tag of a union's member that takes any other registered name (``type: str``)."""
+
+
 def discriminator(model: type[BaseModel]) -> tuple[str, tuple[Any, ...]] | None:
-    """``(field, tags)`` when ``model`` is a member of a tagged union (``type``/``name`` Literal)."""
+    """``(field, tags)`` when ``model`` is a member of a tagged union: its ``type``/``name`` is a
+    Literal of its tags, or ``str`` — the member for a name another package registers (no tags
+    of its own; pydantic's tag for it is :data:`PLUGIN_TAG`)."""
     for key in ("type", "name"):
         f = model.model_fields.get(key)
         if f is not None and get_origin(f.annotation) is Literal:
             return key, get_args(f.annotation)
+        if f is not None and f.annotation is str:
+            return key, ()
     return None
 
 
@@ -87,7 +95,8 @@ def resolve(root: type[BaseModel], loc: tuple[Any, ...]) -> Resolved:
     for i, el in enumerate(loc):
         members = tagged_members(tp)
         if members is not None:
-            hit = [m for m in members if el in (discriminator(m) or ("", ()))[1]]
+            tags = {m: (discriminator(m) or ("", ()))[1] for m in members}
+            hit = [m for m in members if el in tags[m] or (el == PLUGIN_TAG and not tags[m])]
             if hit:
                 tp = hit[0]
                 continue

@@ -10,7 +10,7 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from dockyard.core.config._base import ConfigModel
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
-from dockyard.core.registry import closest, entry_point_names
+from dockyard.core.registry import check_registered
 
 PLAIN_TEMPLATE = "plain"
 """``policy.tokenizer.chat_template: plain``: no chat template, the messages' contents joined."""
@@ -154,6 +154,7 @@ class SglangConfig(ConfigModel):
 
 
 BUILTIN_ENGINES = ("vllm", "transformers", "sglang")
+BUILTIN_TRAINERS = ("torch", "jax")
 """The generation backends dockyard-serve ships (entry points of ``dockyard.engines``)."""
 
 
@@ -182,14 +183,10 @@ class GenerationConfig(ConfigModel):
     @field_validator("backend")
     @classmethod
     def _registered(cls, v: str) -> str:
-        known = sorted({*BUILTIN_ENGINES, *entry_point_names("dockyard.engines")})
-        if v not in known:
-            raise ValueError(
-                f"policy.generation.backend: no engine {v!r}{closest(v, known)}; known: "
-                f"{', '.join(known)} (a package adds one under the entry-point group "
-                "'dockyard.engines')"
-            )
-        return v
+        return check_registered(
+            v, key="policy.generation.backend", family="engine",
+            builtins=BUILTIN_ENGINES, group="dockyard.engines",
+        )  # fmt: skip
 
     @model_validator(mode="after")
     def _backend_settings_match(self) -> GenerationConfig:
@@ -228,6 +225,10 @@ class PolicyConfig(ConfigModel):
     """Optimizer (both trainers implement every choice: ``dockyard.core.config.optim``)."""
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     """Learning-rate schedule (both trainers)."""
+    trainer_backend: str | None = None
+    """The trainer backend: a name registered under the entry-point group ``dockyard.trainers`` (dockyard-torch's ``torch`` and dockyard-jax's ``jax``, or a third party's); null: ``torch`` with ``dtensor_cfg.enabled``, ``jax`` with ``jax_cfg.enabled``. A third party's backend reads ``trainer_options``."""
+    trainer_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of a third party's trainer backend (the built-ins take ``dtensor_cfg`` / ``jax_cfg``)."""
     dtensor_cfg: DTensorConfig = Field(default_factory=DTensorConfig)
     """torch FSDP2 trainer (the default)."""
     jax_cfg: JaxConfig = Field(default_factory=JaxConfig)
@@ -248,9 +249,44 @@ class PolicyConfig(ConfigModel):
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     """Rollout generation."""
 
+    @field_validator("trainer_backend")
+    @classmethod
+    def _registered_trainer(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        return check_registered(
+            v, key="policy.trainer_backend", family="trainer backend",
+            builtins=BUILTIN_TRAINERS, group="dockyard.trainers",
+        )  # fmt: skip
+
+    def trainer_name(self) -> str:
+        """The trainer backend's registered name (``trainer_backend``, else from the flags)."""
+        if self.trainer_backend is not None:
+            return self.trainer_backend
+        return "jax" if self.jax_cfg.enabled else "torch"
+
+    def _backend_problems(self) -> list[str]:
+        """``trainer_backend`` agrees with the built-ins' ``enabled`` flags."""
+        name = self.trainer_backend
+        if name is None:
+            return []
+        if name in BUILTIN_TRAINERS:
+            key = {"torch": "dtensor_cfg", "jax": "jax_cfg"}[name]
+            if not getattr(self, key).enabled:
+                return [f"policy.trainer_backend is {name!r} but policy.{key}.enabled is false: "
+                        f"set policy.{key}.enabled=true (and the other backend's to false)"]  # fmt: skip
+            if self.trainer_options:
+                return [f"policy.trainer_options is set, but the built-in {name!r} backend "
+                        f"reads policy.{key}: move the options there"]  # fmt: skip
+            return []
+        if self.jax_cfg.enabled:
+            return [f"policy.trainer_backend is {name!r} but policy.jax_cfg.enabled is true: "
+                    "set it to false (a third party's backend reads policy.trainer_options)"]  # fmt: skip
+        return []
+
     @model_validator(mode="after")
     def _checks(self) -> PolicyConfig:
-        errors = []
+        errors = self._backend_problems()
         if self.dtensor_cfg.enabled and self.jax_cfg.enabled:
             errors.append(
                 "policy.dtensor_cfg.enabled and policy.jax_cfg.enabled are both true: "

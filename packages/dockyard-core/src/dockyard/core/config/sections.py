@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    PositiveInt,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from dockyard.core.config._base import ConfigModel, tagged
+from dockyard.core.registry import check_registered
 
 
 class EnvConfig(ConfigModel):
@@ -250,10 +259,41 @@ class HttpTransportConfig(_TransportBase):
     """Port of engine 0's weight receiver; engine i listens on ``port + i`` (0: a free port picked for every sync)."""
 
 
+class PluginTransportConfig(_TransportBase):
+    """A weight transport another package registers under the entry-point group ``dockyard.transports`` (the engine package's transport registry: its rendezvous per engine, its sender and its receiver)."""
+
+    type: str
+    """Its registered name."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of its sender and of its receiver (both get all of them)."""
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return check_registered(
+            v, key="data_plane.weight_transport.type", family="weight transport",
+            builtins=BUILTIN_TRANSPORTS, group="dockyard.transports",
+        )  # fmt: skip
+
+
+BUILTIN_TRANSPORTS = ("collective", "shm", "http")
+
+
+def _transport_tag(v: Any) -> str:
+    """The union member of a ``weight_transport`` value: a built-in's own, else the plugin's."""
+    name = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    return name if name in BUILTIN_TRANSPORTS else "plugin"
+
+
 WeightTransportConfig = Annotated[
-    CollectiveTransportConfig | ShmTransportConfig | HttpTransportConfig,
+    Annotated[
+        Annotated[CollectiveTransportConfig, Tag("collective")]
+        | Annotated[ShmTransportConfig, Tag("shm")]
+        | Annotated[HttpTransportConfig, Tag("http")]
+        | Annotated[PluginTransportConfig, Tag("plugin")],
+        Discriminator(_transport_tag),
+    ],
     BeforeValidator(tagged("collective")),
-    Field(discriminator="type"),
 ]
 
 

@@ -1,6 +1,7 @@
 """The few small interfaces the training loop calls. One module per role:
 
-* :class:`PolicyWorker` (``policy``): logprobs, train steps, checkpoints, weight export.
+* :class:`PolicyWorker` (``policy``): logprobs, train steps, checkpoints, weight export; a
+  :class:`TrainerBackend` names a worker class and its config mapping (``TRAINER_BACKENDS``).
 * :class:`GenerationEngine` (``generation``): sampling with logprobs, pause/resume, weight updates.
 * :class:`Environment` (``environment``): single-turn scoring and multi-turn steps.
 * :class:`WeightSender` / :class:`WeightReceiver` (``transport``): trainer -> engine weights.
@@ -8,7 +9,13 @@
 
 from dockyard.core.interfaces.environment import Environment, StepResult
 from dockyard.core.interfaces.generation import GenerationEngine, GenerationResult, SamplingParams
-from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
+from dockyard.core.interfaces.policy import (
+    TRAINER_BACKENDS,
+    LossFn,
+    PolicyWorker,
+    TrainerBackend,
+    TrainMetrics,
+)
 from dockyard.core.interfaces.transport import (
     WeightBucket,
     WeightReceiver,
@@ -18,6 +25,7 @@ from dockyard.core.interfaces.transport import (
 )
 
 __all__ = [
+    "TRAINER_BACKENDS",
     "Environment",
     "GenerationEngine",
     "GenerationResult",
@@ -26,6 +34,7 @@ __all__ = [
     "SamplingParams",
     "StepResult",
     "TrainMetrics",
+    "TrainerBackend",
     "WeightBucket",
     "WeightReceiver",
     "WeightSender",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from dockyard.core.experience import Batch
+from dockyard.core.registry import Registry
 
 TrainMetrics = dict[str, float]
 
@@ -87,3 +89,26 @@ class PolicyWorker(ABC):
     @abstractmethod
     def step(self) -> int:
         """Number of optimizer steps taken (the policy version it has produced)."""
+
+
+@dataclass(frozen=True)
+class TrainerBackend:
+    """A trainer backend as the runtime starts it (a ``policy.trainer_backend`` name in
+    :data:`TRAINER_BACKENDS`).
+
+    ``worker``: its :class:`PolicyWorker` class as ``"module:Class"``, imported in each rank's
+    process only (the driver never imports torch or JAX for it); built as
+    ``Class(config, rank=..., world_size=...)`` like the built-ins. ``config``: the mapping from
+    the run's sections to what each rank receives — ``config(policy, loss_fn, *, seed,
+    max_steps, teachers)`` returns a plain dict (``policy``: the ``policy`` section; ``loss_fn``:
+    the ``loss_fn`` section; ``teachers``: an on-policy-distillation advantage's teachers, or
+    None); it raises ValueError naming the key for a setting the backend cannot honour."""
+
+    worker: str
+    config: Callable[..., dict[str, Any]]
+
+
+TRAINER_BACKENDS: Registry[TrainerBackend] = Registry("trainer backend", "dockyard.trainers")
+"""Trainer backends by name: dockyard-torch's ``torch`` and dockyard-jax's ``jax`` are entry
+points of the group ``dockyard.trainers`` (each installs with its package), as a third party's
+are."""

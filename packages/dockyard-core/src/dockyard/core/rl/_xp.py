@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import numpy as np
+
 Array = Any  # numpy.ndarray | torch.Tensor | jax.Array
 
 
@@ -21,9 +23,7 @@ class _Numpy:
     name = "numpy"
 
     def __init__(self) -> None:
-        import numpy as np
-
-        self.m = np
+        self.m: Any = np
 
     # -- creation / conversion -------------------------------------------------------------
     def asarray(self, x: Any, like: Array) -> Array:
@@ -126,6 +126,7 @@ class _Torch(_Numpy):
     name = "torch"
 
     def __init__(self) -> None:
+        # lazy: torch is no dependency of dockyard-core; only a caller with torch tensors gets here
         import torch
 
         self.m = torch
@@ -202,10 +203,10 @@ class _Jax(_Numpy):
     name = "jax"
 
     def __init__(self) -> None:
+        # lazy: jax is no dependency of dockyard-core; only a caller with JAX arrays gets here
         import jax
-        import jax.numpy as jnp
 
-        self.m = jnp
+        self.m = jax.numpy
         self._jax = jax
 
     def asarray(self, x: Any, like: Array) -> Array:

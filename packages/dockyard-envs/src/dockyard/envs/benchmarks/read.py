@@ -53,6 +53,7 @@ def read_rows(path: str | Path, split: str | None = None) -> list[dict[str, Any]
 def _file(p: Path) -> list[dict[str, Any]]:
     if p.suffix == ".parquet":
         try:
+            # lazy: pyarrow is not a dependency of dockyard-envs; only Parquet copies need it
             import pyarrow.parquet as pq
         except ImportError as e:
             raise ImportError(f"{p}: reading Parquet needs pyarrow: pip install pyarrow") from e
@@ -85,6 +86,7 @@ def _json(p: Path) -> list[dict[str, Any]]:
 
 def _from_disk(p: Path, split: str | None) -> list[dict[str, Any]]:
     try:
+        # lazy: datasets is not a dependency of dockyard-envs (0.8 s); only save_to_disk needs it
         import datasets
     except ImportError as e:
         raise ImportError(

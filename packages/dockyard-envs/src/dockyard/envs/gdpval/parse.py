@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import csv
 import io
 import json
+import resource
 import sys
+import zipfile
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -73,8 +76,6 @@ def _cell(v: Any) -> Any:
 
 
 def _check_zip(data: bytes, lim: ParseLimits) -> None:
-    import zipfile
-
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as e:
@@ -102,8 +103,6 @@ def _rows(rows: Any, lim: ParseLimits) -> list[list[Any]]:
 
 
 def _csv(data: bytes, lim: ParseLimits) -> dict[str, Any]:
-    import csv
-
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -114,6 +113,7 @@ def _csv(data: bytes, lim: ParseLimits) -> dict[str, Any]:
 
 def _xlsx(data: bytes, lim: ParseLimits) -> dict[str, Any]:
     _check_zip(data, lim)
+    # lazy: openpyxl is in the gdpval extra, not a dependency of dockyard-envs
     import openpyxl
 
     wb = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
@@ -133,6 +133,7 @@ def _xlsx(data: bytes, lim: ParseLimits) -> dict[str, Any]:
 
 def _docx(data: bytes, lim: ParseLimits) -> dict[str, Any]:
     _check_zip(data, lim)
+    # lazy: python-docx is in the gdpval extra, not a dependency of dockyard-envs
     import docx
 
     doc = docx.Document(io.BytesIO(data))
@@ -151,6 +152,7 @@ def _docx(data: bytes, lim: ParseLimits) -> dict[str, Any]:
 
 
 def _pdf(data: bytes, lim: ParseLimits) -> dict[str, Any]:
+    # lazy: pypdf is in the gdpval extra, not a dependency of dockyard-envs
     import pypdf
 
     try:
@@ -165,6 +167,7 @@ def _pdf(data: bytes, lim: ParseLimits) -> dict[str, Any]:
 
 
 def _png(data: bytes, lim: ParseLimits) -> dict[str, Any]:
+    # lazy: pillow is in the gdpval extra, not a dependency of dockyard-envs
     from PIL import Image
 
     Image.MAX_IMAGE_PIXELS = lim.max_pixels  # larger: DecompressionBombError (an error here)
@@ -205,8 +208,6 @@ def summarise(kind: str, data: bytes, lim: ParseLimits) -> dict[str, Any]:
 
 
 def _limit_child(memory_mb: int, cpu_s: int) -> None:
-    import resource
-
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
 

@@ -33,6 +33,8 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dockyard.sandbox.envspec import check_workdir
+
 _BASES = re.compile(
     r"(?:(?:docker\.io/)?(?:library/)?(?:debian|ubuntu|python|buildpack-deps)"
     r"|ghcr\.io/laude-institute/t-bench/(?:ubuntu|python|debian)[\w.\-]*)"
@@ -202,8 +204,6 @@ class _Parser:
             return
         if path.count("/") != 1 or path in ("/",):
             raise self.fail(f"WORKDIR {path}: only a top-level directory (like /app) is supported")
-        from dockyard.sandbox.envspec import check_workdir
-
         try:
             self.cwd = check_workdir(path)
         except ValueError as e:

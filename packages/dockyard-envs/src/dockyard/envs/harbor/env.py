@@ -30,13 +30,21 @@ environment cannot be provisioned ends with ``infra_error`` (masked, never score
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 
 from dockyard.core.interfaces.environment import StepResult
-from dockyard.envs.rewards import TESTS, RewardConfig, approx_token_count, infra_failure
+from dockyard.envs.rewards import (
+    INVALID_ACTION,
+    TESTS,
+    RewardConfig,
+    approx_token_count,
+    infra_failure,
+)
+from dockyard.envs.sandboxed import verdict_to_step
 from dockyard.envs.terminal.env import TerminalEnvironment
 from dockyard.envs.tools import ToolRegistry
 from dockyard.envs.tools.registry import InfraError, truncate_middle
@@ -190,9 +198,6 @@ class HarborEnvironment(TerminalEnvironment):
         return self._harbor_step(state, result)
 
     def _harbor_step(self, state: dict[str, Any], result: Any) -> StepResult:
-        from dockyard.envs.rewards import INVALID_ACTION
-        from dockyard.envs.sandboxed import verdict_to_step
-
         end = (
             "submit"
             if state["submitted"]
@@ -218,6 +223,4 @@ class HarborEnvironment(TerminalEnvironment):
 
 
 def _sh(v: str) -> str:
-    import shlex
-
     return shlex.quote(v)

@@ -30,6 +30,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from dockyard.envs.benchmarks.read import read_rows
+
 log = logging.getLogger(__name__)
 
 FIELDS = ("id", "question", "answer", "answer_type")
@@ -95,8 +97,6 @@ def hle_dataset(
 ) -> list[dict[str, Any]]:
     """``data.dataset_name: hle``: the records of ``path`` (a local copy of ``cais/hle``; None:
     the shipped fixture set), split by a hash of ``id`` (``val_fraction`` of them in ``val``)."""
-    from dockyard.envs.benchmarks.read import read_rows
-
     src = Path(path) if path else fixture_path()
     tasks, skipped = hle_tasks(read_rows(src), max_exact_chars)
     if skipped:

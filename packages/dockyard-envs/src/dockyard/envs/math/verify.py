@@ -22,8 +22,10 @@ A timeout is *not* an infrastructure failure: the answer could not be shown equa
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import multiprocessing as mp
 import re
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ def _wrap(s: str) -> str:
 
 
 def _check(gold: str, pred: str, timeout: int | None) -> bool:
+    # lazy: math_verify (sympy) takes 0.4 s to import; plain numbers never need it
     from math_verify import parse, verify
 
     g = parse(_wrap(gold), parsing_timeout=timeout)  # type: ignore[arg-type]
@@ -66,8 +69,6 @@ def _check(gold: str, pred: str, timeout: int | None) -> bool:
 
 
 def _check_in_worker(gold: str, pred: str) -> bool:
-    import logging
-
     # signals are off here on purpose (the parent enforces the budget): silence the reminder
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     return _check(gold, pred, None)
@@ -75,8 +76,7 @@ def _check_in_worker(gold: str, pred: str) -> bool:
 
 def _with_alarm(fn: Callable[[str, str], bool], gold: str, pred: str, timeout_s: float) -> bool:
     """Run ``fn`` on the main thread under a SIGALRM budget (math-verify's TimeoutException)."""
-    import signal
-
+    # lazy: math_verify (sympy) takes 0.4 s to import; plain numbers never need it
     from math_verify.errors import TimeoutException
 
     def handler(signum: int, frame: object) -> None:
@@ -116,6 +116,7 @@ class MathVerifier:
         if self.check_fn is None and (same := _plain_numbers_equal(gold, pred)) is not None:
             return Verdict(same)
         if threading.current_thread() is threading.main_thread():
+            # lazy: math_verify (sympy) takes 0.4 s to import; plain numbers never need it
             from math_verify.errors import TimeoutException
 
             try:
@@ -131,7 +132,8 @@ class MathVerifier:
     def _check_off_main(self, gold: str, pred: str) -> Verdict:
         with self._lock:
             if self._pool is None:
-                import math_verify  # noqa: F401 - imported before the fork, inherited by the child
+                # lazy: imported once, before the fork, so the worker inherits it (0.4 s, sympy)
+                import math_verify  # noqa: F401
 
                 pool = cf.ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
                 # warm up outside the per-check budget

@@ -11,6 +11,7 @@ To add a program: a file in ``originals/``, a row in :data:`PROGRAMS`, then
 
 from __future__ import annotations
 
+import json
 import random
 import string
 from collections.abc import Callable
@@ -172,8 +173,6 @@ def _gen_jget(rng: random.Random) -> Case:
     }  # fmt: skip
     path = rng.choice(["name", "tags", "tags.0", "tags.-1", "meta", "meta.n", "meta.ok",
                        "meta.z", "meta.pts.1", "missing", "name.x", "", "tags.7"])  # fmt: skip
-    import json
-
     text = json.dumps(doc, indent=rng.choice([None, 2]))
     if rng.random() < 0.08:
         text = text[:-1]

@@ -32,6 +32,7 @@ def test_command(setup: EnvSetup, task: dict[str, Any]) -> str:
         files = [str(f) for f in selected]
     elif setup.source == "swebench":
         try:
+            # lazy: swebench is the optional swebench extra (and takes 2 s to import)
             from swebench.harness.test_spec.python import get_test_directives
 
             files = list(get_test_directives(task))  # type: ignore[arg-type]

@@ -69,6 +69,7 @@ class Provisioning:
 def reqs_paths(repo: str) -> dict[str, list[str]]:
     """Where SWE-bench looks for ``repo``'s requirements file / environment.yml."""
     try:
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.constants import MAP_REPO_TO_ENV_YML_PATHS, MAP_REPO_TO_REQS_PATHS
     except ImportError:
         return {}
@@ -158,6 +159,7 @@ def base_packages() -> tuple[str, ...]:
     """The Debian packages of SWE-bench's base image (``_DOCKERFILE_BASE_PY``'s ``apt install``
     list, read from the installed swebench package; :data:`BASE_PACKAGES` without it)."""
     try:
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.dockerfiles.python import _DOCKERFILE_BASE_PY
     except ImportError:
         return BASE_PACKAGES

@@ -197,6 +197,7 @@ def jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     try:
+        # lazy: pyarrow is not a dependency of dockyard-envs; only Parquet files need it
         import pyarrow.parquet as pq
     except ImportError as e:
         raise ImportError(

@@ -83,6 +83,7 @@ def requirements_text(files: RepoFiles, paths: list[str]) -> str:
             own.append(line)
     text = "\n".join([*included, *own]) + "\n"
     try:
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.test_spec.python import clean_requirements
     except ImportError:
         return text

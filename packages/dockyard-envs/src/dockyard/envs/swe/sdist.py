@@ -21,6 +21,8 @@ import zipfile
 from pathlib import Path
 from urllib.parse import urljoin
 
+import httpx
+
 PYPI = os.environ.get("DOCKYARD_PYPI_URL", "https://pypi.org")
 
 
@@ -64,8 +66,6 @@ def fetch_sdist(
     """
     path = _cached(name, version)
     if path is None:
-        import httpx
-
         url = f"{PYPI}/pypi/{_norm(name)}/json"
         try:
             resp = httpx.get(url, timeout=timeout_s, follow_redirects=True)

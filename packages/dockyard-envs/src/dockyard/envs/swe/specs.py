@@ -42,6 +42,7 @@ rule out — such verdicts are flagged ``verdict_source: "log_parser"``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import shlex
 from collections.abc import Sequence
@@ -49,6 +50,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from dockyard.envs.swe.records import SweInstance
 
@@ -123,7 +126,10 @@ def _as_list(v: Any, what: str) -> list[str]:
 
 def _swebench_maps() -> tuple[dict[str, Any], dict[str, Any]]:
     try:
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
     except ImportError as e:
         raise ImportError(
@@ -134,6 +140,7 @@ def _swebench_maps() -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _language(repo: str) -> str:
     try:
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.constants import MAP_REPO_TO_EXT
     except ImportError:  # an older swebench: Python only
         return "py"
@@ -193,12 +200,7 @@ def parse_spec_file(path: str | Path) -> dict[tuple[str, str], EnvSetup]:
     """
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        data = json.loads(text)
-    else:
-        import yaml
-
-        data = yaml.safe_load(text)
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a spec file maps repo -> version -> setup")
     out: dict[tuple[str, str], EnvSetup] = {}
@@ -269,9 +271,8 @@ def swebench_parser(name: str) -> Any:
     """The function ``name`` of ``swebench.harness.log_parsers`` (or of its per-language modules).
 
     Raises ImportError (with the install command) or LookupError (unknown name)."""
-    import importlib
-
     try:
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
     except ImportError as e:
         raise ImportError(
@@ -306,6 +307,7 @@ def parse_test_log(
     parser = swebench_parser(setup.log_parser)
     spec = None
     if instance is not None:
+        # lazy: swebench is the optional swebench extra (and takes 2 s to import)
         from swebench.harness.test_spec.test_spec import make_test_spec
 
         spec = make_test_spec(instance)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from safetensors.numpy import save_file
 
 from dockyard.jax.models.config import ModelConfig
 from dockyard.jax.models.name_map import NNXPath, check_names, iter_hf_tensors, name_map
@@ -152,8 +153,6 @@ def iter_hf_weights(
 
 def save_hf(cfg: ModelConfig, params: Params, path: str | Path, dtype: Any = None) -> None:
     """Write ``config.json`` + ``model.safetensors`` that transformers and vLLM load."""
-    from safetensors.numpy import save_file
-
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     tensors = dict(iter_hf_weights(cfg, params, dtype))

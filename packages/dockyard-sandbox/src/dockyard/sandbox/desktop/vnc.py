@@ -44,6 +44,7 @@ def keysym_code(name: str) -> int:
 def _factory() -> Any:
     """vncdotool's factory with a client whose raw RFB events return the client: its threaded
     proxy chains every call's result into the next call, so a method must return ``self``."""
+    # lazy: vncdotool is the vnc extra's, not a dependency of dockyard-sandbox
     from vncdotool.client import VNCDoToolClient, VNCDoToolFactory
 
     class Client(VNCDoToolClient):
@@ -66,6 +67,7 @@ class VncDesktop:
 
     def __init__(self, host: str, port: int = 5900, password: str | None = None) -> None:
         try:
+            # lazy: vncdotool is the vnc extra's, not a dependency of dockyard-sandbox
             from vncdotool import api
         except ImportError as e:
             raise ImportError(

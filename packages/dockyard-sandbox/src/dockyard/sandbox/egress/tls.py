@@ -144,7 +144,8 @@ def system_roots() -> bytes:
         if p and os.path.isfile(p):
             return Path(p).read_bytes()
     try:
-        import certifi  # only where the host has no system bundle
+        # lazy: certifi is not a dependency; only a host without a system bundle needs it
+        import certifi
     except ImportError:
         return b""
     return Path(certifi.where()).read_bytes()

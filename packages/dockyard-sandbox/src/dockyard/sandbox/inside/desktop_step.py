@@ -87,6 +87,7 @@ def main():
     if req.get("windows"):
         out["windows"] = windows()
     if req.get("shot"):
+        # lazy: Pillow (the desktop extra, on DOCKYARD_SITE) only for a step that takes a shot
         from PIL import Image, ImageGrab
 
         im = ImageGrab.grab(xdisplay=os.environ["DISPLAY"])

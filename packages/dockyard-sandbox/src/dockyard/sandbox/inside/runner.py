@@ -26,6 +26,7 @@ _out = None
 
 
 def emit(rec: dict) -> None:
+    # lazy: json (and its re) only when a pytest/calls record is written; plain mode starts without
     import json
 
     data = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
@@ -39,7 +40,7 @@ def emit_test(nodeid: str, when: str, outcome: str) -> None:
 
 
 def _print_exc() -> None:
-    import traceback  # only when something failed: start-up stays small
+    import traceback  # lazy: 30 ms, and only when something failed; the runner's start-up is timed
 
     traceback.print_exc()
 
@@ -109,6 +110,7 @@ def _selecting(ids: list[str]):
     names a file, class or function selects everything under it). An id that names nothing is
     missing; the others run.
     """
+    # lazy: pytest (on DOCKYARD_SITE) only in pytest mode; the other modes start without it
     import pytest
 
     ids_set = set(ids)
@@ -156,6 +158,7 @@ def _selecting(ids: list[str]):
 
 
 def run_pytest(args: list[str]) -> int:
+    # lazy: pytest (on DOCKYARD_SITE) only in pytest mode; the other modes start without it
     import pytest
 
     plugins: list[object] = [_Reporter()]
@@ -204,7 +207,10 @@ def run_plain(ids: list[str]) -> int:
 
 
 def run_calls(spec_path: str) -> int:
+    # lazy: only calls mode imports a module by name; the runner's start-up is timed
     import importlib
+
+    # lazy: json (and its re) only in calls mode and for records; plain mode starts without
     import json
 
     with open(spec_path) as f:
@@ -249,6 +255,7 @@ def main() -> int:
         return run_plain(args)
     if mode == "split":  # the code under test in a separate process: see split.py
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # read-only mount
+        # lazy: split.py is found on the path entry just added, and only split mode needs it
         from split import run_split
 
         return run_split(args, emit_test, _out)  # type: ignore[arg-type]

@@ -23,11 +23,14 @@ is not supported (the call fails: fail-closed).
 """
 
 import builtins
+import importlib
 import marshal
 import os
 import sys
+from _ctypes import FUNCFLAG_CDECL, CFuncPtr, _SimpleCData, dlopen
 from _json import encode_basestring_ascii as _q
 from _json import make_scanner
+from importlib.machinery import ModuleSpec
 
 WORKSPACE = os.environ.get("DOCKYARD_WORKSPACE", "/workspace")
 MSG_CAP = 32 << 20
@@ -164,8 +167,6 @@ def decode(v, depth=0):
 
 
 def worker(rfd: int, wfd: int) -> None:
-    import importlib
-
     sys.path.insert(0, WORKSPACE)
     while True:
         try:
@@ -260,8 +261,6 @@ class RemoteFinder:
         base = os.path.join(WORKSPACE, top)
         if not (os.path.exists(base + ".py") or os.path.isdir(base)):
             return None
-        from importlib.machinery import ModuleSpec
-
         return ModuleSpec(fullname, self)
 
     def create_module(self, spec):
@@ -283,7 +282,6 @@ class RemoteFinder:
 
 def _prctl():
     """libc ``prctl`` through ``_ctypes`` (importing ``ctypes`` costs ~10 ms of start-up)."""
-    from _ctypes import FUNCFLAG_CDECL, CFuncPtr, _SimpleCData, dlopen
 
     class CInt(_SimpleCData):
         _type_ = "i"
@@ -360,6 +358,6 @@ def _load_trusted(path: str, i: int) -> object:
 
 
 def _print_exc() -> None:
-    import traceback
+    import traceback  # lazy: 30 ms, and only when something failed; the runner's start-up is timed
 
     traceback.print_exc()

@@ -2,7 +2,7 @@
 
 Run as ``python -I -S jail_main.py`` with a JSON plan on stdin, or, as the service runs every
 jail, in a fork of the *jail server* (``python -I -S -B jail_main.py --serve <fd>``, host root,
-started once per service with every module an op needs imported: ``serve``) that joins the
+started once per service, every module any op needs imported at the top: ``serve``) that joins the
 jail's cgroups and takes its rlimits first. A plan::
 
     {"uid_base": 1000000, "uid_count": 65536,      # inside uid/gid 0.. -> host uid_base..
@@ -55,6 +55,7 @@ the container's namespaces nothing in them can ptrace it or open its ``/proc`` e
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import errno
@@ -62,17 +63,16 @@ import fcntl
 import json
 import os
 import resource
+import select
+import shutil
 import signal
+import socket
 import stat
 import struct
 import sys
+import tarfile
+import threading  # noqa: F401  (in sys.modules before the pivot, for the forwarder's own import)
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # imported by _load(): an ``enter`` (every command of a container) needs none
-    import shutil
-    import socket
-    import tarfile
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -94,23 +94,6 @@ SETUP_FAILED = 125
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-_TAR_ERRORS: tuple[type[Exception], ...] = ()
-
-
-def _load(plan: dict) -> None:
-    """The modules an op needs beyond the few every op does, imported before the pivot (the
-    forwarder, a fork after it, imports socket and threading there): a container's pid 1 and
-    every command entering it start ~10 ms sooner without the rest."""
-    global shutil, socket, tarfile, _TAR_ERRORS
-    if plan["op"] in ("run", "hold", "verify"):
-        import socket
-    if plan.get("forwarder"):
-        import threading  # noqa: F401  (in sys.modules for the forwarder's own import)
-    if plan["op"] in ("copy", "export", "unpack"):
-        import shutil
-        import tarfile
-
-        _TAR_ERRORS = (tarfile.TarError,)
 
 
 class SetupError(Exception):
@@ -554,7 +537,7 @@ def _root_child(body: Callable[[], int], forked: Callable[[int], None] | None = 
         except (SetupError, OSError) as e:
             print(f"dockyard-build: {e}", file=sys.stderr)
             code = SETUP_FAILED
-        except _TAR_ERRORS as e:
+        except tarfile.TarError as e:
             print(f"dockyard-build: bad copy payload: {e}", file=sys.stderr)
             code = SETUP_FAILED
         sys.stderr.flush()
@@ -687,7 +670,6 @@ def _child(plan: dict, ready_w: int, go_r: int) -> int:
 def run(plan: dict) -> int:
     """One plan in this process (a script's, or a fork of the server's): its exit status. An
     ``enter`` returns from inside the container's namespaces: the caller ``_exit``s at once."""
-    _load(plan)
     if plan["op"] in ("enter", "verify"):
         try:
             return _enter(plan) if plan["op"] == "enter" else _verify(plan)
@@ -738,12 +720,6 @@ def serve(ctl_fd: int) -> None:
     and runs the plan as this script would; send the service its pidfd on the request's
     ``reply`` socket, and once it is reaped here its wait status. A fork costs ~1 ms where a
     fresh interpreter costs ~25: a container's every command is one."""
-    import array
-    import select
-    import socket
-
-    for op in ("run", "copy"):  # every module any op needs, imported once before the forks
-        _load({"op": op, "forwarder": True})
     ctl = socket.socket(fileno=ctl_fd)
     waiting: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, reply fd)
     poller = select.poll()

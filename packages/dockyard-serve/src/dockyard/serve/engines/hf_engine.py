@@ -47,6 +47,7 @@ from dockyard.core.interfaces import (
     SamplingParams,
     WeightReceiver,
 )
+from dockyard.serve.transports.torch_dtypes import from_numpy
 
 _INSTALL = 'the transformers engine needs torch and transformers: pip install "dockyard-serve[transformers]"'
 
@@ -134,7 +135,10 @@ class TransformersEngine(GenerationEngine):
         if self.model is not None:
             return self
         try:
+            # lazy: torch is optional in dockyard-serve (the transformers extra)
             import torch
+
+            # lazy: transformers is optional in dockyard-serve (the transformers extra)
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as e:
             raise ImportError(_INSTALL) from e
@@ -164,6 +168,7 @@ class TransformersEngine(GenerationEngine):
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams
     ) -> list[GenerationResult]:
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
 
         if self.model is None:
@@ -245,6 +250,7 @@ class TransformersEngine(GenerationEngine):
     def _step(self) -> None:
         """One token for every sample in flight: decode the batch, prefill the newcomers,
         sample them all at the current policy version, merge, retire the finished."""
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
 
         if self._epoch != self._abort_epoch:  # pause("abort"): re-encode everything
@@ -287,6 +293,7 @@ class TransformersEngine(GenerationEngine):
 
     def _decode(self) -> Any:
         """``[B, V]``: the next-token logits of the batch, whose last tokens are not cached yet."""
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
 
         ids = torch.tensor([[s.tokens[-1]] for s in self._rows], device=self.device)
@@ -305,7 +312,10 @@ class TransformersEngine(GenerationEngine):
     def _prefill(self, groups: list[tuple[list[int], list[_Sample]]]) -> tuple[Any, Any, Any, Any]:
         """Encode each group's tokens (left-padded) into a new cache, then give each sample of a
         group its own copy of the group's row: ``([N, V] logits, cache, [N, S] mask, samples)``."""
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
+
+        # lazy: transformers is optional in dockyard-serve (the transformers extra)
         from transformers import DynamicCache
 
         width = max(len(t) for t, _ in groups)
@@ -334,6 +344,7 @@ class TransformersEngine(GenerationEngine):
 
     def _merge(self, cache: Any, mask: Any, samples: list[_Sample]) -> None:
         """Append prefilled rows to the batch, left-padding whichever cache is shorter."""
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch.nn.functional as F
 
         if self._cache is None:
@@ -349,6 +360,7 @@ class TransformersEngine(GenerationEngine):
 
     def _retire(self) -> None:
         """Drop finished rows from the batch, and the cache columns only they used."""
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
 
         keep = [i for i, s in enumerate(self._rows) if not s.done]
@@ -370,6 +382,7 @@ class TransformersEngine(GenerationEngine):
     def _pick(self, logits: Any, rows: list[_Sample]) -> tuple[Any, Any]:
         """``([B] tokens, [B] logprobs)`` from ``[B, V]`` logits, each row with its request's
         settings; sampled rows draw one uniform each from their own generator."""
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
 
         temps = torch.tensor([s.request.params.temperature for s in rows], device=logits.device)
@@ -437,9 +450,8 @@ class TransformersEngine(GenerationEngine):
 
     async def update_weights(self, receiver: WeightReceiver, version: int) -> None:
         """Copy each bucket into the parameters by HF name (in a thread: transports block)."""
+        # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
-
-        from dockyard.serve.transports.torch_dtypes import from_numpy
 
         auto_pause = self._resumed.is_set()
         if auto_pause:
@@ -472,6 +484,7 @@ class TransformersEngine(GenerationEngine):
 
 
 def _cat(a: Any, b: Any) -> Any:
+    # lazy: torch is optional in dockyard-serve (the transformers extra)
     import torch
 
     return torch.cat([a, b])
@@ -479,6 +492,7 @@ def _cat(a: Any, b: Any) -> Any:
 
 def _top_k_top_p(z: Any, params: list[SamplingParams]) -> Any:
     """``[B, V]`` scores with what each row's top-k, then top-p, excludes set to -inf."""
+    # lazy: torch is optional in dockyard-serve (the transformers extra)
     import torch
 
     k = torch.tensor([p.top_k if p.top_k > 0 else z.shape[-1] for p in params], device=z.device)

@@ -37,11 +37,14 @@ not install on these CPU machines. Needs ``httpx`` (a base dependency).
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import os
+import shutil
 import tempfile
 from typing import Any
 
+import httpx
 import numpy as np
 
 from dockyard.core.interfaces import (
@@ -50,6 +53,7 @@ from dockyard.core.interfaces import (
     SamplingParams,
     WeightReceiver,
 )
+from dockyard.serve.engines.sglang_server import EngineDeadError, SGLangServer
 from dockyard.serve.engines.versions import finish_reason
 
 _PAUSE_MODES = {"keep": "in_place", "abort": "abort"}
@@ -103,8 +107,6 @@ class SGLangEngine(GenerationEngine):
         config_dir: str | None = None,
         **server_options: Any,
     ) -> None:
-        from dockyard.serve.engines.sglang_server import SGLangServer
-
         if (url is None) == (model is None):
             raise ValueError("SGLangEngine needs either url (a running server) or model")
         if url is not None and server_options:
@@ -132,8 +134,6 @@ class SGLangEngine(GenerationEngine):
         self.last_update: dict[str, Any] = {}
 
     async def start(self) -> SGLangEngine:
-        import httpx
-
         if self.server is not None:
             await self.server.start()
         self._client = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(self.timeout_s))
@@ -153,8 +153,6 @@ class SGLangEngine(GenerationEngine):
 
     def _dead(self, e: BaseException) -> BaseException:
         """``e`` (a transport error), or ``EngineDeadError`` when the started server exited."""
-        from dockyard.serve.engines.sglang_server import EngineDeadError
-
         if self.server is not None and not self.server.alive():
             return EngineDeadError(
                 f"the SGLang server at {self.url} has exited ({type(e).__name__}: {e}); its "
@@ -169,8 +167,6 @@ class SGLangEngine(GenerationEngine):
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if self._client is None:
             raise RuntimeError("SGLangEngine is not started: await engine.start() first")
-        import httpx
-
         try:
             r = await self._client.post(path, json=body)
         except httpx.TransportError as e:
@@ -198,8 +194,6 @@ class SGLangEngine(GenerationEngine):
     async def _sample(
         self, prompt: list[int], p: SamplingParams, seed: int | None
     ) -> GenerationResult:
-        import httpx
-
         tokens: list[int] = []
         logprobs: list[float] = []
         versions: list[int] = []
@@ -278,9 +272,6 @@ class SGLangEngine(GenerationEngine):
         folder = os.path.join(self.staging_dir, f"v{version}")
         n = await asyncio.to_thread(stage_safetensors, receiver, version, folder)
         if self.config_dir:
-            import glob
-            import shutil
-
             for f in glob.glob(os.path.join(self.config_dir, "*.json")):
                 shutil.copy(f, folder)
         auto_pause = self._resumed.is_set()
@@ -328,6 +319,7 @@ def parse_generate_chunk(chunk: dict[str, Any]) -> tuple[list[int], list[float],
 
 def stage_safetensors(receiver: WeightReceiver, version: int, folder: str) -> int:
     """Drain ``receiver`` into ``folder/model-XXXXX.safetensors`` (one file per bucket)."""
+    # lazy: safetensors is optional in dockyard-serve (its transformers and sglang extras)
     from safetensors.numpy import save_file
 
     os.makedirs(folder, exist_ok=True)

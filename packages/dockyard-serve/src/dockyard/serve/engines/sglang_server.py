@@ -33,6 +33,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 
 class EngineDeadError(RuntimeError):
     """The SGLang server this engine started has exited (the name is what the application's
@@ -122,8 +124,6 @@ class SGLangServer:
 
     async def start(self) -> None:
         """Start the server and wait until it is healthy (idempotent)."""
-        import httpx
-
         if self.alive():
             return
         with open(self.log_path, "wb") as log:

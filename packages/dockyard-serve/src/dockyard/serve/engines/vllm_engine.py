@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import json
 import os
 import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,8 +41,10 @@ from dockyard.core.interfaces import (
     GenerationResult,
     SamplingParams,
     WeightReceiver,
+    WeightSyncError,
 )
 from dockyard.serve.engines.versions import finish_reason, versions_from_spans
+from dockyard.serve.transports.shm import ShmReceiver, ShmSender
 
 _INSTALL = (
     'the vLLM engine needs vLLM: pip install "dockyard-serve[vllm]" (CUDA) or '
@@ -50,9 +55,6 @@ WORKER_EXTENSION = "dockyard.serve.engines.vllm_worker.DockyardWorkerExtension"
 
 def _model_config(model: str) -> dict[str, Any]:
     """The model's local ``config.json`` (its ``text_config`` where it has one); {} for a hub id."""
-    import json
-    from pathlib import Path
-
     cfg = Path(model) / "config.json"
     if not cfg.is_file():
         return {}
@@ -133,6 +135,7 @@ def _cpu_engine_args(model: str, kw: dict[str, Any], fraction: float) -> dict[st
 
 
 def _on_cpu() -> bool:
+    # lazy: vllm is optional in dockyard-serve (the vllm extras) and takes ~3 s to import
     from vllm.platforms import current_platform
 
     return current_platform.is_cpu()
@@ -181,7 +184,10 @@ class VLLMEngine(GenerationEngine):
         if self.llm is not None:
             return self
         try:
+            # lazy: vllm is optional in dockyard-serve (the vllm extras) and takes ~3 s to import
             from vllm import AsyncEngineArgs
+
+            # lazy: vllm is optional in dockyard-serve (the vllm extras) and takes ~3 s to import
             from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as e:
             raise ImportError(_INSTALL) from e
@@ -223,8 +229,6 @@ class VLLMEngine(GenerationEngine):
     async def aclose(self) -> None:
         """Shut down from inside the event loop: also lets vLLM's output handler and its
         ZMQ sockets finish (no "unclosed socket" warnings when the loop closes later)."""
-        import gc
-
         self.shutdown()
         current = asyncio.current_task()
         pending = [t for t in asyncio.all_tasks() if t is not current]
@@ -244,7 +248,10 @@ class VLLMEngine(GenerationEngine):
 
     # -- generation ----------------------------------------------------------------------
     def _vllm_params(self, p: SamplingParams, max_tokens: int, seed: int | None) -> Any:
+        # lazy: vllm is optional in dockyard-serve (the vllm extras) and takes ~3 s to import
         from vllm import SamplingParams as VllmSamplingParams
+
+        # lazy: vllm is optional in dockyard-serve (the vllm extras) and takes ~3 s to import
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         return VllmSamplingParams(
@@ -407,9 +414,6 @@ class VLLMEngine(GenerationEngine):
         }
 
     async def _relay(self, receiver: WeightReceiver, version: int) -> dict[str, Any]:
-        from dockyard.core.interfaces import WeightSyncError
-        from dockyard.serve.transports.shm import ShmReceiver, ShmSender
-
         path = os.path.join(tempfile.gettempdir(), f"dockyard-relay-{uuid.uuid4().hex[:12]}.sock")
         relay_rx = ShmReceiver(path, timeout_s=self.update_timeout_s)
         errors: list[BaseException] = []

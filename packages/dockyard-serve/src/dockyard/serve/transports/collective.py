@@ -36,13 +36,17 @@ from dockyard.core.interfaces import (
     WeightSyncTimeout,
 )
 from dockyard.serve.transports import wire
+from dockyard.serve.transports.torch_dtypes import to_numpy, torch_dtype
 
 _INSTALL = 'the collective transport needs torch: pip install "dockyard-serve[collective]"'
 
 
 def _torch() -> Any:
     try:
+        # lazy: torch is optional in dockyard-serve (its transformers and collective extras)
         import torch
+
+        # lazy: torch.distributed, likewise optional (the collective extra)
         import torch.distributed
     except ImportError as e:  # pragma: no cover - torch is in the dev environment
         raise ImportError(_INSTALL) from e
@@ -286,8 +290,6 @@ class CollectiveReceiver(WeightReceiver):
 
 
 def _torch_views(buf: Any, header: wire.Header) -> dict[str, Any]:
-    from dockyard.serve.transports.torch_dtypes import torch_dtype
-
     out = {}
     for name, dt, shape, off in header.entries:
         dtype = torch_dtype(dt)
@@ -297,6 +299,4 @@ def _torch_views(buf: Any, header: wire.Header) -> dict[str, Any]:
 
 
 def _to_numpy(t: Any) -> np.ndarray:
-    from dockyard.serve.transports.torch_dtypes import to_numpy
-
     return to_numpy(t)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import numpy as np
 
 from dockyard.core.interfaces import (
@@ -86,8 +87,6 @@ class HttpSender(WeightSender):
         self._client: Any = None
 
     def send(self, buckets: Iterable[dict[str, np.ndarray]], version: int) -> None:
-        import httpx
-
         peer = f"receiver at {self.url}"
         if self._client is None:  # one client (connection pool, TLS context) for all updates
             self._client = httpx.Client(timeout=httpx.Timeout(self.timeout_s))
@@ -108,8 +107,6 @@ class HttpSender(WeightSender):
     def _put(
         self, client: Any, header: wire.Header, tensors: dict[str, np.ndarray], peer: str
     ) -> None:
-        import httpx
-
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:

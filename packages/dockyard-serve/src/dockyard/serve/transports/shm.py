@@ -32,6 +32,7 @@ import contextlib
 import mmap
 import os
 import socket
+import struct
 import time
 import uuid
 from collections import deque
@@ -55,8 +56,6 @@ TRANSPORT = "shm"
 
 def _peer_pid(conn: socket.socket) -> int | None:
     try:
-        import struct
-
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return struct.unpack("3i", creds)[0]
     except OSError:

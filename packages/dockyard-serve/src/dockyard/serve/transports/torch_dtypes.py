@@ -13,6 +13,7 @@ import numpy as np
 
 
 def torch_dtype(name: str) -> Any:
+    # lazy: torch is optional in dockyard-serve (its transformers and collective extras)
     import torch
 
     if name == "bool":
@@ -29,6 +30,7 @@ _VIA_INT = {"bfloat16": "int16", "float8_e4m3fn": "int8", "float8_e5m2": "int8"}
 
 def from_numpy(a: np.ndarray) -> Any:
     """A torch tensor sharing ``a``'s memory (bfloat16 and float8 included)."""
+    # lazy: torch is optional in dockyard-serve (its transformers and collective extras)
     import torch
 
     via = _VIA_INT.get(a.dtype.name)
@@ -40,6 +42,7 @@ def from_numpy(a: np.ndarray) -> Any:
 def to_numpy(t: Any) -> np.ndarray:
     """A numpy array sharing ``t``'s memory when it is on the CPU (bfloat16 and float8 ->
     ml_dtypes)."""
+    # lazy: torch is optional in dockyard-serve (its transformers and collective extras)
     import torch
 
     t = t.detach()
@@ -48,6 +51,7 @@ def to_numpy(t: Any) -> np.ndarray:
     name = str(t.dtype).removeprefix("torch.")
     via = _VIA_INT.get(name)
     if via is not None:
+        # lazy: ml_dtypes is no dependency of dockyard-serve (torch/jax bring it), ~0.5 s
         import ml_dtypes
 
         return t.view(getattr(torch, via)).numpy().view(getattr(ml_dtypes, name))

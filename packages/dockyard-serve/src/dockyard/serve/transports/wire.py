@@ -27,6 +27,7 @@ def _dtype(name: str) -> np.dtype:
         return np.dtype(name)
     except TypeError:
         if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            # lazy: ml_dtypes is no dependency of dockyard-serve (torch/jax bring it), ~0.5 s
             import ml_dtypes  # registers the dtypes with numpy
 
             return np.dtype(getattr(ml_dtypes, name))

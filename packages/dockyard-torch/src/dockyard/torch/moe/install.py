@@ -73,6 +73,7 @@ def check_expert_parallel(cfg: Any, num_experts: int, dp: int, tp: int) -> None:
 def shard_experts(model: torch.nn.Module, mesh: Any, ep: int) -> set[torch.nn.Parameter]:
     """Split every :class:`MoEBlock`'s experts over the 1-D ``mesh`` (``ep`` ranks); returns the
     new expert parameters (for FSDP's ``ignored_params``)."""
+    # lazy: torch.distributed.tensor takes ~0.5 s to import; only expert parallelism needs it
     from torch.distributed.tensor import Shard, distribute_tensor
 
     params: set[torch.nn.Parameter] = set()

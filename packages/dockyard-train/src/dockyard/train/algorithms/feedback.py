@@ -26,10 +26,15 @@ import numpy as np
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces import GenerationResult, LossFn, SamplingParams, TrainMetrics
 from dockyard.core.rl.preference import REFERENCE_FREE, PreferenceLoss, PreferencePairsLoss
+from dockyard.train.algorithms.configs import stack_config, trainer_fleet_config
 from dockyard.train.algorithms.dpo import EncodedPair, _prompt, collate_pairs, response_logprobs
 from dockyard.train.data import read_records
-from dockyard.train.judge import Judge
+from dockyard.train.judge import BUILT_IN, Judge, backend_from_config, check_template
+from dockyard.train.logging import MetricsLogger
+from dockyard.train.models import resolve_model
 from dockyard.train.prompts import Messages, PromptRenderer
+from dockyard.train.runtime.judge_fleet import start_judge_fleet, stop_judge_fleet
+from dockyard.train.runtime.stack import Stack
 
 
 class Sampler(Protocol):
@@ -256,22 +261,15 @@ def start_policy(cfg: Any, run_dir: str, *, reserve_cpus: float = 0.0) -> Any:
     — the trainer (keeping π_ref, two rows per pair per micro-batch) and the policy's engines
     with their weight sync — as a :class:`Policy`; ``reserve_cpus`` Ray CPUs are left for a
     judge fleet. No environment, sandbox, buffer or collector: the judge is the reward."""
-    from dockyard.train.runtime.stack import Stack
-
-    class PreferenceStack(Stack):  # the trainer keeps π_ref and takes pairs two rows each
-        def _start_trainer(self, cpus: float) -> Any:
-            from dockyard.train.runtime.placement import FleetSpec
-            from dockyard.train.runtime.stack import TORCH_WORKER, torch_worker_config
-            from dockyard.train.runtime.trainer import TrainerClient
-
-            p = cfg.policy
-            wcfg = {**torch_worker_config(cfg), "train_micro_batch_size": 2 * p.train_micro_batch_size,
-                    "reference_policy": cfg.loss_fn.type not in REFERENCE_FREE}  # fmt: skip
-            gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
-            spec = FleetSpec("trainer", size=1, cpus=cpus, gpus=gpus)
-            return TrainerClient.start(spec, TORCH_WORKER, wcfg, cpus=cfg.cluster.trainer_cpus)
-
-    return StackPolicy(PreferenceStack(cfg, run_dir, environment=False, reserve_cpus=reserve_cpus))
+    if cfg.policy.jax_cfg.enabled:  # (refused by the pre-flight: judge_problems)
+        raise ValueError("policy.jax_cfg.enabled: the preference drivers train on the torch worker")
+    trainer = trainer_fleet_config(
+        cfg,
+        train_micro_batch_size=2 * cfg.policy.train_micro_batch_size,  # a pair's two rows
+        reference_policy=cfg.loss_fn.type not in REFERENCE_FREE,  # π_ref for the loss
+    )
+    own = stack_config(cfg, trainer=trainer, environment=False)
+    return StackPolicy(Stack(own, run_dir, reserve_cpus=reserve_cpus))
 
 
 def _offset(params: SamplingParams, by: int) -> SamplingParams:
@@ -327,11 +325,8 @@ def run_with_judge(cfg: Any, desc: str, progress: bool,
     """Start the policy's fleets, the judge (its own vLLM fleet for ``judge.backend: engine``)
     and a metrics logger, return ``(body(policy, judge, tokenizer, log), log folder)``, and
     stop everything whatever happens."""
+    # lazy: transformers is heavy (~2 s) and the pre-flight imports this module for its checks
     from transformers import AutoTokenizer
-
-    from dockyard.train.judge import backend_from_config
-    from dockyard.train.logging import MetricsLogger
-    from dockyard.train.runtime.judge_fleet import start_judge_fleet, stop_judge_fleet
 
     p, g, j = cfg.policy, cfg.grpo, cfg.judge
     gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
@@ -360,8 +355,6 @@ def run_with_judge(cfg: Any, desc: str, progress: bool,
 def judge_problems(cfg: Any, what: str) -> list[str]:
     """What a judged driver (``what``: ``online DPO``, ``RLAIF``) refuses before anything
     starts: the data, the trainer, the judge (each line names its key)."""
-    from dockyard.train.judge import BUILT_IN, check_template
-    from dockyard.train.models import resolve_model
 
     j, problems = cfg.judge, []
     if not cfg.data.train_path:

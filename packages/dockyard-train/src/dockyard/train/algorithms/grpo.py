@@ -44,27 +44,38 @@ then the run stops with the rank's error).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import ray
+from ray.exceptions import RayActorError
 
 from dockyard.core.config.loss import PG_LOSS_TYPES
 from dockyard.core.rl import OnPolicyDistillationLoss, OPDPolicyLoss, PolicyLoss
 from dockyard.train import checkpoint as ckpt
+from dockyard.train.algorithms.configs import (
+    batch_options,
+    collector_config,
+    needs_reference,
+    stack_config,
+)
 from dockyard.train.algorithms.distillation import distill_problems
 from dockyard.train.algorithms.drivers import LOSS_DRIVERS, loss_problems
 from dockyard.train.algorithms.validation import pass_rate, pass_rate_ref, validate_distillation
 from dockyard.train.batching import (
-    BatchOptions,
     build_batch,
     informative_groups,
     trainer_view,
 )
+from dockyard.train.data import read_jsonl
+from dockyard.train.environments import load_dataset
+from dockyard.train.export import export_hf, write_folder
 from dockyard.train.logging import MetricsLogger, plot_rewards, process_age_s, startup_line
 from dockyard.train.metrics import (
     infra_report,
@@ -83,9 +94,8 @@ from dockyard.train.recovery import (
 )
 from dockyard.train.rollouts import RolloutLog
 from dockyard.train.runtime.collector_config import CollectorConfig
-
-if TYPE_CHECKING:
-    from dockyard.train.runtime.trainer import TrainerLost
+from dockyard.train.runtime.stack import Stack
+from dockyard.train.runtime.trainer import TrainerLost
 
 
 @dataclass
@@ -104,8 +114,6 @@ class GRPOResult:
 
 def load_tasks(cfg: Any, split: str) -> list[dict[str, Any]]:
     """Training (``train``) or validation (``val``) tasks from ``data``."""
-    from dockyard.train.data import read_jsonl
-    from dockyard.train.environments import load_dataset
 
     path = cfg.data.train_path if split == "train" else cfg.data.val_path
     if path:
@@ -143,16 +151,14 @@ def train(
     logged at the step whose weights it measured (step 0: before training) with ``val/*`` keys.
     """
     loss_fn, entry = _loss_for(cfg)  # a config built in code skips the pre-flight: checked
-    import ray
-
-    from dockyard.train.runtime.stack import Stack, needs_reference
-    from dockyard.train.runtime.trainer import TrainerLost
 
     g = cfg.grpo
     P, A = g.num_prompts_per_step, g.async_grpo.age_bound()
-    opts, need_ref = BatchOptions.from_config(cfg), needs_reference(cfg)
+    opts, need_ref = batch_options(cfg), needs_reference(cfg)
     own_stack = stack is None
-    stack = stack or Stack(cfg, cfg.logger.log_dir, wait=False)  # begin waits for its fleets
+    stack = stack or Stack(
+        stack_config(cfg), cfg.logger.log_dir, wait=False
+    )  # begin waits for its fleets
     trainer = stack.trainer  # a TrainerClient: every call reaches every rank
     run: _Run | None = None
     try:
@@ -332,11 +338,10 @@ class _Run:
         the run's start (seeded, the pipeline filled for steps 0..A); open the log; validate
         before training (``grpo.val_at_start``), logged as step 0 (distilling, before the
         first step: the held-out KL needs the trainer's start weights)."""
-        import ray
 
         g = cfg.grpo
         P, A = loop  # read once, by train()
-        collector_cfg = CollectorConfig.from_master(cfg, P, A)  # the collector actor's own
+        collector_cfg = collector_config(cfg, P, A)  # the collector actor's own
         t0 = time.perf_counter()
         tasks, val_tasks = load_tasks(cfg, "train"), load_tasks(cfg, "val")[: g.max_val_samples]
         # the collector's process (its environment, tokenizer, task filtering: seconds) starts
@@ -399,8 +404,6 @@ class _Run:
         """Wait for the validation before training (``grpo.val_at_start``), which ran beside
         the first step's generation and training: it measures the start's weights, so it ends
         before the first weight push. Logged as step 0."""
-        import ray
-        from ray.exceptions import RayActorError
 
         if self._val_at_start is None:
             return
@@ -446,7 +449,9 @@ class _Run:
         """Save the run at ``step`` (``metrics``: that step's so far); the new restore point."""
         root = Path(self.cfg.checkpointing.checkpoint_dir)
         history = [*self.history, metrics]
-        self.restore = save_run(self.stack, self.collector, root, step, history, self.cfg)
+        self.restore = save_run(
+            self.stack, self.collector, root, step, history, self.cfg.checkpointing
+        )
 
     def log(
         self, step: int, metrics: dict[str, float], batch: Any, groups: list[Any], timer: _Timer
@@ -455,7 +460,6 @@ class _Run:
         of wall time, the buffer, validation (:meth:`validation_due`; after the last step with
         the collector stopped), the phases' times — keep them in the history and log them, with
         a line on samples masked as ``infra_error``."""
-        import ray
 
         rep: dict[str, float] = ray.get(self.collector.report.remote())
         metrics.update(rep)
@@ -499,7 +503,6 @@ class _Run:
         """Trainer rank ``lost`` died in ``step``: restart the fleet and rewind to the restore
         point (again if a rank dies on the way), at most ``cluster.max_trainer_restarts``
         times in the run; returns the step to go on from."""
-        from dockyard.train.runtime.trainer import TrainerLost
 
         limit = self.cfg.cluster.max_trainer_restarts
         while True:
@@ -533,7 +536,6 @@ class _Run:
         """The pass rate after training, then the collector stopped: ``grpo.val_at_end``'s
         (the last step's; run now, and logged at the last step, when a resumed run had no step
         left), else the last step's ``val_period`` one if it fell there, else None."""
-        import ray
 
         steps = self.cfg.grpo.max_num_steps
         val_end = None
@@ -568,7 +570,6 @@ class _Run:
         loads no model, which cost it ~8 s of imports and loading at every run's end); the JAX
         trainer's folder comes from that checkpoint (:meth:`checkpoint_due` saves one whenever
         ``checkpointing.export_hf`` is set)."""
-        from dockyard.train.export import export_hf, write_folder
 
         folder = self.restore.folder
         if folder is None:
@@ -582,7 +583,6 @@ class _Run:
             write_folder(out, lambda tmp: self.stack.trainer.export_hf(str(tmp)), force=True)
 
     def close(self) -> None:
-        import ray
 
         self.logger.close()
         try:
@@ -597,7 +597,6 @@ def _sample(
 ) -> tuple[list[Any], int]:
     """``P`` groups for ``step``; with dynamic sampling only informative ones (draws more: for
     step − A, the bound ``A``)."""
-    import ray
 
     g = cfg.grpo
     kept: list[Any] = []
@@ -655,7 +654,6 @@ def _train(trainer: Any, batch: Any, loss_fn: Any, n_opt: int) -> dict[str, floa
 
 def _row_slices(batch: Any, n: int) -> list[Any]:
     """``batch`` cut into ``n`` consecutive slices of rows (equal when ``n`` divides it)."""
-    import dataclasses
 
     def part(rows: np.ndarray) -> Any:
         arrays = {
@@ -688,7 +686,6 @@ def _push_weights(stack: Any, collector: Any, cfg: Any, version: int) -> None:
     """The trainer's weights to the engines as ``version``: in flight, or once the collector
     drained (``grpo.async_grpo.in_flight_weight_updates`` off with A > 0); engines that died
     on the way are replaced holding them."""
-    import ray
 
     a = cfg.grpo.async_grpo
     if not a.in_flight_weight_updates and a.age_bound() > 0:
@@ -698,7 +695,6 @@ def _push_weights(stack: Any, collector: Any, cfg: Any, version: int) -> None:
 
 
 def _buffer_stats(stack: Any) -> dict[str, int]:
-    import ray
 
     out: dict[str, int] = ray.get(stack.buffer.get_stats.remote())
     return out

@@ -24,6 +24,7 @@ import numpy as np
 
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces import LossFn, TrainMetrics
+from dockyard.core.rl import MaskedNLLLoss
 from dockyard.train.prompts import PromptRenderer
 
 
@@ -80,8 +81,6 @@ def sft(
     ``tokenizer``: a :class:`PromptRenderer` (``PromptRenderer.from_config(cfg, tok)``) or a
     bare tokenizer (its own chat template). ``loss_fn``: a ``MaskedNLLLoss`` (None: token-level
     mean; ``MaskedNLLLoss.from_config(cfg.loss_fn)`` for ``loss_fn.type: nll``)."""
-    from dockyard.core.rl import MaskedNLLLoss
-
     if not examples:
         raise ValueError("no SFT examples")
     encoded = [encode_example(tokenizer, e) for e in examples]

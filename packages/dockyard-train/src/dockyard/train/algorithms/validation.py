@@ -8,7 +8,8 @@ from typing import Any
 
 import ray
 
-from dockyard.train.batching import BatchOptions, build_batch, trainer_view
+from dockyard.train.algorithms.configs import batch_options
+from dockyard.train.batching import build_batch, trainer_view
 from dockyard.train.runtime.collector import validation_metrics
 
 
@@ -38,7 +39,7 @@ def validate_distillation(
     out = validation_metrics(groups, n)
     if not any(not tr.infra_error for gr in groups for tr in gr.trajectories):
         return out
-    batch = trainer_view(build_batch(groups, BatchOptions.from_config(cfg)))
+    batch = trainer_view(build_batch(groups, batch_options(cfg)))
     m = stack.trainer.loss_metrics(batch, loss_fn)
     out["val/distill_kl"] = float(m.get("distill_kl", float("nan")))
     out["val/distill_tokens"] = float(m["num_loss_tokens"])

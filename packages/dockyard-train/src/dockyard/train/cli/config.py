@@ -14,6 +14,11 @@ from typing import Any
 
 import yaml
 
+from dockyard.core.config.docs import render
+from dockyard.core.config.errors import ConfigError
+from dockyard.train.algorithms.drivers import LOSS_DRIVERS
+from dockyard.train.preflight import load_and_validate
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -39,13 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "docs":
-        from dockyard.core.config.docs import render
-
         sys.stdout.write(render())
         return 0
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.preflight import load_and_validate
-
     try:
         cfg = load_and_validate(args.file, args.overrides, deep=args.deep)
     except ConfigError as e:  # the same list `dockyard train` prints
@@ -63,7 +63,5 @@ def run(args: argparse.Namespace) -> int:
 
 def _driver(cfg: Any) -> str:
     """``; ... runs with `dockyard dpo```: the command whose driver trains the config's loss."""
-    from dockyard.train.algorithms.drivers import LOSS_DRIVERS
-
     command = LOSS_DRIVERS.get(cfg.loss_fn.type)
     return f"; loss_fn.type {cfg.loss_fn.type} runs with `dockyard {command}`" if command else ""

@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import argparse
 
+from dockyard.core.config.errors import ConfigError
+from dockyard.train.algorithms.distillation import distill_problems
+from dockyard.train.preflight import ON_THE_WORKERS, deep_check, load_or_exit, report
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -33,15 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.preflight import ON_THE_WORKERS, deep_check, load_or_exit, report
-
     cfg = load_or_exit(args.config, args.overrides, "distill")  # the schema and the names
     skip = ON_THE_WORKERS if cfg.cluster.address and not args.dry_run else ()
     problems = deep_check(cfg, load=args.dry_run, skip=skip, driver="distill")
     if cfg.loss_fn.type == "distillation":  # its own checks: the teacher, the trainer
-        from dockyard.train.algorithms.distillation import distill_problems
-
         problems += distill_problems(cfg, models="models" not in skip)
     if problems:
         report("distill", ConfigError(problems, args.config))
@@ -50,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             f"dockyard distill: OK: {args.config} passes every check; nothing started", flush=True
         )
         return 0
+    # lazy: the driver imports Ray (heavy, ~1 s), which --dry-run does without
     from dockyard.train.algorithms.distill import train
 
     result = train(cfg, resume=args.resume, progress=not args.no_progress)

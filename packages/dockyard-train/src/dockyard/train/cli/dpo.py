@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from dockyard.core.rl import PreferenceLoss
+from dockyard.train.algorithms.configs import torch_worker_config
 from dockyard.train.algorithms.dpo import DPOStrategy
 from dockyard.train.cli.pair_command import PairCommand
-from dockyard.train.runtime.stack import torch_worker_config
 
 CURVES = (("val/preference_accuracy", "o-"), ("train/preference_accuracy", "-"))
 
@@ -37,7 +37,7 @@ def _problems(cfg: Any) -> list[str]:
 def _worker(cfg: Any) -> Any:
     """π_ref's logprobs come from the policy before its first step: no second copy of the
     model; two rows per pair in a micro-batch."""
-    from dockyard.torch.worker import TorchPolicyWorker  # torch: dockyard-train's extra
+    from dockyard.torch.worker import TorchPolicyWorker  # lazy: dockyard-torch is an extra
 
     return TorchPolicyWorker({**torch_worker_config(cfg), "reference_policy": False,
                               "train_micro_batch_size": 2 * cfg.policy.train_micro_batch_size})  # fmt: skip

@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dockyard.core.config.errors import ConfigError
+from dockyard.envs.benchmarks import benchmark_names, get_benchmark
+from dockyard.train.preflight import _creatable, check_models, deep_check, load_or_exit, report
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML config (examples/configs/eval.yaml)")
@@ -25,8 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from dockyard.envs.benchmarks import benchmark_names, get_benchmark
-
     for name in benchmark_names():
         spec = get_benchmark(name)
         print(f"{name:12s} env {spec.env:6s} {spec.description}")
@@ -35,8 +37,8 @@ def _list() -> int:
 
 def _problems(cfg: Any, models: list[str]) -> list[str]:
     """What the eval needs beyond the shared pre-flight: its models, its output folder."""
+    # lazy: dockyard.train.eval imports Ray and the runtime (heavy: ~2 s); --list needs neither
     from dockyard.train.eval.plan import is_checkpoint, model_problems
-    from dockyard.train.preflight import _creatable, check_models
 
     problems = model_problems(models) + _creatable("eval.output_dir", cfg.eval.output_dir)
     for m in models:
@@ -55,11 +57,9 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     if not args.config:
         raise SystemExit("dockyard eval: --config FILE is required (or --list)")
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.preflight import deep_check, load_or_exit, report
-
     overrides = list(args.overrides) + ([f"eval.output_dir={args.output}"] if args.output else [])
     cfg = load_or_exit(args.config, overrides, "eval")
+    from dockyard.train.eval import evaluate  # lazy: Ray (heavy, ~2 s), as in _problems
     from dockyard.train.eval.plan import plan
 
     try:  # the tasks are read now: a wrong path or layout is reported before anything starts
@@ -71,8 +71,6 @@ def run(args: argparse.Namespace) -> int:
     skip = ("loss", "transport", "models", "outputs")
     if problems := deep_check(the_plan.cfg, load=False, skip=skip) + _problems(cfg, models):
         report("eval", ConfigError(problems, args.config))
-
-    from dockyard.train.eval import evaluate
 
     result = evaluate(cfg, models)
     print(result.table, flush=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dockyard.train.export import ExportError, export_hf, resolve_checkpoint
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -23,8 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dockyard.train.export import ExportError, export_hf, resolve_checkpoint
-
     try:
         policy, backend = resolve_checkpoint(args.checkpoint)
         print(f"dockyard export: {policy} ({backend}) -> {args.out}", flush=True)

@@ -11,10 +11,16 @@ Exit 0 iff every task is ok. ``export`` writes the loaded tasks as JSONL for
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
 
+from dockyard.envs.harbor import HarborFormatError, load_tasks
+from dockyard.envs.harbor.env import HarborEnvironment
+from dockyard.envs.harbor.validate import report_table, validate_async
+from dockyard.sandbox.launch import start_service
 from dockyard.train.cli.sandbox_args import add_network_arguments, service_args
 
 
@@ -45,8 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dockyard.envs.harbor import HarborFormatError, load_tasks
-
     refused: list[dict[str, str]] = []
     try:
         tasks = load_tasks(args.dir, args.builder, refused)
@@ -68,18 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace, tasks: list[dict], refused: list[dict]) -> int:
-    import asyncio
-    import contextlib
-
-    from dockyard.envs.harbor.env import HarborEnvironment
-    from dockyard.envs.harbor.validate import report_table, validate_async
-
     print(f"dockyard harbor: validating {len(tasks)} tasks from {args.dir}", flush=True)
     with contextlib.ExitStack() as stack:
         url = args.sandbox_url
         if url is None:
-            from dockyard.sandbox.launch import start_service
-
             extra = service_args(args)
             svc = stack.enter_context(
                 start_service(workers=max(2, args.concurrency), extra_args=extra)

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from dockyard.train.algorithms.online_dpo import config_problems
+from dockyard.core.rl import PreferenceLoss
+from dockyard.train.algorithms.configs import prompt_renderer
+from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
+from dockyard.train.algorithms.online_dpo import config_problems, online_dpo
 from dockyard.train.cli.feedback_command import FeedbackCommand
 
 
 def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
     """Start the policy's fleets and the judge, run :func:`online_dpo`, stop everything;
     ``(OnlineDPOResult, log folder)``."""
-    from dockyard.core.rl import PreferenceLoss
-    from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
-    from dockyard.train.algorithms.online_dpo import online_dpo
-    from dockyard.train.prompts import PromptRenderer
-
     g = cfg.grpo
     train, val = load_prompt_data(cfg)
 
     def body(policy: Any, judge: Any, tok: Any, log: Any) -> Any:
-        return online_dpo(policy, judge, PromptRenderer.from_config(cfg, tok), train, val,
+        return online_dpo(policy, judge, prompt_renderer(cfg, tok), train, val,
                           PreferenceLoss.from_config(cfg.loss_fn), sampling_params(cfg),
                           steps=g.max_num_steps, prompts_per_step=g.num_prompts_per_step,
                           seed=g.seed, val_period=g.val_period, val_at_end=g.val_at_end,

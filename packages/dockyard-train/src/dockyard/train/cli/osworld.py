@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dockyard.envs.osworld.tasks import load_tasks
+from dockyard.envs.osworld.toy import DATA
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -24,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "replay":
+        # lazy: it needs Pillow, which is optional (dockyard-envs[osworld]); check does not
         from dockyard.envs.osworld.replay import write_gif
 
         try:
@@ -33,9 +37,6 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(f"dockyard osworld replay: wrote {out}")
         return 0
-    from dockyard.envs.osworld.tasks import load_tasks
-    from dockyard.envs.osworld.toy import DATA
-
     try:
         tasks, refused = load_tasks(args.dir or DATA)
     except FileNotFoundError as e:

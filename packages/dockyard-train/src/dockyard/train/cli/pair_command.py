@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dockyard.core.config.errors import ConfigError
+from dockyard.train.algorithms.configs import prompt_renderer
 from dockyard.train.algorithms.dpo import load_data
 from dockyard.train.algorithms.pair_loop import PairStrategy, loop_options, train_on_pairs
 from dockyard.train.logging import MetricsLogger, plot_curves
@@ -59,10 +60,10 @@ class PairCommand:
         out = args.output or cfg.checkpointing.export_hf or str(Path(cfg.logger.log_dir) / "model")
         train, val = load_data(cfg, self.parse)
         worker = self.worker(cfg)
-        from transformers import AutoTokenizer  # with the torch extra, as the worker
+        from transformers import AutoTokenizer  # lazy: optional, with the torch extra
 
         p = cfg.policy
-        renderer = PromptRenderer.from_config(  # chat template, prompt and system files
+        renderer = prompt_renderer(  # chat template, prompt and system files
             cfg, AutoTokenizer.from_pretrained(p.tokenizer.name or p.model_name)
         )
         log = MetricsLogger(

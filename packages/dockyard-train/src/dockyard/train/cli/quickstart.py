@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import argparse
 import importlib.resources
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+from dockyard.core.config import apply_overrides, config_from_dict, load_yaml, merge
+from dockyard.core.config.errors import ConfigError
+from dockyard.core.config.loader import resolve_references
+from dockyard.envs.expression import demonstrations, load_tasks
+from dockyard.train.algorithms.grpo import train
+from dockyard.train.algorithms.sft import sft
+from dockyard.train.cli import quickstart_agent
 from dockyard.train.cli.quickstart_common import (
     MAX_POSITIONS,
     SFT_STEPS,
@@ -25,6 +33,7 @@ from dockyard.train.cli.quickstart_common import (
     sft_worker,
 )
 from dockyard.train.cli.quickstart_common import add_arguments as add_arguments  # the CLI's
+from dockyard.train.preflight import check_or_exit, report
 
 
 def quickstart_yaml() -> Path:
@@ -38,8 +47,6 @@ def quickstart_yaml() -> Path:
 def quickstart_config(model_dir: str | Path, **sections: dict[str, Any]) -> dict[str, Any]:
     """The recipe as a plain dict (``defaults:`` resolved) on ``model_dir``, with ``sections``
     merged over it (``grpo={"max_num_steps": 3}``); validate with ``config_from_dict``."""
-    from dockyard.core.config import load_yaml, merge
-
     return merge(
         load_yaml(quickstart_yaml()), {"policy": {"model_name": str(model_dir)}, **sections}
     )
@@ -60,18 +67,13 @@ def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: 
     A folder already warm-started with the same settings (``warm_start.json``) is reused, so a
     second ``dockyard quickstart`` goes straight to GRPO.
     """
-    import json
-
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: transformers is optional (torch extra)
 
     stamp = out_dir / "warm_start.json"
     settings = {**SFT_DEFAULTS, "steps": steps, "seed": seed, "max_positions": MAX_POSITIONS}
     if stamp.is_file() and json.loads(stamp.read_text()) == settings:
         print(f"SFT warm start: reusing {out_dir} (same settings)", flush=True)
         return out_dir
-
-    from dockyard.envs.expression import demonstrations, load_tasks
-    from dockyard.train.algorithms.sft import sft
 
     worker = sft_worker(model_dir, batch_size=64, lr=SFT_DEFAULTS["lr"], seed=seed)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
@@ -100,9 +102,6 @@ def warm_start(model_dir: Path, out_dir: Path, seed: int, steps: int, progress: 
 
 
 def make_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
-    from dockyard.core.config import apply_overrides, config_from_dict
-    from dockyard.core.config.loader import resolve_references
-
     d = quickstart_config(
         model_dir,
         grpo={"max_num_steps": args.steps, "seed": args.seed},
@@ -117,9 +116,6 @@ def make_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
 def checked_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
     """:func:`make_config` through the pre-flight (all but the model, built next); any
     problem prints the list and exits 2."""
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.preflight import check_or_exit, report
-
     source = f"{quickstart_yaml()} with the overrides"
     try:
         cfg = make_config(model_dir, out, args)
@@ -130,11 +126,7 @@ def checked_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "agent", False):
-        from dockyard.train.cli import quickstart_agent
-
         return quickstart_agent.run(args)
-    from dockyard.train.algorithms.grpo import train
-
     t0 = time.perf_counter()
     out = Path(args.output).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from dockyard.core.config import apply_overrides, config_from_dict, load_yaml, merge
+from dockyard.core.config.errors import ConfigError
+from dockyard.core.config.loader import resolve_references
+from dockyard.core.experience import Batch
+from dockyard.core.rl import MaskedNLLLoss
+from dockyard.envs.expression import load_tasks
+from dockyard.envs.expression_agent import AGENT_SYSTEM, demonstrations
+from dockyard.train.algorithms.grpo import train
+from dockyard.train.cli.quickstart_common import (
+    MAX_POSITIONS,
+    ProgressBar,
+    add_arguments,
+    build_model,
+    sft_worker,
+)
+from dockyard.train.preflight import check_or_exit, report
+from dockyard.train.prompts import PromptRenderer
+
 ENV_NAME = "expression_agent"  # env.<name> in the recipe
 
 SFT_DEFAULTS = {
@@ -45,8 +65,6 @@ def agent_yaml() -> Path:
 
 def agent_config(model_dir: str | Path, **sections: dict[str, Any]) -> dict[str, Any]:
     """The recipe as a plain dict on ``model_dir`` with ``sections`` merged over it."""
-    from dockyard.core.config import load_yaml, merge
-
     return merge(load_yaml(agent_yaml()), {"policy": {"model_name": str(model_dir)}, **sections})
 
 
@@ -55,8 +73,6 @@ def encode_episode(renderer: Any, messages: list[dict[str, Any]]) -> tuple[list[
     lays out its trajectory (``dockyard.train.rollout``): the prompt's ids, then per assistant
     turn its reply + EOS (mask True) and the tool response between turns, rendered by
     :meth:`PromptRenderer.observation_ids` (mask False)."""
-    from dockyard.train.prompts import PromptRenderer
-
     r = PromptRenderer.wrap(renderer)
     turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if not turns:
@@ -80,10 +96,6 @@ def encode_episode(renderer: Any, messages: list[dict[str, Any]]) -> tuple[list[
 
 def _collate(encoded: list[tuple[list[int], list[bool]]], pad_id: int = 0) -> Any:
     """Right-padded ``Batch`` ``[B, T]`` with ``loss_mask`` on the assistant turns."""
-    import numpy as np
-
-    from dockyard.core.experience import Batch
-
     B, T = len(encoded), max(len(ids) for ids, _ in encoded)
     ids = np.full((B, T), pad_id, dtype=np.int64)
     att = np.zeros((B, T), dtype=bool)
@@ -106,10 +118,7 @@ def warm_start(
     warm-started HF folder (reused when ``warm_start.json`` records the same settings).
     ``system_prompt``: the environment's (``env.<name>.options.system_prompt``; the recipe sets
     none: the tiny model needs none, and every prompt token costs CPU time)."""
-    import numpy as np
-    from transformers import AutoTokenizer
-
-    from dockyard.train.cli.quickstart_common import MAX_POSITIONS, ProgressBar, sft_worker
+    from transformers import AutoTokenizer  # lazy: transformers is optional (torch extra)
 
     stamp = out_dir / "warm_start.json"
     settings = {
@@ -122,10 +131,6 @@ def warm_start(
     if stamp.is_file() and json.loads(stamp.read_text()) == settings:
         print(f"SFT warm start: reusing {out_dir} (same settings)", flush=True)
         return out_dir
-
-    from dockyard.core.rl import MaskedNLLLoss
-    from dockyard.envs.expression import load_tasks
-    from dockyard.envs.expression_agent import demonstrations
 
     bs = SFT_DEFAULTS["batch_size"]
     worker = sft_worker(model_dir, batch_size=bs, lr=SFT_DEFAULTS["lr"], seed=seed)
@@ -156,11 +161,6 @@ def warm_start(
 
 def checked_config(model_dir: Path, out: Path, args: argparse.Namespace) -> Any:
     """The recipe with the CLI's settings, through the pre-flight (exits 2 on a problem)."""
-    from dockyard.core.config import apply_overrides, config_from_dict
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.core.config.loader import resolve_references
-    from dockyard.train.preflight import check_or_exit, report
-
     source = f"{agent_yaml()} with the overrides"
     d = agent_config(
         model_dir,
@@ -187,8 +187,6 @@ def own_defaults(args: argparse.Namespace) -> argparse.Namespace:
     ``--sft-steps`` (left as they were) replaced by the agent's: ``results/quickstart_agent``
     (never the single-turn quickstart's folder), the recipe's ``grpo.max_num_steps`` and
     :data:`SFT_DEFAULTS`."""
-    from dockyard.train.cli.quickstart_common import add_arguments
-
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     base = vars(parser.parse_args([]))
@@ -204,9 +202,6 @@ def own_defaults(args: argparse.Namespace) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     """The agent quickstart end to end (module docstring); ``args`` as the quickstart's."""
-    from dockyard.train.algorithms.grpo import train
-    from dockyard.train.cli.quickstart_common import build_model
-
     args = own_defaults(args)
     t0 = time.perf_counter()
     out = Path(args.output).resolve()
@@ -215,8 +210,6 @@ def run(args: argparse.Namespace) -> int:
     sft_dir = Path(args.sft_dir).resolve() if args.sft_dir else out / f"sft_model_seed{args.seed}"
     cfg = checked_config(sft_dir, out, args)
     print(f"dockyard quickstart --agent: building a tiny model (seed {args.seed})", flush=True)
-    from dockyard.envs.expression_agent import AGENT_SYSTEM
-
     system = cfg.env[ENV_NAME].options.get("system_prompt", AGENT_SYSTEM)  # as the env's
     warm_start(build_model(args.seed), sft_dir, args.seed, args.sft_steps, progress, system)
     g = cfg.grpo

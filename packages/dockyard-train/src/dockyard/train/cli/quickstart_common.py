@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_model(seed: int) -> Path:
     """The quickstart's tiny Qwen2 (random, seeded), cached by its settings (build_tiny_model)."""
-    from dockyard.torch.testing import build_tiny_model  # torch: an extra of dockyard-train
+    # lazy: dockyard-torch is optional (torch extra)
+    from dockyard.torch.testing import build_tiny_model
 
     return build_tiny_model(
         hidden_size=128,
@@ -67,7 +68,8 @@ def build_model(seed: int) -> Path:
 def sft_worker(model_dir: Path, batch_size: int, lr: float, seed: int) -> Any:
     """The torch worker both quickstarts' SFT warm starts train: float32, no reference policy,
     micro-batches of ``batch_size``, AdamW at ``lr`` without weight decay, clipping at 1."""
-    from dockyard.torch.worker import TorchPolicyWorker  # torch: an extra of dockyard-train
+    # lazy: dockyard-torch is optional (torch extra)
+    from dockyard.torch.worker import TorchPolicyWorker
 
     return TorchPolicyWorker(
         {

@@ -15,24 +15,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from dockyard.train.algorithms.rlaif import config_problems
+from dockyard.core.rl import PreferenceLoss
+from dockyard.train.algorithms.configs import prompt_renderer
+from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
+from dockyard.train.algorithms.rlaif import Constitution, config_problems, rlaif
 from dockyard.train.cli.feedback_command import FeedbackCommand
 
 
 def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
     """Start the policy's fleets and the judge, run :func:`rlaif`, stop everything;
     ``(RLAIFResult, log folder)``."""
-    from dockyard.core.rl import PreferenceLoss
-    from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
-    from dockyard.train.algorithms.rlaif import Constitution, rlaif
-    from dockyard.train.prompts import PromptRenderer
-
     g, ra = cfg.grpo, cfg.rlaif
     train, val = load_prompt_data(cfg, "RLAIF")
     constitution = Constitution.from_config(ra)
 
     def body(policy: Any, judge: Any, tok: Any, log: Any) -> Any:
-        return rlaif(policy, judge, PromptRenderer.from_config(cfg, tok), constitution, train, val,
+        return rlaif(policy, judge, prompt_renderer(cfg, tok), constitution, train, val,
                      PreferenceLoss.from_config(cfg.loss_fn), sampling_params(cfg),
                      steps=g.max_num_steps, prompts_per_step=g.num_prompts_per_step,
                      reviser=ra.reviser, check_revisions=ra.check_revisions,

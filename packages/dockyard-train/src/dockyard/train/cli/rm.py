@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from dockyard.core.rl import BradleyTerryLoss
+from dockyard.train.algorithms.configs import torch_worker_config
 from dockyard.train.algorithms.rm import RMStrategy, parse_rm_pair
 from dockyard.train.cli.pair_command import PairCommand
-from dockyard.train.runtime.stack import torch_worker_config
 
 ACCURACY_CURVES = (("val/rm_accuracy", "o-"), ("train/rm_accuracy", "-"))
 
@@ -42,7 +42,7 @@ def _problems(cfg: Any) -> list[str]:
 
 def _worker(cfg: Any) -> Any:
     """Two rows per pair in a micro-batch."""
-    from dockyard.torch.reward import TorchRewardWorker  # torch: dockyard-train's extra
+    from dockyard.torch.reward import TorchRewardWorker  # lazy: dockyard-torch is an extra
 
     rows = {"train_micro_batch_size": 2 * cfg.policy.train_micro_batch_size}
     return TorchRewardWorker({**torch_worker_config(cfg), **rows})

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import argparse
 
+from dockyard.core.config.errors import ConfigError
+from dockyard.core.rl import MaskedNLLLoss
+from dockyard.train.algorithms.configs import prompt_renderer, torch_worker_config
+from dockyard.train.algorithms.sft import sft
+from dockyard.train.data import read_jsonl
+from dockyard.train.preflight import load_or_exit, report
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML config")
@@ -17,9 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dockyard.core.config.errors import ConfigError
-    from dockyard.train.preflight import load_or_exit, report
-
     # the model, the data files, the names; SFT starts no engine, sandbox or run folders
     skip = ("loss", "extras", "engine", "sandbox", "transport", "outputs")
     cfg = load_or_exit(args.config, args.overrides, "sft", deep=True, load=False, skip=skip)
@@ -27,14 +31,10 @@ def run(args: argparse.Namespace) -> int:
         problem = "data.train_path: dockyard sft needs a JSONL file of chat examples"
         report("sft", ConfigError([problem], args.config))
 
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: transformers is optional (torch extra)
 
-    from dockyard.core.rl import MaskedNLLLoss
+    # lazy: dockyard-torch is optional (the torch extra)
     from dockyard.torch.worker import TorchPolicyWorker
-    from dockyard.train.algorithms.sft import sft
-    from dockyard.train.data import read_jsonl
-    from dockyard.train.prompts import PromptRenderer
-    from dockyard.train.runtime.stack import torch_worker_config
 
     wcfg = {**torch_worker_config(cfg), "reference_policy": False}
     worker = TorchPolicyWorker(wcfg)
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     loss = MaskedNLLLoss.from_config(cfg.loss_fn) if cfg.loss_fn.type == "nll" else None
     hist = sft(
         worker,
-        PromptRenderer.from_config(cfg, tok),  # chat template, prompt and system files
+        prompt_renderer(cfg, tok),  # chat template, prompt and system files
         read_jsonl(cfg.data.train_path),
         steps=cfg.grpo.max_num_steps,
         batch_size=cfg.policy.train_global_batch_size,

@@ -23,6 +23,12 @@ import logging
 import sys
 from pathlib import Path
 
+from tqdm import tqdm
+
+from dockyard.envs.swe.data import load_shipped_tasks, load_swebench_jsonl
+from dockyard.envs.swe.validate import report, table, validate
+from dockyard.sandbox.client import AsyncSandboxClient
+from dockyard.sandbox.launch import start_service
 from dockyard.train.cli.sandbox_args import add_network_arguments, service_args
 
 
@@ -54,8 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _tasks(dataset: str) -> list[dict]:
-    from dockyard.envs.swe.data import load_shipped_tasks, load_swebench_jsonl
-
     if dataset == "shipped":
         return load_shipped_tasks()
     if not Path(dataset).is_file():
@@ -78,11 +82,6 @@ def local_repositories(tasks: list[dict]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from dockyard.envs.swe.validate import report, table, validate
-    from dockyard.sandbox.client import AsyncSandboxClient
-
     try:
         tasks = _tasks(args.dataset)[: args.limit]
         for f in args.spec:
@@ -99,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         url, token = args.sandbox_url, args.sandbox_token
         if url is None:
-            from dockyard.sandbox.launch import start_service
-
             print("dockyard swe validate: starting a local sandbox service", flush=True)
             extra = service_args(args)
             for repo in local_repositories(tasks):  # the records' own clones, and only them

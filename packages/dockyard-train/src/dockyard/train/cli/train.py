@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from dockyard.train.preflight import ON_THE_WORKERS, check_or_exit, load_or_exit
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML config (see examples/configs/)")
@@ -26,8 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dockyard.train.preflight import ON_THE_WORKERS, check_or_exit, load_or_exit
-
     cfg = load_or_exit(args.config, args.overrides, "train")
     # joining a cluster, this machine is only the driver's: the workers' checks run on --dry-run
     skip = ON_THE_WORKERS if cfg.cluster.address and not args.dry_run else ()
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(f"dockyard train: OK: {args.config} passes every check; nothing started", flush=True)
         return 0
+    # lazy: the driver imports Ray (heavy, ~1 s), which --dry-run must not import
     from dockyard.train.algorithms.grpo import train
 
     result = train(cfg, resume=args.resume, progress=not args.no_progress)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from dockyard.train.view.data import find_runs
+from dockyard.train.view.server import check_host, serve
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -22,9 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dockyard.train.view.data import find_runs
-    from dockyard.train.view.server import check_host, serve
-
     try:
         check_host(args.host, args.allow_remote)
         runs = find_runs(args.run_dirs)

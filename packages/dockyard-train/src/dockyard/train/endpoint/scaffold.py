@@ -18,9 +18,14 @@ with ``run(ctx)`` that points its OpenAI client at ``ctx.base_url`` (see docs/ag
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+import yaml
+
+from dockyard.sandbox.client import SandboxClient
 
 _INSTALL_MSWEA = "the mini-swe-agent scaffold needs mini-swe-agent: pip install mini-swe-agent"
 
@@ -62,7 +67,7 @@ def _minisweagent() -> Any:
     # the endpoint is local: a failed request is the episode's end, not a reason to back off
     os.environ.setdefault("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1")
     try:
-        import minisweagent
+        import minisweagent  # lazy: mini-swe-agent is optional, and reads the variables above
         from minisweagent.environments.local import LocalEnvironment
     except ImportError as e:
         raise ImportError(_INSTALL_MSWEA) from e
@@ -89,8 +94,6 @@ def sandbox_environment_class() -> type:
             timeout: int = 30,
             cwd: str = ".",
         ) -> None:
-            from dockyard.sandbox.client import SandboxClient
-
             super().__init__(cwd=cwd, timeout=timeout)
             self.client = SandboxClient(sandbox_url, token)
             self.session_id = session_id
@@ -120,8 +123,6 @@ def sandbox_environment_class() -> type:
 
         def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
             # the sandbox's platform, not this host's environment variables
-            import platform
-
             return {**self.config.model_dump(), **platform.uname()._asdict(), **kwargs}
 
         def close(self) -> None:
@@ -150,16 +151,14 @@ class MiniSweAgentRunner:
     command_timeout_s: int = 30
 
     def _config(self) -> dict[str, Any]:
-        import yaml
-
         _minisweagent()
-        from minisweagent.config import get_config_path
+        from minisweagent.config import get_config_path  # lazy: optional, after _minisweagent()
 
         return yaml.safe_load(Path(get_config_path(self.config)).read_text()) or {}
 
     def run(self, ctx: EpisodeContext) -> dict[str, Any]:
         _minisweagent()
-        from minisweagent.agents.default import DefaultAgent
+        from minisweagent.agents.default import DefaultAgent  # lazy: optional; litellm: heavy, 4 s
         from minisweagent.models.litellm_model import LitellmModel
 
         cfg = self._config()

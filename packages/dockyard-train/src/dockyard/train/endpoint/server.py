@@ -29,8 +29,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-try:  # fastapi comes with dockyard-sandbox; the route handlers' annotations need the class here
-    from fastapi import Request
+try:  # they come with dockyard-sandbox[server]; the route handlers' annotations need Request here
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
 except ImportError as e:  # pragma: no cover
     raise ImportError(
         'the endpoint needs fastapi and uvicorn: pip install "dockyard-sandbox[server]"'
@@ -39,8 +41,6 @@ except ImportError as e:  # pragma: no cover
 from dockyard.core.interfaces.generation import SamplingParams
 from dockyard.train.endpoint.chat import ChatSession, reply_message
 from dockyard.train.endpoint.recorder import EpisodeRecord, Turn
-
-_INSTALL = 'the endpoint needs fastapi and uvicorn: pip install "dockyard-sandbox[server]"'
 
 
 class RequestError(ValueError):
@@ -197,9 +197,6 @@ class Endpoint:
 
 def build_app(endpoint: Endpoint) -> Any:
     """The FastAPI application of ``endpoint`` (routes in the module docstring)."""
-    from fastapi import FastAPI
-    from fastapi.responses import JSONResponse
-
     app = FastAPI(
         title="dockyard rollout endpoint", docs_url=None, redoc_url=None, openapi_url=None
     )
@@ -273,10 +270,6 @@ class EndpointServer:
         self._task: asyncio.Task | None = None
 
     async def start(self) -> EndpointServer:
-        try:
-            import uvicorn
-        except ImportError as e:  # pragma: no cover
-            raise ImportError(_INSTALL) from e
         config = uvicorn.Config(
             build_app(self.endpoint),
             host=self.host,

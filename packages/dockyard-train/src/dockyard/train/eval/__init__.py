@@ -16,8 +16,9 @@ checkpoints, several giving one table)::
     tasks = plan(cfg)                                     # benchmark or data + env
     for model in models:
         folder  = serveable(model)                        # a checkpoint is exported first
-        records = run_model(cfg(model_name=folder), tasks)    # EvalStack + Evaluator actor:
-                                                          #   n samples per task, scored
+        records = run_model(stack, collector, tasks)      # a Stack without trainer and the
+                                                          #   Evaluator actor: n samples per
+                                                          #   task, scored
         summary = summarize(records, pass_k, maj_k, group_by)
     report.write(results.json, samples.jsonl, table.md, plot.png); print(table)
     (+ each sample in the rollout log's format: output_dir/rollouts/eval_<label>.parquet)
@@ -32,8 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dockyard.train.algorithms.configs import collector_config, stack_config
+from dockyard.train.eval import report
+from dockyard.train.eval.fleet import run_model
 from dockyard.train.eval.metrics import summarize
 from dockyard.train.eval.plan import model_label, plan, serveable
+from dockyard.train.rollouts import RolloutLog
 
 __all__ = ["EvalResult", "evaluate"]
 
@@ -50,9 +55,6 @@ class EvalResult:
 def evaluate(cfg: Any, models: list[str] | None = None) -> EvalResult:
     """Evaluate ``models`` (default ``eval.models``, else ``policy.model_name``) per ``cfg``
     (a ``MasterConfig``); see the module docstring."""
-    from dockyard.train.eval import report
-    from dockyard.train.eval.fleet import run_model
-
     e = cfg.eval
     the_plan = plan(cfg)
     models = list(models or e.models or [cfg.policy.model_name])
@@ -64,7 +66,12 @@ def evaluate(cfg: Any, models: list[str] | None = None) -> EvalResult:
         t0 = time.perf_counter()
         run_cfg = the_plan.cfg.model_copy(deep=True)
         run_cfg.policy.model_name = serveable(model, out, label)
-        records = run_model(run_cfg, tasks)
+        records = run_model(
+            stack_config(run_cfg, trainer=None),  # the engines serve the model; no trainer
+            collector_config(run_cfg, run_cfg.grpo.num_prompts_per_step, 0),  # no pipeline
+            tasks,
+            e,
+        )
         _log_rollouts(cfg, label, run_cfg.policy, [r.pop("rollouts") for r in records])
         for r in records:
             r["group"] = {k: tasks[r["index"]].get(k) for k in the_plan.group_by}
@@ -94,8 +101,6 @@ def evaluate(cfg: Any, models: list[str] | None = None) -> EvalResult:
 def _log_rollouts(cfg: Any, label: str, policy: Any, groups: list[Any]) -> None:
     """Every sample as ``eval.output_dir/rollouts/eval_<label>.parquet``, the rollout log's
     format (``logger.rollouts``; ``dockyard view OUTPUT_DIR`` shows it)."""
-    from dockyard.train.rollouts import RolloutLog
-
     log = RolloutLog.open(
         cfg.logger.rollouts,
         cfg.eval.output_dir,

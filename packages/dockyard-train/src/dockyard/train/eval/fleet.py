@@ -1,7 +1,7 @@
 """Generation and scoring for ``dockyard eval`` on the inference fleet, with GRPO's machinery.
 
-:class:`EvalStack` is the :class:`~dockyard.train.runtime.stack.Stack` of a GRPO run without
-its trainer: the same vLLM (or transformers) engine actors, placed and started from
+The evaluation's :class:`~dockyard.train.runtime.stack.Stack` is a GRPO run's without its
+trainer (its :class:`~dockyard.train.runtime.stack.StackConfig` has none): the same vLLM (or transformers) engine actors, placed and started from
 ``policy.generation`` the same way, and the sandbox fleet where the environment needs one.
 :class:`Evaluator` is the run's :class:`~dockyard.train.runtime.collector.CollectorHost` (the
 environment, the prompt renderer, the sampling settings built from the config inside the
@@ -16,29 +16,14 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+import ray
+
+from dockyard.core.config.eval import EvalConfig
+from dockyard.train.batching import passed
+from dockyard.train.rollout import rollout_group
 from dockyard.train.runtime.collector import CollectorHost, group_seed
 from dockyard.train.runtime.collector_config import CollectorConfig
-from dockyard.train.runtime.stack import Stack
-
-
-class _NoTrainer:
-    """The trainer fleet an evaluation does not start (what :class:`Stack` calls on one)."""
-
-    def __init__(self) -> None:
-        self.actors: list[Any] = []
-
-    def ready(self) -> list[Any]:
-        return []
-
-    def shutdown(self) -> None:
-        pass
-
-
-class EvalStack(Stack):
-    """A :class:`Stack` whose trainer fleet is never started: engines (+ sandbox) only."""
-
-    def _start_trainer(self, cpus: float) -> Any:
-        return _NoTrainer()
+from dockyard.train.runtime.stack import Stack, StackConfig
 
 
 class Evaluator(CollectorHost):
@@ -57,9 +42,6 @@ class Evaluator(CollectorHost):
         index = {id(t): i for i, t in enumerate(tasks)}  # the kept tasks' places in ``tasks``
 
         async def one(i: int, task: dict[str, Any]) -> dict[str, Any]:
-            from dockyard.train.batching import passed
-            from dockyard.train.rollout import rollout_group
-
             async with sem:
                 uid = f"eval:{index[id(task)]}:{task.get('id', '')}"
                 p = replace(params, seed=group_seed(seed, uid))
@@ -87,22 +69,24 @@ class Evaluator(CollectorHost):
         return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(kept))))
 
 
-def run_model(cfg: Any, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Start an :class:`EvalStack` serving ``cfg.policy.model_name``, score ``tasks`` through
-    an :class:`Evaluator` (``eval.num_samples`` at ``eval.temperature``), stop it all; returns
+def run_model(
+    stack_cfg: StackConfig,
+    collector_cfg: CollectorConfig,
+    tasks: list[dict[str, Any]],
+    options: EvalConfig,
+) -> list[dict[str, Any]]:
+    """Start a :class:`Stack` from ``stack_cfg`` (no trainer: its engines serve the model),
+    score ``tasks`` through an :class:`Evaluator` built from ``collector_cfg``
+    (``options.num_samples`` at ``options.temperature``), stop it all; returns
     :meth:`Evaluator.evaluate`'s records."""
-    import ray
-
-    e = cfg.eval
-    stack = EvalStack(cfg, e.output_dir, wait=True)
+    stack = Stack(stack_cfg, options.output_dir, wait=True)
     evaluator: Any = None
     try:
         evaluator = (
             ray.remote(Evaluator)
             .options(num_cpus=0, max_concurrency=1000)
             .remote(
-                # the collector's own config; an evaluation keeps no pipeline (A = 0)
-                CollectorConfig.from_master(cfg, cfg.grpo.num_prompts_per_step, 0),
+                collector_cfg,
                 stack.engines.actors,
                 stack.buffer,
                 stack.sandbox_urls,
@@ -111,7 +95,8 @@ def run_model(cfg: Any, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
         )
         concurrency = max(16, 4 * len(stack.engines))
-        ref = evaluator.evaluate.remote(tasks, e.num_samples, e.temperature, e.seed, concurrency)
+        o = options
+        ref = evaluator.evaluate.remote(tasks, o.num_samples, o.temperature, o.seed, concurrency)
         out: list[dict[str, Any]] = ray.get(ref)
         return out
     finally:

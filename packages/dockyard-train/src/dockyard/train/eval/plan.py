@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dockyard.core.config.sections import EnvConfig
+from dockyard.envs.benchmarks import get_benchmark, load_benchmark
+from dockyard.train.algorithms.grpo import load_tasks
+from dockyard.train.export import ExportError, export_hf, resolve_checkpoint
+
 BENCH_ENV = "benchmark"  # the env entry a benchmark's environment gets when the config has none
 
 
@@ -27,13 +32,9 @@ def plan(cfg: Any) -> Plan:
     kind (the config's ``env`` entry of that kind if it has one: its timeout, options and
     sandbox; else a new ``env.benchmark``). Mode (b): the tasks GRPO validates on (``data.val_path``
     or ``data.dataset_name``'s ``val`` split), scored by the config's ``env``."""
-    from dockyard.core.config.sections import EnvConfig
-
     e = cfg.eval
     cfg = cfg.model_copy(deep=True)
     if e.benchmark is None:
-        from dockyard.train.algorithms.grpo import load_tasks
-
         tasks = load_tasks(cfg, "val")
         if not tasks:
             raise ValueError(
@@ -43,8 +44,6 @@ def plan(cfg: Any) -> Plan:
         name = Path(cfg.data.val_path).stem if cfg.data.val_path else str(cfg.data.dataset_name)
         group_by = list(e.group_by or [])
     else:
-        from dockyard.envs.benchmarks import get_benchmark, load_benchmark
-
         spec = get_benchmark(e.benchmark)
         tasks = load_benchmark(e.benchmark, e.path, split=e.split, seed=e.seed)
         mine = [k for k, v in cfg.env.items() if (v.type or k) == spec.env]
@@ -87,8 +86,6 @@ def serveable(model: str, out_dir: Path, label: str | None = None) -> str:
     (``label``: default :func:`model_label`)."""
     if not is_checkpoint(model):
         return model
-    from dockyard.train.export import export_hf, resolve_checkpoint
-
     policy, _ = resolve_checkpoint(model)
     out = out_dir / "models" / (label or model_label(model))
     print(f"dockyard eval: exporting the checkpoint {policy} to {out}", flush=True)
@@ -99,8 +96,6 @@ def model_problems(models: list[str]) -> list[str]:
     """One line per entry of ``eval.models`` that looks like a checkpoint (a folder without
     ``config.json``) but is not one; Hugging Face folders and Hub names are the pre-flight's
     (``check_models``)."""
-    from dockyard.train.export import ExportError, resolve_checkpoint
-
     problems = []
     for m in models:
         if is_checkpoint(m):

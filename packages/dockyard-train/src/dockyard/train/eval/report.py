@@ -76,13 +76,13 @@ def plot(png: Path, results: list[dict[str, Any]]) -> Path:
     """Grouped bars: every metric per model; beside them the first metric per value of the
     first breakdown key."""
     try:
-        import matplotlib
+        import matplotlib  # lazy: matplotlib is optional (plot extra)
     except ImportError as e:
         raise ImportError(
             'the evaluation plot needs matplotlib: pip install "dockyard-train[plot]"'
         ) from e
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the Agg backend above
 
     keys = metric_keys(results[0]["summary"])
     groups = list(results[0]["summary"]["by"])

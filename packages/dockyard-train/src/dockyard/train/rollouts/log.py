@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from huggingface_hub import try_to_load_from_cache
+from tokenizers import Tokenizer
 
 from dockyard.core.config import RolloutLogConfig
 from dockyard.train.rollouts.record import FLAG_KEYS, SCHEMA, trajectory_row
@@ -226,17 +228,13 @@ class Decoder:
     def __init__(self, name: str) -> None:
         path = Path(name) / "tokenizer.json"
         if not path.is_file():
-            from huggingface_hub import try_to_load_from_cache
-
             cached = try_to_load_from_cache(name, "tokenizer.json")
             path = Path(cached) if isinstance(cached, str) else path
         if path.is_file():
-            from tokenizers import Tokenizer
-
             self._fast: Any = Tokenizer.from_file(str(path))
             self._slow: Any = None
         else:
-            from transformers import AutoTokenizer
+            from transformers import AutoTokenizer  # lazy: transformers is optional (torch extra)
 
             self._fast, self._slow = None, AutoTokenizer.from_pretrained(name)
 

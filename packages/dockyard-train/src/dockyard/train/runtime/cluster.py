@@ -29,6 +29,8 @@ import os
 import sys
 from typing import Any
 
+import psutil
+
 ROLE_ENV = "DOCKYARD_FLEET_ROLE"
 ROLES = ("trainer", "inference", "sandbox")
 INSTALL_HINT = "the Ray runtime needs Ray: pip install dockyard-train"
@@ -44,7 +46,7 @@ LOCAL_IS_ONE_NODE = (
 def require_ray() -> Any:
     """Import Ray or fail with the install command; Ray's ``uv run`` hook is off (see above)."""
     os.environ.setdefault(UV_HOOK_ENV, "0")  # read once, when Ray is first imported
-    try:
+    try:  # lazy: Ray reads the variable above at import; the pre-flight imports this module
         import ray
     except ImportError as e:  # pragma: no cover - exercised in the slim-install job
         raise ImportError(INSTALL_HINT) from e
@@ -216,8 +218,6 @@ def _ray_children() -> set[Any]:
     """Ray's programs (``.../ray/...``) started by this process: its descendants, and those
     of a session named after this process (``session_..._<pid>``) that a crashed raylet
     orphaned (its agents are re-parented to init)."""
-    import psutil  # a dependency of Ray
-
     mine = f"_{os.getpid()}"
     out = set()
     for p in psutil.process_iter():
@@ -235,8 +235,6 @@ def _ray_children() -> set[Any]:
 
 def _stop(procs: set[Any], grace_s: float = 10.0) -> None:
     """SIGTERM, then SIGKILL after ``grace_s``, the given processes (our own children only)."""
-    import psutil
-
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.terminate()

@@ -24,8 +24,11 @@ from collections import deque
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ray.exceptions import ActorUnavailableError, RayActorError
+
 from dockyard.core.config.sections import EnvConfig
 from dockyard.core.interfaces.generation import SamplingParams
+from dockyard.train.batching import passed
 from dockyard.train.data import TaskLoader
 from dockyard.train.environments import build_environment
 from dockyard.train.judge import env_judge
@@ -61,12 +64,7 @@ def is_engine_death(e: BaseException) -> bool:
     core died inside a live actor (vLLM's ``EngineDeadError``) counts as gone too."""
     if "EngineDead" in type(e).__name__ or "EngineDeadError" in str(e)[:2000]:
         return True
-    try:
-        import ray.exceptions
-
-        return isinstance(e, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError)
-    except ImportError:  # pragma: no cover
-        return False
+    return isinstance(e, RayActorError | ActorUnavailableError)
 
 
 class RemoteEngine:
@@ -471,8 +469,6 @@ class CollectorHost(Collector):
 def validation_metrics(groups: list[Any], n: int) -> dict[str, float]:
     """``val/pass_rate``, ``val/reward`` and ``val/samples`` of validation ``groups`` (``n``
     samples per task), samples masked as ``infra_error`` left out."""
-    from dockyard.train.batching import passed
-
     trajs = [t for g in groups for t in g.trajectories if not t.infra_error]
     if not trajs:
         return {"val/pass_rate": float("nan"), "val/infra_errors": float(len(groups) * n)}
@@ -493,6 +489,7 @@ def _scaffold(env_cfg: EnvConfig, env: Any) -> Any:
     spec = env_cfg.scaffold
     if spec is None:
         return None
+    # lazy: the endpoint imports fastapi and uvicorn (heavy: 0.4 s), only scaffold envs need it
     from dockyard.train.endpoint.config import build_scaffold
 
     return build_scaffold(spec, env)
@@ -500,7 +497,7 @@ def _scaffold(env_cfg: EnvConfig, env: Any) -> Any:
 
 def load_tokenizer(name: str) -> Any:
     """The tokenizer ``name`` (a folder or Hub id)."""
-    try:  # transformers comes with dockyard-train's torch extra
+    try:  # lazy: transformers is optional (dockyard-train's torch extra)
         from transformers import AutoTokenizer
     except ImportError as e:  # pragma: no cover
         raise ImportError(

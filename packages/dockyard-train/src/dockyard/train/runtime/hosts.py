@@ -9,13 +9,24 @@ driver reaches the ranks through :class:`~dockyard.train.runtime.trainer.Trainer
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import importlib.util
 import inspect
 import os
+import socket
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any
+
+import psutil
+import ray
+
+from dockyard.train.runtime.cluster import require_ray
+
+# This module loads no numpy at import (the imports marked ``lazy: numpy`` below): numpy's
+# OpenBLAS reads the thread variables when it loads, and a host sets them first (_set_threads).
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,10 +96,6 @@ class PolicyHost:
 
     def address(self) -> tuple[str, int]:
         """This node's IP and a free TCP port: the process group's rendezvous (on rank 0)."""
-        import socket
-
-        import ray
-
         with socket.socket() as s:
             s.bind(("", 0))
             port = int(s.getsockname()[1])
@@ -152,6 +159,7 @@ class PolicyHost:
             return 0.0
         key = (transport, tuple(sorted(sender_kwargs.items())))
         if self._sender is None or self._sender_key != key:
+            # lazy: numpy (see the note at the imports)
             from dockyard.serve.transports import make_sender
 
             self._sender = make_sender(transport, **sender_kwargs)
@@ -228,9 +236,10 @@ class EngineHost:
     async def update_weights(self, receiver_spec: dict[str, Any], version: int) -> int:
         """Receive and load policy ``version`` (in flight: the engine pauses keeping its
         requests, loads, resumes); the receiver is opened inside the engine's worker."""
-        from dockyard.serve.transports import open_receiver
-
         try:
+            # lazy: numpy (see the note at the imports)
+            from dockyard.serve.transports import open_receiver
+
             await self.engine.update_weights(open_receiver(receiver_spec), version)
         except Exception as e:
             _exit_if_engine_dead(e)
@@ -246,16 +255,12 @@ class EngineHost:
     async def node_ip(self) -> str:
         """The IP of this engine's node: where the trainer reaches a weight receiver bound to
         every interface (http with ``data_plane.weight_transport.host`` 0.0.0.0)."""
-        import ray
-
         return ray.util.get_node_ip_address()
 
     async def shutdown(self) -> None:
         """Stop the engine, wait for its processes to exit, and remove the shared-memory files
         they leave: vLLM's message queues (``/dev/shm/psm_*``) are unlinked only by their
         creator's ``__del__``, which a terminated engine-core process never runs."""
-        import asyncio
-
         children, segments = _engine_processes()
         close = getattr(self.engine, "shutdown", None) or getattr(self.engine, "close", None)
         if close is not None:
@@ -269,8 +274,6 @@ def _engine_processes(prefix: str = "/dev/shm/psm_") -> tuple[list[Any], set[str
     """This actor's child processes and the ``prefix*`` files they map. Python's
     multiprocessing resource tracker is left out: it exits with this process, not before (so
     waiting for it would only wait out the timeout)."""
-    import psutil
-
     children = [p for p in psutil.Process().children(recursive=True) if not _is_tracker(p)]
     segments: set[str] = set()
     for child in children:
@@ -282,8 +285,6 @@ def _engine_processes(prefix: str = "/dev/shm/psm_") -> tuple[list[Any], set[str
 
 
 def _is_tracker(proc: Any) -> bool:
-    import psutil
-
     try:
         return any("multiprocessing.resource_tracker" in part for part in proc.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -291,8 +292,6 @@ def _is_tracker(proc: Any) -> bool:
 
 
 def _remove_after_exit(children: list[Any], segments: set[str], timeout_s: float = 20.0) -> None:
-    import psutil
-
     _, alive = psutil.wait_procs(children, timeout=timeout_s)
     for proc in alive:  # an engine process that ignores shutdown must not hold the files
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -310,9 +309,6 @@ def _exit_if_engine_dead(e: BaseException) -> None:
     """End this actor when its engine is gone for good, so that Ray reports the actor dead and
     the driver replaces it (a live actor around a dead engine would fail every request)."""
     if any(c.__name__ in ENGINE_DEAD for c in type(e).__mro__):
-        import sys
-        import traceback
-
         traceback.print_exception(e, file=sys.stderr)
         print("dockyard: the generation engine died; exiting its actor", file=sys.stderr)
         sys.stderr.flush()
@@ -322,6 +318,7 @@ def _exit_if_engine_dead(e: BaseException) -> None:
 def bind_cpus(cpus: str, key: str) -> list[int]:
     """Bind this process to the cores ``cpus`` (cpu-list syntax) of this node; processes it
     starts inherit the binding. Fails naming ``key`` when a core is not available here."""
+    # lazy: numpy, through the config package (see the note at the imports)
     from dockyard.core.config.sections import parse_cpu_list
 
     want = parse_cpu_list(cpus)
@@ -445,7 +442,7 @@ def _set_threads(n: int, *, load_torch: bool = False, shared: bool | None = None
         _set_wait_policy(passive=shared and n > 1)
     if "torch" not in sys.modules and not (load_torch and importlib.util.find_spec("torch")):
         return n
-    import torch
+    import torch  # lazy: torch is optional here (set only where a backend brought it)
 
     torch.set_num_threads(n)
     if torch.get_num_interop_threads() != n:
@@ -461,8 +458,8 @@ def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None
     ``handle.put.remote(group)`` from collectors. The actor is restarted by Ray if it dies;
     its contents are then restored from the last checkpoint by the driver.
     """
+    # lazy: numpy (see the note at the imports)
     from dockyard.core.buffer import AsyncReplayBuffer
-    from dockyard.train.runtime.cluster import require_ray
     from dockyard.train.runtime.placement import on_driver_node
 
     ray = require_ray()

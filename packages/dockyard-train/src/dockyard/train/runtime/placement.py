@@ -27,6 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray.util.placement_group import placement_group as _pg
+from ray.util.placement_group import remove_placement_group
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
+
 from dockyard.core.config import PlacementConfig
 from dockyard.train.runtime.cluster import require_ray
 
@@ -86,8 +93,6 @@ class FleetSpec:
 def placement_group(spec: FleetSpec, timeout_s: float = 120.0) -> Any:
     """Reserve ``spec``'s bundles with its role's strategy; fails clearly when they don't fit."""
     ray = require_ray()
-    from ray.util.placement_group import placement_group as _pg
-
     strategy = spec.placement_strategy
     pg = _pg(spec.bundles(), strategy=strategy, name=spec.name or f"dockyard-{spec.role}")
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
@@ -108,8 +113,6 @@ def on_driver_node() -> Any:
     replay buffer): they need no resources, so Ray could put them on any node, and a lost
     worker node would take the run's state with it; the driver's node goes only with the run."""
     ray = require_ray()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
@@ -141,8 +144,6 @@ class Fleet:
         self.actors = [self._start(i) for i in range(spec.size)]
 
     def _start(self, index: int) -> Any:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         args, kwargs = self._make_args(index)
         opts: dict[str, Any] = {
             "num_cpus": self.spec.cpus,
@@ -211,8 +212,6 @@ class Fleet:
         return list(self.actors)
 
     def shutdown(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
         for a in self.actors:
             with contextlib.suppress(Exception):
                 self.ray.kill(a, no_restart=True)

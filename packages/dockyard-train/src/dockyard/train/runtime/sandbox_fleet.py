@@ -16,12 +16,11 @@ import os
 import signal
 from typing import Any
 
+import httpx
+
+from dockyard.sandbox.launch import start_service
 from dockyard.train.runtime.cluster import require_ray
 from dockyard.train.runtime.placement import Fleet, FleetSpec
-
-SANDBOX_HINT = (
-    'starting sandbox services needs dockyard-sandbox: pip install "dockyard-rl[sandbox]"'
-)
 
 
 class SandboxHost:
@@ -35,10 +34,6 @@ class SandboxHost:
         repo_roots: list[str] | None = None,
         git_schemes: list[str] | None = None,
     ) -> None:
-        try:
-            from dockyard.sandbox.launch import start_service
-        except ImportError as e:  # pragma: no cover
-            raise ImportError(SANDBOX_HINT) from e
         self._start_service = start_service
         self._workers = workers
         self._host = host
@@ -56,8 +51,6 @@ class SandboxHost:
         return self.handle.pid
 
     def healthy(self) -> bool:
-        import httpx
-
         try:
             return httpx.get(f"{self.handle.url}/healthz", timeout=5).status_code == 200
         except httpx.HTTPError:

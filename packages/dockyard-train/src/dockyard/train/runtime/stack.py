@@ -1,5 +1,7 @@
-"""The running stack of a GRPO run, built from a ``MasterConfig``: Ray, the three fleets, the
-replay buffer and the collector — and the operations the driver's loop calls on them.
+"""The running stack of a run: Ray, the three fleets and the replay buffer — and the
+operations the driver's loop calls on them. A :class:`Stack` is built from its own typed
+:class:`StackConfig`, which the driver splits from the run's config once
+(:func:`dockyard.train.algorithms.configs.stack_config`); nothing here reads the run's config.
 
 =============  =====================================================================
 trainer        ``TrainerClient``: ``PolicyHost`` ranks (torch FSDP2 / JAX), ``cluster.placement``
@@ -13,90 +15,126 @@ collector      ``Collector`` actor: tasks → engines → environment → buffer
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from typing import Any
 
+import ray
+from pydantic import BaseModel, ConfigDict, Field
+
+from dockyard.core.config.sections import ClusterConfig, WeightTransportConfig
 from dockyard.serve.config import EngineConfig, WeightSync
-from dockyard.train.runtime.cluster import init_ray, node_cpus, require_ray
-from dockyard.train.runtime.hosts import ENGINE_FACTORY, EngineHost, remote_buffer
+from dockyard.train.runtime.cluster import init_ray, node_cpus
+from dockyard.train.runtime.hosts import ENGINE_FACTORY, EngineHost, fleet_threads, remote_buffer
+from dockyard.train.runtime.judge_fleet import start_judge_fleet, stop_judge_fleet
 from dockyard.train.runtime.placement import Fleet, FleetSpec, strategies
+from dockyard.train.runtime.sandbox_fleet import SandboxFleet
 from dockyard.train.runtime.trainer import TrainerClient, TrainerLost, _EngineLost, gather_ranks
-
-TORCH_WORKER = "dockyard.torch.worker:TorchPolicyWorker"
-JAX_WORKER = "dockyard.jax.worker:JaxPolicyWorker"
-
-
-def needs_reference(cfg: Any) -> bool:
-    return float(getattr(cfg.loss_fn, "reference_policy_kl_penalty", 0.0) or 0.0) > 0.0
-
-
-def torch_worker_config(cfg: Any) -> dict[str, Any]:
-    """What a torch trainer rank receives: ``TorchPolicyConfig.from_master`` as a plain dict."""
-    try:
-        from dockyard.torch.config import TorchPolicyConfig
-    except ImportError as e:  # pragma: no cover
-        raise ImportError(
-            'policy.dtensor_cfg.enabled needs dockyard-torch: pip install "dockyard-train[torch]"'
-        ) from e
-    return TorchPolicyConfig.from_master(cfg).to_dict()
-
-
-def jax_worker_config(cfg: Any) -> dict[str, Any]:
-    """What a JAX trainer rank receives: ``JaxPolicyConfig.from_master`` as a plain dict."""
-    try:
-        from dockyard.jax.config import JaxPolicyConfig
-    except ImportError as e:  # pragma: no cover
-        raise ImportError(
-            'policy.jax_cfg.enabled needs dockyard-jax: pip install "dockyard-jax"'
-        ) from e
-    return JaxPolicyConfig.from_master(cfg).to_dict()
-
 
 JUDGE_CPUS = 0.25  # Ray CPUs of each engine of an environment's judge fleet (CPU clusters)
 
 
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrainerFleetConfig(_Config):
+    """The trainer fleet: ``ranks`` copies of one backend's policy worker."""
+
+    worker: str = Field(description="the backend's worker, 'module:Class' (a PolicyWorker)")
+    worker_config: dict[str, Any] = Field(
+        description="the backend's own typed config as a plain dict (what each rank receives)"
+    )
+    ranks: int = Field(1, ge=1, description="cluster.trainer_ranks")
+    cpus: str | None = Field(None, description="cluster.trainer_cpus: cores the ranks bind to")
+
+
+class SandboxFleetConfig(_Config):
+    """The sandbox services a run starts (:class:`SandboxFleet`), from ``cluster.sandbox_*``."""
+
+    services: int = Field(1, ge=1)
+    workers: int = Field(ge=1, description="each service's workers")
+    repo_roots: list[str] = Field(default_factory=list)
+    git_schemes: list[str] = Field(default_factory=list)
+
+
+class JudgeFleetConfig(_Config):
+    """The engines of the judge an environment grades with (``judge``, backend ``engine``)."""
+
+    model_name: str
+    num_engines: int = Field(1, ge=1)
+    seed: int = 0
+
+
+class StackConfig(_Config):
+    """What a :class:`Stack` starts, split from the run's config once, by its driver
+    (:func:`dockyard.train.algorithms.configs.stack_config`): each fleet its own part."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    cluster: ClusterConfig
+    trainer: TrainerFleetConfig | None = Field(
+        description="None: no trainer fleet (an evaluation serves a folder)"
+    )
+    engines: EngineConfig
+    weight_transport: WeightTransportConfig
+    overlap: bool = Field(
+        False, description="generation runs beside training (asynchronous GRPO): fleet threads"
+    )
+    env_name: str | None = Field(None, description="the run's environment (None: no environment)")
+    sandbox: SandboxFleetConfig | None = Field(
+        None, description="sandbox services to start (None: none, or env.<name>.sandbox_urls)"
+    )
+    judge: JudgeFleetConfig | None = None
+    buffer_age_bound: int | None = Field(
+        None, ge=0, description="the replay buffer's age bound (None: no buffer, no environment)"
+    )
+
+
 class Stack:
-    """See the module docstring. ``cpu_split`` reserves CPUs for (trainer, engine) actors."""
+    """See the module docstring."""
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: StackConfig,
         run_dir: str,
         *,
-        sandbox_urls: list[str] | None = None,
         wait: bool = True,
-        environment: bool = True,
         reserve_cpus: float = 0.0,
     ) -> None:
         """``wait=False``: return once the fleets are starting (their actors' handles and the
         buffer exist); :meth:`wait_ready` waits for them — meanwhile the caller can start what
-        needs only the handles (the collector). ``environment=False``: the trainer and the
-        engines only (no environment, sandbox or replay buffer: online DPO, whose reward is a
-        judge); ``reserve_cpus`` Ray CPUs are left out of the fleets' shares (a judge fleet)."""
+        needs only the handles (the collector). ``reserve_cpus`` Ray CPUs are left out of the
+        fleets' shares (a judge fleet the driver starts)."""
         self.cfg = cfg
         self.strategies = strategies(cfg.cluster.placement)  # role -> placement strategy
         t0 = time.perf_counter()
-        self.ray = require_ray()
+        self.ray: Any = ray  # (the preference drivers' StackPolicy calls ray through it)
         init_ray(cfg.cluster)
         # seconds each start-up phase took (`startup/*` of the first step's metrics; the fleets
         # start concurrently, so theirs are each fleet's own time from the start of the fleets)
         self.startup: dict[str, float] = {"startup/ray_s": time.perf_counter() - t0}
         self.run_id = uuid.uuid4().hex[:8]
         self.run_dir = run_dir
-        self.sandbox = None
-        self.sandbox_urls = list(sandbox_urls or [])
-        self.env_name = self._start_sandbox(cfg) if environment else None
+        self.sandbox: SandboxFleet | None = None
+        self.sandbox_urls: list[str] = []  # the started fleet's, once it is ready
+        self.env_name = cfg.env_name
+        if cfg.sandbox is not None:
+            self.sandbox = SandboxFleet(
+                num_services=cfg.sandbox.services,
+                workers=cfg.sandbox.workers,
+                wait=False,
+                repo_roots=cfg.sandbox.repo_roots,
+                git_schemes=cfg.sandbox.git_schemes,
+                strategy=self.strategies["sandbox"],
+            )
         self.judge_fleet: Any = None  # engines of the judge an environment grades with
         try:
-            self.judge_engines: list[Any] = (
-                self._start_judge(cfg, self.env_name) if self.env_name else []
-            )
+            self.judge_engines: list[Any] = self._start_judge(cfg.judge)
         except BaseException:
             self.shutdown()  # the sandbox fleet that did start
             raise
-        self.model_path = cfg.policy.model_name
+        self.model_path = cfg.engines.model
         reserve_cpus += JUDGE_CPUS * len(self.judge_engines)  # a judge fleet's share
         cpus = node_cpus() - reserve_cpus  # an actor's share fits on one node
         floor = 0.25 if reserve_cpus else 0.5
@@ -104,72 +142,32 @@ class Stack:
         try:  # the fleets start concurrently (each actor imports torch / vLLM: seconds each)
             self._t_fleets = time.perf_counter()
             self.engines = self._start_engines(share)
-            self.trainer = self._start_trainer(share)
+            self.trainer: Any = self._start_trainer(share)
             self._waits: dict[str, list[Any]] | None = {
                 "trainer": self.trainer.ready(),
                 "engines": self.engines.call("ready"),
             }
             if self.sandbox is not None:
                 self._waits["sandbox"] = self.sandbox.starting()
-            self.buffer = remote_buffer(cfg.grpo.async_grpo.age_bound()) if environment else None
+            self.buffer = (
+                None if cfg.buffer_age_bound is None else remote_buffer(cfg.buffer_age_bound)
+            )
         except BaseException:
             self.shutdown()  # what did start must not outlive a failed start
             raise
         if wait:
             self.wait_ready()
 
-    def _start_sandbox(self, cfg: Any) -> str:
-        """The run's environment name; its sandbox fleet starting (not waited for) when the
-        environment needs one and no service URL is given."""
-        env_name = cfg.env_for_data()
-        if env_name is None:
-            raise ValueError(
-                "no environment: add an env.<name> entry (and data.env_name if several)"
-            )
-        from dockyard.train.environments import needs_sandbox
-
-        env_cfg = cfg.env[env_name]
-        if needs_sandbox(env_name, env_cfg) and not env_cfg.sandbox_urls and not self.sandbox_urls:
-            from dockyard.train.runtime.sandbox_fleet import SandboxFleet
-
-            workers = cfg.cluster.sandbox_workers or min(16, 2 * (os.cpu_count() or 1))
-            self.sandbox = SandboxFleet(
-                num_services=cfg.cluster.sandbox_services,
-                workers=workers,
-                wait=False,
-                repo_roots=cfg.cluster.sandbox_repo_roots,
-                git_schemes=cfg.cluster.sandbox_git_schemes,
-                strategy=self.strategies["sandbox"],
-            )
-        return env_name
-
-    def _start_judge(self, cfg: Any, env_name: str) -> list[Any]:
-        """The judge fleet's actors when the run's environment grades with the LLM judge
-        (``needs_judge``, ``use_judge`` not off) on backend ``engine``; else none (backend
-        ``openai`` needs no fleet)."""
-        from dockyard.train.environments import needs_judge
-
-        env_cfg = cfg.env[env_name]
-        j = cfg.judge
-        if not needs_judge(env_name, env_cfg) or not env_cfg.options.get("use_judge", True):
+    def _start_judge(self, judge: JudgeFleetConfig | None) -> list[Any]:
+        """The judge fleet's actors (none without a judge fleet in the config)."""
+        if judge is None:
             return []
-        if j.backend != "engine":
-            return []
-        if not j.model_name:
-            raise ValueError(
-                f"env.{env_name} grades with the LLM judge: set judge.model_name (backend "
-                "'engine') or judge.backend: openai with judge.base_url; or env."
-                f"{env_name}.options.use_judge: false to grade by the deterministic checks"
-            )
-        from dockyard.train.runtime.judge_fleet import start_judge_fleet
-
-        gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
         self.judge_fleet = start_judge_fleet(
-            j.model_name,
-            j.num_engines,
-            gpus=gpus,
+            judge.model_name,
+            judge.num_engines,
+            gpus=1.0 if self.cfg.cluster.gpus_per_node else 0.0,
             cpus=JUDGE_CPUS,
-            seed=cfg.grpo.seed,
+            seed=judge.seed,
             strategy=self.strategies["inference"],
         )
         return list(self.judge_fleet.actors)
@@ -195,36 +193,36 @@ class Stack:
         the old one from a stopped collector must not reach the restored contents)."""
         with contextlib.suppress(Exception):
             self.ray.kill(self.buffer, no_restart=True)
-        self.buffer = remote_buffer(self.cfg.grpo.async_grpo.age_bound())
+        self.buffer = remote_buffer(self.cfg.buffer_age_bound or 0)
         return self.buffer
 
     # ------------------------------------------------------------ fleets
-    def _start_trainer(self, cpus: float) -> TrainerClient:
+    def _start_trainer(self, cpus: float) -> TrainerClient | _NoTrainer:
         """The trainer fleet (started, not waited for: :meth:`TrainerClient.ready`)."""
-        cfg = self.cfg
-        if cfg.policy.jax_cfg.enabled:
-            factory, wcfg = JAX_WORKER, jax_worker_config(cfg)
-        else:
-            factory, wcfg = TORCH_WORKER, torch_worker_config(cfg)
-        gpus = 1.0 if cfg.cluster.gpus_per_node else 0.0
-        world = cfg.cluster.trainer_ranks
+        t = self.cfg.trainer
+        if t is None:
+            return _NoTrainer()
+        gpus = 1.0 if self.cfg.cluster.gpus_per_node else 0.0
         # (cluster.trainer_ranks fits the trainer and its mesh: checked with the config)
-        per_rank = cpus if gpus else max(cpus / world, 0.25)  # CPU ranks share the trainer's cores
+        per_rank = cpus if gpus else max(cpus / t.ranks, 0.25)  # CPU ranks share the cores
         spec = FleetSpec(
-            "trainer", size=world, cpus=per_rank, gpus=gpus, strategy=self.strategies["trainer"]
+            "trainer", size=t.ranks, cpus=per_rank, gpus=gpus, strategy=self.strategies["trainer"]
         )
-        from dockyard.train.runtime.hosts import fleet_threads
-
-        bound = cfg.cluster.trainer_cpus
-        overlap = cfg.grpo.async_grpo.enabled  # async: generation runs beside training
-        threads = fleet_threads(bound, per_rank, overlap=overlap, size=world, gpus=bool(gpus))
-        return TrainerClient.start(spec, factory, wcfg, cpus=bound, threads=threads)
+        threads = fleet_threads(
+            t.cpus, per_rank, overlap=self.cfg.overlap, size=t.ranks, gpus=bool(gpus)
+        )
+        return TrainerClient.start(spec, t.worker, t.worker_config, cpus=t.cpus, threads=threads)
 
     def _start_engines(self, cpus: float) -> Fleet:
         """The inference fleet's actors (started, not waited for: ``ready`` loads the engine),
-        and the weight sync to them (dockyard-serve maps the config to both)."""
-        engines = EngineConfig.from_master(self.cfg, self.model_path, version=0)
-        self.weight_sync = WeightSync.from_master(self.cfg, self.run_id)
+        and the weight sync to them."""
+        engines, cluster = self.cfg.engines, self.cfg.cluster
+        self.weight_sync = WeightSync(
+            self.cfg.weight_transport,
+            run_id=self.run_id,
+            gpus=bool(cluster.gpus_per_node),
+            num_nodes=cluster.num_nodes,
+        )
         self._engine_ips: dict[int, tuple[Any, str]] = {}  # index -> (its actor, node IP)
         spec = FleetSpec(
             "inference",
@@ -233,15 +231,9 @@ class Stack:
             gpus=engines.gpus,
             strategy=self.strategies["inference"],
         )
-        from dockyard.train.runtime.hosts import fleet_threads
-
-        bound = self.cfg.cluster.inference_cpus
+        bound = cluster.inference_cpus
         threads = fleet_threads(
-            bound,
-            cpus,
-            overlap=self.cfg.grpo.async_grpo.enabled,
-            size=engines.num_engines,
-            gpus=engines.gpus > 0,
+            bound, cpus, overlap=self.cfg.overlap, size=engines.num_engines, gpus=engines.gpus > 0
         )
         return Fleet(
             spec,
@@ -332,9 +324,19 @@ class Stack:
         if self.sandbox is not None:
             self.sandbox.shutdown()
         if getattr(self, "judge_fleet", None) is not None:
-            from dockyard.train.runtime.judge_fleet import stop_judge_fleet
-
             stop_judge_fleet(self.judge_fleet)
+
+
+class _NoTrainer:
+    """The trainer fleet of a stack without one (an evaluation): nothing to wait for or stop."""
+
+    actors: tuple[Any, ...] = ()
+
+    def ready(self) -> list[Any]:
+        return []
+
+    def shutdown(self) -> None:
+        pass
 
 
 def _ready_times(ray: Any, waits: dict[str, list[Any]]) -> dict[str, float]:

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
@@ -139,8 +140,6 @@ def check_host(host: str, allow_remote: bool) -> None:
 
 def serve(folders: list[str | Path], host: str, port: int, allow_remote: bool = False) -> None:
     """Serve the viewer on ``host:port`` until interrupted (:func:`check_host` first)."""
-    import uvicorn
-
     check_host(host, allow_remote)
     app = create_app(folders)
     uvicorn.run(app, host=host, port=port, log_level="warning")
