@@ -2,11 +2,18 @@
 judge trained here, once per session, on pairwise judgments of the quickstart's task labelled
 by its verifier (measured: 150 SFT steps of 32, ~65 s on one core; on held-out specs it names
 the correct expression in both orders for 27 of 32 pairs, the other 5 tie, none wrong), and
-the tiny starting policy the judged drivers train."""
+the tiny starting policy the judged drivers train. Both are SFT'd on ``SFT_THREADS`` torch
+threads whatever the machine or the tests before them: training is not bit-equal across thread
+counts, and these tiny models' greedy answers move a lot with their weights (SFT'd on two
+threads the start policy answers 0.53 of the held-out specs correctly instead of 0.13-0.16, and
+the drivers' tests, written against the latter, failed when an earlier test had left the
+process on two)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +21,20 @@ import pytest
 
 TEMPLATE = "{prompt}\nA: {response_a}\nB: {response_b}\n{question}"
 QUESTION = "Which is correct?"
+SFT_THREADS = 1  # the figures in the docstrings were measured on one (and one is any machine's)
+
+
+@contextlib.contextmanager
+def _sft_threads() -> Iterator[None]:
+    """torch's intra-op pool at :data:`SFT_THREADS` for the block (restored after)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(SFT_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
@@ -26,6 +47,12 @@ def judge_template() -> tuple[str, dict[str, str]]:
 def sft_worker() -> Any:
     """``(model, lr) -> TorchPolicyWorker`` in this process, for the fixtures' SFT."""
     return _worker
+
+
+@pytest.fixture(scope="session")
+def sft_threads() -> Any:
+    """The context manager the fixtures' SFT runs in (torch on :data:`SFT_THREADS` threads)."""
+    return _sft_threads
 
 
 def _worker(model: Path, lr: float) -> Any:
@@ -70,8 +97,9 @@ def trained_judge(tmp_path_factory: pytest.TempPathFactory) -> Path:
         root / "init", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, seed=1
     )
     examples = judgments(load_tasks("train"), 4000, seed=0)
-    sft(_worker(model, 3e-3), AutoTokenizer.from_pretrained(str(model)), examples,
-        steps=150, batch_size=32, seed=0, output_dir=root / "judge")  # fmt: skip
+    with _sft_threads():
+        sft(_worker(model, 3e-3), AutoTokenizer.from_pretrained(str(model)), examples,
+            steps=150, batch_size=32, seed=0, output_dir=root / "judge")  # fmt: skip
     return root / "judge"
 
 
@@ -93,6 +121,7 @@ def start_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         root / "init", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1
     )
     demos = demonstrations(load_tasks("train"), 1024, buggy_fraction=0.6, seed=0)
-    sft(_worker(model, 3e-3), AutoTokenizer.from_pretrained(str(model)), demos,
-        steps=250, batch_size=32, seed=0, output_dir=root / "sft")  # fmt: skip
+    with _sft_threads():
+        sft(_worker(model, 3e-3), AutoTokenizer.from_pretrained(str(model)), demos,
+            steps=250, batch_size=32, seed=0, output_dir=root / "sft")  # fmt: skip
     return root / "sft"
