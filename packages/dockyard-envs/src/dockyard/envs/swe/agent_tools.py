@@ -106,20 +106,35 @@ def build_agent_tools(
     if unknown:
         raise ValueError(f"unknown agent tools {unknown}; choose from {', '.join(TOOL_NAMES)}")
     terminal = build_terminal_tools(pool_of, max_output_chars)
-    shell = terminal.get("run")
     reg = ToolRegistry()
-    reg.register(
-        Tool(
-            "bash",
-            "Run a shell command at the repository root; returns the exit code and output. "
-            "Use it to run tests or scripts.",
-            shell.parameters,
-            shell.handler,
-        )
-    )
+    reg.register(_bash_tool(terminal.get("run")))
 
     def cap(text: str) -> str:
         return truncate_middle(text, max_output_chars)
+
+    _add_editor_tool(reg, pool_of, cap)
+    _add_search_tools(reg, pool_of, cap)
+    reg.register(terminal.get("submit"))
+    if only is None:
+        return reg
+    return ToolRegistry([reg.get(n) for n in TOOL_NAMES if n in only or n == "submit"])
+
+
+def _bash_tool(shell: Tool) -> Tool:
+    """The terminal environment's shell tool, as ``bash`` at the repository root."""
+    return Tool(
+        "bash",
+        "Run a shell command at the repository root; returns the exit code and output. "
+        "Use it to run tests or scripts.",
+        shell.parameters,
+        shell.handler,
+    )
+
+
+def _add_editor_tool(
+    reg: ToolRegistry, pool_of: Callable[[dict[str, Any]], Any], cap: Callable[[str], str]
+) -> None:
+    """``str_replace_editor`` (view, create, str_replace, insert, undo_edit) on ``reg``."""
 
     @reg.tool(
         "str_replace_editor",
@@ -134,56 +149,80 @@ def build_agent_tools(
         rel = _rel(path)
         history: dict[str, list[str]] = state.setdefault("edit_history", {})
         if command == "undo_edit":
-            if not history.get(rel):
-                return _error(state, f"no edit of {path} to undo")
-            problem = await _write(client, state, rel, history[rel].pop())
-            return _error(state, problem) if problem else f"Last edit to {path} undone."
+            return await _undo_edit(client, state, history, rel, path)
         text = await _read(client, state, rel)
         if command == "view" and text is None:
-            q = shlex.quote(rel)
-            res = await _exec(
-                client, state,
-                f"if [ -d {q} ]; then find {q} -maxdepth 2 -not -path '*/.*' | sort | head -n 400; "
-                "else exit 3; fi",
-            )  # fmt: skip
-            if res.exit_code == 0:
-                return cap(f"Files and directories up to 2 levels deep in {path}:\n{res.stdout}")
+            listing = await _list_directory(client, state, rel)
+            if listing is not None:
+                return cap(f"Files and directories up to 2 levels deep in {path}:\n{listing}")
         if command == "create":
-            if text is not None:
-                return _error(
-                    state, f"File already exists at: {path}. Cannot overwrite files using command "
-                    "`create`; edit it with `str_replace` or `insert`."
-                )  # fmt: skip
-            if "file_text" not in kw:
-                return _error(state, "`create` needs `file_text`")
-            problem = await _write(client, state, rel, kw["file_text"])
-            return _error(state, problem) if problem else f"File created successfully at: {path}"
+            return await _create_file(client, state, rel, path, text is not None, kw)
         if text is None:
             return _error(state, f"The path {path} does not exist or is not a readable text file.")
         try:
             if command == "view":
                 return cap(editor.view(path, text, kw.get("view_range")))
-            if command == "str_replace":
-                if "old_str" not in kw:
-                    return _error(state, "`str_replace` needs `old_str` (and `new_str`)")
-                new_text, msg = editor.str_replace(path, text, kw["old_str"], kw.get("new_str", ""))
-            else:  # insert (the schema admits nothing else)
-                if "insert_line" not in kw or "new_str" not in kw:
-                    return _error(state, "`insert` needs `insert_line` and `new_str`")
-                new_text, msg = editor.insert(path, text, kw["insert_line"], kw["new_str"])
+            edited = _edited_text(state, command, path, text, kw)
         except editor.EditorError as e:
             return _error(state, str(e))
+        if isinstance(edited, str):
+            return edited
+        new_text, msg = edited
         problem = await _write(client, state, rel, new_text)
         if problem:
             return _error(state, problem)
         history.setdefault(rel, []).append(text)
         return cap(msg)
 
-    _add_search_tools(reg, pool_of, cap)
-    reg.register(terminal.get("submit"))
-    if only is None:
-        return reg
-    return ToolRegistry([reg.get(n) for n in TOOL_NAMES if n in only or n == "submit"])
+
+async def _undo_edit(
+    client: Any, state: dict[str, Any], history: dict[str, list[str]], rel: str, path: str
+) -> str:
+    """Restore the text ``rel`` had before its last edit (``history`` holds those texts)."""
+    if not history.get(rel):
+        return _error(state, f"no edit of {path} to undo")
+    problem = await _write(client, state, rel, history[rel].pop())
+    return _error(state, problem) if problem else f"Last edit to {path} undone."
+
+
+async def _list_directory(client: Any, state: dict[str, Any], rel: str) -> str | None:
+    """The files under directory ``rel``, two levels deep; ``None`` if it is not a directory."""
+    q = shlex.quote(rel)
+    res = await _exec(
+        client, state,
+        f"if [ -d {q} ]; then find {q} -maxdepth 2 -not -path '*/.*' | sort | head -n 400; "
+        "else exit 3; fi",
+    )  # fmt: skip
+    return res.stdout if res.exit_code == 0 else None
+
+
+async def _create_file(
+    client: Any, state: dict[str, Any], rel: str, path: str, exists: bool, kw: dict[str, Any]
+) -> str:
+    """Write ``kw["file_text"]`` to a new file; an existing one is refused, never overwritten."""
+    if exists:
+        return _error(
+            state, f"File already exists at: {path}. Cannot overwrite files using command "
+            "`create`; edit it with `str_replace` or `insert`."
+        )  # fmt: skip
+    if "file_text" not in kw:
+        return _error(state, "`create` needs `file_text`")
+    problem = await _write(client, state, rel, kw["file_text"])
+    return _error(state, problem) if problem else f"File created successfully at: {path}"
+
+
+def _edited_text(
+    state: dict[str, Any], command: str, path: str, text: str, kw: dict[str, Any]
+) -> tuple[str, str] | str:
+    """``(new text, message)`` of ``str_replace``/``insert``, or the missing-argument error."""
+    if command == "str_replace":
+        if "old_str" not in kw:
+            return _error(state, "`str_replace` needs `old_str` (and `new_str`)")
+        return editor.str_replace(path, text, kw["old_str"], kw.get("new_str", ""))
+    # insert (the schema admits nothing else)
+    if "insert_line" not in kw or "new_str" not in kw:
+        return _error(state, "`insert` needs `insert_line` and `new_str`")
+    return editor.insert(path, text, kw["insert_line"], kw["new_str"])
 
 
 def _add_search_tools(

@@ -121,23 +121,25 @@ def _probe(path: str, period: int, failures: int, delay: int = 0) -> dict[str, A
     return probe
 
 
-def deployment(ctx: Context) -> dict[str, Any]:
+def _args(ctx: Context) -> list[str]:
+    """``dockyard-sandbox`` arguments: listen address, worker count, writable dirs, drain, token."""
     s = ctx.recipe.sandbox
-    pod_sec, container_sec, annotations = _security(ctx)
     args = ["serve", "--host", "0.0.0.0", "--port", str(s.port), "--workers", str(s.workers)]
     args += ["--work-dir", WORKSPACE, "--cache-dir", CACHE, "--drain-timeout", str(DRAIN_S)]
+    if s.token_secret:
+        args += ["--token-file", f"{TOKEN_MOUNT}/token"]
+    return args
+
+
+def _volumes(ctx: Context) -> list[dict[str, Any]]:
+    """Size-limited emptyDirs for the writable paths of the read-only root, plus the token Secret."""
+    s = ctx.recipe.sandbox
     volumes: list[dict[str, Any]] = [
         {"name": "workspace", "emptyDir": {"sizeLimit": s.workspace_size}},
         {"name": "cache", "emptyDir": {"sizeLimit": s.cache_size}},
         {"name": "tmp", "emptyDir": {"sizeLimit": format_bytes(TMP_SIZE)}},
     ]
-    mounts = [
-        {"name": "workspace", "mountPath": WORKSPACE},
-        {"name": "cache", "mountPath": CACHE},
-        {"name": "tmp", "mountPath": "/tmp"},
-    ]
     if s.token_secret:
-        args += ["--token-file", f"{TOKEN_MOUNT}/token"]
         volumes.append(
             {
                 "name": "token",
@@ -148,35 +150,60 @@ def deployment(ctx: Context) -> dict[str, Any]:
                 },
             }
         )
+    return volumes
+
+
+def _mounts(ctx: Context) -> list[dict[str, Any]]:
+    """Where the container sees the volumes of :func:`_volumes` (the token read-only)."""
+    mounts: list[dict[str, Any]] = [
+        {"name": "workspace", "mountPath": WORKSPACE},
+        {"name": "cache", "mountPath": CACHE},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    if ctx.recipe.sandbox.token_secret:
         mounts.append({"name": "token", "mountPath": TOKEN_MOUNT, "readOnly": True})
-    container = {
+    return mounts
+
+
+def _container(ctx: Context, security: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox container: image, command, sizing, hardening, mounts and health probes."""
+    s = ctx.recipe.sandbox
+    return {
         "name": CONTAINER,
         "image": ctx.infra.images.sandbox,
         "imagePullPolicy": ctx.infra.images.pull_policy,
         "command": ["dockyard-sandbox"],
-        "args": args,
+        "args": _args(ctx),
         "env": env_list({FLEET_ROLE_ENV: "sandbox", "HOME": WORKSPACE, "TMPDIR": "/tmp"}),
         "ports": [{"name": "http", "containerPort": s.port, "protocol": "TCP"}],
         "resources": sandbox_resources(ctx),
-        "securityContext": container_sec,
-        "volumeMounts": mounts,
+        "securityContext": security,
+        "volumeMounts": _mounts(ctx),
         "startupProbe": _probe("/healthz", period=2, failures=30),
         "readinessProbe": _probe("/healthz", period=5, failures=2),
         "livenessProbe": _probe("/healthz", period=10, failures=3),
     }
-    annotations |= {
+
+
+def _pod_annotations(ctx: Context, security: dict[str, str]) -> dict[str, str]:
+    """The security annotations (AppArmor on old clusters) plus where Prometheus scrapes."""
+    return security | {
         "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(s.port),
+        "prometheus.io/port": str(ctx.recipe.sandbox.port),
         "prometheus.io/path": "/metrics",
     }
+
+
+def _pod_spec(ctx: Context, security: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    """The pod: no API token or service links, drain grace, spread over nodes, isolation knobs."""
     pod_spec: dict[str, Any] = {
         "serviceAccountName": ctx.object_name("sandbox"),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": DRAIN_S + 15,
-        "securityContext": pod_sec,
+        "securityContext": security,
         "containers": [container],
-        "volumes": volumes,
+        "volumes": _volumes(ctx),
         "topologySpreadConstraints": [
             {
                 "maxSkew": 1,
@@ -187,17 +214,22 @@ def deployment(ctx: Context) -> dict[str, Any]:
         ],
         **scheduling(ctx, "sandbox"),
     }
-    sec = ctx.infra.sandbox_security
-    if not sec.host_users:
+    if not ctx.infra.sandbox_security.host_users:
         pod_spec["hostUsers"] = False
     if ctx.infra.runtime_class:
         pod_spec["runtimeClassName"] = ctx.infra.runtime_class
+    return pod_spec
+
+
+def deployment(ctx: Context) -> dict[str, Any]:
+    """The sandbox Deployment: hardened pods, rolled one at a time without losing capacity."""
+    pod_sec, container_sec, annotations = _security(ctx)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": ctx.metadata("sandbox", COMPONENT, "sandbox", ctx.sandbox_namespace),
         "spec": {
-            "replicas": s.replicas.min,
+            "replicas": ctx.recipe.sandbox.replicas.min,
             "selector": {"matchLabels": ctx.selector(COMPONENT)},
             "strategy": {
                 "type": "RollingUpdate",
@@ -206,9 +238,9 @@ def deployment(ctx: Context) -> dict[str, Any]:
             "template": {
                 "metadata": {
                     "labels": ctx.labels(COMPONENT, "sandbox"),
-                    "annotations": annotations,
+                    "annotations": _pod_annotations(ctx, annotations),
                 },
-                "spec": pod_spec,
+                "spec": _pod_spec(ctx, pod_sec, _container(ctx, container_sec)),
             },
         },
     }

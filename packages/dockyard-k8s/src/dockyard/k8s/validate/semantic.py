@@ -177,100 +177,152 @@ def _check_security(
         )
 
 
-def check_workloads(objects: list[dict[str, Any]]) -> Iterator[Finding]:
-    """Selectors match pods, references resolve, replica bounds hold."""
-    by_ns: dict[str, list[dict[str, str]]] = {}
-    deployments: set[tuple[str, str]] = set()
-    config_maps: set[tuple[str, str]] = set()
-    claims: set[tuple[str, str]] = set()
+@dataclass(frozen=True)
+class _Rendered:
+    """What the rendered objects provide, by namespace: pod labels and the names of referents."""
+
+    pod_labels: dict[str, list[dict[str, str]]]
+    deployments: set[tuple[str, str]]
+    config_maps: set[tuple[str, str]]
+    claims: set[tuple[str, str]]
+
+
+def _namespace(obj: dict[str, Any]) -> str:
+    """The object's namespace ("" when unset), the key every cross-object lookup uses."""
+    return str(obj.get("metadata", {}).get("namespace", ""))
+
+
+def _index(objects: list[dict[str, Any]]) -> _Rendered:
+    """Collect what references and selectors may point at, so each check is a set lookup."""
+    rendered = _Rendered({}, set(), set(), set())
     for obj in objects:
-        ns = str(obj.get("metadata", {}).get("namespace", ""))
+        ns = _namespace(obj)
         name = str(obj.get("metadata", {}).get("name", ""))
         if obj.get("kind") == "Deployment":
-            deployments.add((ns, name))
+            rendered.deployments.add((ns, name))
         if obj.get("kind") == "ConfigMap":
-            config_maps.add((ns, name))
+            rendered.config_maps.add((ns, name))
         if obj.get("kind") == "PersistentVolumeClaim":
-            claims.add((ns, name))
+            rendered.claims.add((ns, name))
         for pt in pod_templates(obj):
-            by_ns.setdefault(ns, []).append((pt.template.get("metadata") or {}).get("labels") or {})
+            labels = (pt.template.get("metadata") or {}).get("labels") or {}
+            rendered.pod_labels.setdefault(ns, []).append(labels)
+    return rendered
+
+
+def _check_volume_refs(
+    r: str, ns: str, template: dict[str, Any], rendered: _Rendered
+) -> Iterator[Finding]:
+    """Warn about pod volumes whose ConfigMap, claim or Secret the render does not provide."""
+    for v in (template.get("spec") or {}).get("volumes") or []:
+        cm = (v.get("configMap") or {}).get("name")
+        if cm and (ns, cm) not in rendered.config_maps:
+            yield Finding(
+                r,
+                "volumes",
+                f"ConfigMap {cm!r} is not among the rendered objects",
+                "warning",
+            )
+        pvc = (v.get("persistentVolumeClaim") or {}).get("claimName")
+        if pvc and (ns, pvc) not in rendered.claims:
+            yield Finding(
+                r,
+                "volumes",
+                f"PersistentVolumeClaim {pvc!r} is not rendered: it must exist",
+                "warning",
+            )
+        secret = (v.get("secret") or {}).get("secretName")
+        if secret:
+            yield Finding(
+                r, "volumes", f"Secret {secret!r} must exist in namespace {ns!r}", "warning"
+            )
+
+
+def _check_deployment_selector(obj: dict[str, Any]) -> Iterator[Finding]:
+    """A Deployment whose selector misses its own template is rejected by the API server."""
+    if obj.get("kind") != "Deployment":
+        return
+    spec = obj.get("spec") or {}
+    sel = (spec.get("selector") or {}).get("matchLabels") or {}
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    if not _matches(sel, labels):
+        yield Finding(
+            ref(obj), "spec.selector.matchLabels", "must match spec.template.metadata.labels"
+        )
+
+
+def _check_selects_pods(obj: dict[str, Any], ns: str, rendered: _Rendered) -> Iterator[Finding]:
+    """A Service, PodDisruptionBudget or NetworkPolicy must select some rendered pod."""
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    if kind not in ("Service", "PodDisruptionBudget", "NetworkPolicy"):
+        return
+    sel = (
+        spec.get("selector")
+        if kind == "Service"
+        else (spec.get("selector") or spec.get("podSelector") or {}).get("matchLabels")
+    )
+    field = (
+        "spec.selector"
+        if kind == "Service"
+        else (
+            "spec.selector.matchLabels"
+            if kind == "PodDisruptionBudget"
+            else "spec.podSelector.matchLabels"
+        )
+    )
+    if not any(_matches(sel or {}, labels) for labels in rendered.pod_labels.get(ns, [])):
+        yield Finding(ref(obj), field, f"selects no rendered pod in namespace {ns!r}")
+
+
+def _check_autoscaler(obj: dict[str, Any], ns: str, rendered: _Rendered) -> Iterator[Finding]:
+    """An HPA must target a rendered Deployment and keep minReplicas <= maxReplicas."""
+    if obj.get("kind") != "HorizontalPodAutoscaler":
+        return
+    r, spec = ref(obj), obj.get("spec") or {}
+    target = spec.get("scaleTargetRef") or {}
+    if target.get("kind") == "Deployment" and (ns, target.get("name")) not in rendered.deployments:
+        yield Finding(
+            r, "spec.scaleTargetRef.name", f"no Deployment {target.get('name')!r} in {ns!r}"
+        )
+    if as_int(spec.get("minReplicas"), 1) > as_int(spec.get("maxReplicas"), 2**31):
+        yield Finding(r, "spec.minReplicas", "exceeds spec.maxReplicas")
+
+
+def _check_ray_groups(obj: dict[str, Any]) -> Iterator[Finding]:
+    """Ray worker groups need unique names and replicas within their min/max bounds."""
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    if kind not in ("RayJob", "RayCluster"):
+        return
+    r = ref(obj)
+    cluster = spec.get("rayClusterSpec", {}) if kind == "RayJob" else spec
+    seen: set[str] = set()
+    for i, g in enumerate(cluster.get("workerGroupSpecs") or []):
+        gp = f"{'spec.rayClusterSpec' if kind == 'RayJob' else 'spec'}.workerGroupSpecs[{i}]"
+        if g.get("groupName") in seen:
+            yield Finding(r, f"{gp}.groupName", f"duplicate group {g.get('groupName')!r}")
+        seen.add(g.get("groupName"))
+        lo, n = as_int(g.get("minReplicas"), 0), as_int(g.get("replicas"), 0)
+        hi = as_int(g.get("maxReplicas"), 2**31 - 1)
+        if not lo <= n <= hi:
+            yield Finding(
+                r,
+                f"{gp}.replicas",
+                f"needs minReplicas <= replicas <= maxReplicas ({lo}, {n}, {hi})",
+            )
+
+
+def check_workloads(objects: list[dict[str, Any]]) -> Iterator[Finding]:
+    """Selectors match pods, references resolve, replica bounds hold."""
+    rendered = _index(objects)
     for obj in objects:
-        r, kind, spec = ref(obj), obj.get("kind"), obj.get("spec") or {}
-        ns = str(obj.get("metadata", {}).get("namespace", ""))
+        ns = _namespace(obj)
         for pt in pod_templates(obj):
             yield from check_pod_template(obj, pt.path, pt.template)
-            for v in (pt.template.get("spec") or {}).get("volumes") or []:
-                cm = (v.get("configMap") or {}).get("name")
-                if cm and (ns, cm) not in config_maps:
-                    yield Finding(
-                        r,
-                        "volumes",
-                        f"ConfigMap {cm!r} is not among the rendered objects",
-                        "warning",
-                    )
-                pvc = (v.get("persistentVolumeClaim") or {}).get("claimName")
-                if pvc and (ns, pvc) not in claims:
-                    yield Finding(
-                        r,
-                        "volumes",
-                        f"PersistentVolumeClaim {pvc!r} is not rendered: it must exist",
-                        "warning",
-                    )
-                secret = (v.get("secret") or {}).get("secretName")
-                if secret:
-                    yield Finding(
-                        r, "volumes", f"Secret {secret!r} must exist in namespace {ns!r}", "warning"
-                    )
-        if kind == "Deployment":
-            sel = (spec.get("selector") or {}).get("matchLabels") or {}
-            labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-            if not _matches(sel, labels):
-                yield Finding(
-                    r, "spec.selector.matchLabels", "must match spec.template.metadata.labels"
-                )
-        if kind in ("Service", "PodDisruptionBudget", "NetworkPolicy"):
-            sel = (
-                spec.get("selector")
-                if kind == "Service"
-                else (spec.get("selector") or spec.get("podSelector") or {}).get("matchLabels")
-            )
-            field = (
-                "spec.selector"
-                if kind == "Service"
-                else (
-                    "spec.selector.matchLabels"
-                    if kind == "PodDisruptionBudget"
-                    else "spec.podSelector.matchLabels"
-                )
-            )
-            if not any(_matches(sel or {}, labels) for labels in by_ns.get(ns, [])):
-                yield Finding(r, field, f"selects no rendered pod in namespace {ns!r}")
-        if kind == "HorizontalPodAutoscaler":
-            target = spec.get("scaleTargetRef") or {}
-            if target.get("kind") == "Deployment" and (ns, target.get("name")) not in deployments:
-                yield Finding(
-                    r, "spec.scaleTargetRef.name", f"no Deployment {target.get('name')!r} in {ns!r}"
-                )
-            if as_int(spec.get("minReplicas"), 1) > as_int(spec.get("maxReplicas"), 2**31):
-                yield Finding(r, "spec.minReplicas", "exceeds spec.maxReplicas")
-        if kind in ("RayJob", "RayCluster"):
-            cluster = spec.get("rayClusterSpec", {}) if kind == "RayJob" else spec
-            seen: set[str] = set()
-            for i, g in enumerate(cluster.get("workerGroupSpecs") or []):
-                gp = (
-                    f"{'spec.rayClusterSpec' if kind == 'RayJob' else 'spec'}.workerGroupSpecs[{i}]"
-                )
-                if g.get("groupName") in seen:
-                    yield Finding(r, f"{gp}.groupName", f"duplicate group {g.get('groupName')!r}")
-                seen.add(g.get("groupName"))
-                lo, n = as_int(g.get("minReplicas"), 0), as_int(g.get("replicas"), 0)
-                hi = as_int(g.get("maxReplicas"), 2**31 - 1)
-                if not lo <= n <= hi:
-                    yield Finding(
-                        r,
-                        f"{gp}.replicas",
-                        f"needs minReplicas <= replicas <= maxReplicas ({lo}, {n}, {hi})",
-                    )
+            yield from _check_volume_refs(ref(obj), ns, pt.template, rendered)
+        yield from _check_deployment_selector(obj)
+        yield from _check_selects_pods(obj, ns, rendered)
+        yield from _check_autoscaler(obj, ns, rendered)
+        yield from _check_ray_groups(obj)
 
 
 def check(objects: list[dict[str, Any]]) -> list[Finding]:

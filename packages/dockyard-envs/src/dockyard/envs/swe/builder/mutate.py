@@ -24,6 +24,8 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import itertools
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 COMPARE_FLIPS: dict[str, list[str]] = {
@@ -129,100 +131,121 @@ def _docstring_nodes(tree: ast.AST) -> set[int]:
     return ids
 
 
+_Found = tuple[str, ast.expr | ast.stmt, str, str, list[_Edit | None]]
+"""``(kind, node, variant, description, edits)``; a ``None`` edit: the text does not allow it."""
+
+
 @functools.lru_cache(maxsize=32)  # materialising a task set applies many mutations per file
 def _candidates(text: str) -> tuple[tuple[Mutation, tuple[_Edit, ...]], ...]:
+    """Every mutation of ``text`` with the edits that make it, sorted by key."""
     tree = ast.parse(text)
     src = _Source(text)
     skip = _docstring_nodes(tree)
     out: list[tuple[Mutation, tuple[_Edit, ...]]] = []
-
-    def add(kind: str, node: ast.AST, variant: str, desc: str, edits: list[_Edit | None]) -> None:
-        if any(e is None for e in edits):
-            return
-        m = Mutation(kind, node.lineno, node.col_offset, variant, desc)  # type: ignore[attr-defined]
-        out.append((m, tuple(e for e in edits if e is not None)))
-
     # nodes inside `if __name__ == "__main__":`, type annotations and decorators are skipped
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            tok = _CMP_TOKENS[type(node.ops[0])]
-            for new in COMPARE_FLIPS[tok]:
-                add("compare", node, new, f"'{tok}' -> '{new}'",
-                    [_gap_edit(src, node.left, node.comparators[0], tok, new)])  # fmt: skip
-        elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_TOKENS:
-            tok = _BIN_TOKENS[type(node.op)]
-            if any(
-                isinstance(x, ast.JoinedStr)
-                or (isinstance(x, ast.Constant) and isinstance(x.value, str | bytes))
-                for x in (node.left, node.right)
-            ):
-                continue  # string concatenation / formatting, not arithmetic
-            for new in BINOP_SWAPS[tok]:
-                add("binop", node, new, f"'{tok}' -> '{new}'",
-                    [_gap_edit(src, node.left, node.right, tok, new)])  # fmt: skip
-        elif isinstance(node, ast.BoolOp):
-            tok, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
-            add("boolop", node, new, f"'{tok}' -> '{new}'",
-                [_gap_edit(src, node.values[0], node.values[1], tok, new)])  # fmt: skip
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            s, e = src.span(node)
-            seg = src.text[s:e]
-            if seg.startswith("not") and "\n" not in seg:
-                add("not", node, "drop", "drop 'not'", [_Edit(s, e, seg[3:].lstrip())])
-        elif (
-            isinstance(node, ast.Constant)
-            and type(node.value) is int
-            and id(node) not in skip
-            and 0 <= node.value <= 100
-        ):
-            s, e = src.span(node)
-            if src.text[s:e] != str(node.value):
-                continue  # hex, underscores...: leave alone
-            for delta, variant in ((1, "+1"), (-1, "-1")):
-                if node.value + delta >= 0:
-                    add("off_by_one", node, variant, f"{node.value} -> {node.value + delta}",
-                        [_Edit(s, e, str(node.value + delta))])  # fmt: skip
-        elif isinstance(node, ast.Call) and len(node.args) >= 2:
-            a, b = node.args[0], node.args[1]
-            if isinstance(a, ast.Starred) or isinstance(b, ast.Starred):
+        found = itertools.chain(_expression_mutations(src, node, skip), _branch_removals(src, node))
+        for kind, at, variant, desc, edits in found:
+            if any(e is None for e in edits):
                 continue
-            (sa, ea), (sb, eb) = src.span(a), src.span(b)
-            ta, tb = src.text[sa:ea], src.text[sb:eb]
-            if ta == tb or "\n" in ta or "\n" in tb:
-                continue
-            add("swap_args", node, "0<->1", "swap the first two arguments",
-                [_Edit(sa, ea, tb), _Edit(sb, eb, ta)])  # fmt: skip
-        if isinstance(
-            node,
-            ast.FunctionDef
-            | ast.AsyncFunctionDef
-            | ast.For
-            | ast.While
-            | ast.If
-            | ast.With
-            | ast.Try,
-        ):
-            bodies = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
-            for body in bodies:
-                if len(body) < 2:
-                    continue
-                for stmt in body:
-                    if isinstance(stmt, ast.If) and not stmt.orelse:
-                        start = src.offset(stmt.lineno, 0)
-                        end = src.offset(stmt.end_lineno, stmt.end_col_offset)  # type: ignore[arg-type]
-                        if src.text[start : src.offset(stmt.lineno, stmt.col_offset)].strip():
-                            continue  # not alone on its line
-                        if end < len(src.text) and src.text[end] == "\n":
-                            end += 1
-                        add(
-                            "remove_branch",
-                            stmt,
-                            "drop",
-                            "remove an 'if' block",
-                            [_Edit(start, end, "")],
-                        )
+            m = Mutation(kind, at.lineno, at.col_offset, variant, desc)
+            out.append((m, tuple(e for e in edits if e is not None)))
     out.sort(key=lambda me: me[0].key)
     return tuple(out)
+
+
+def _expression_mutations(src: _Source, node: ast.AST, skip: set[int]) -> Iterator[_Found]:
+    """The mutations of one expression node, by its type (``skip``: docstring constants)."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        yield from _compare_flips(src, node)
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_TOKENS:
+        yield from _binop_swaps(src, node)
+    elif isinstance(node, ast.BoolOp):
+        tok, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
+        yield ("boolop", node, new, f"'{tok}' -> '{new}'",
+               [_gap_edit(src, node.values[0], node.values[1], tok, new)])  # fmt: skip
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        s, e = src.span(node)
+        seg = src.text[s:e]
+        if seg.startswith("not") and "\n" not in seg:
+            yield ("not", node, "drop", "drop 'not'", [_Edit(s, e, seg[3:].lstrip())])
+    elif (
+        isinstance(node, ast.Constant)
+        and type(node.value) is int
+        and id(node) not in skip
+        and 0 <= node.value <= 100
+    ):
+        yield from _off_by_ones(src, node, node.value)
+    elif isinstance(node, ast.Call) and len(node.args) >= 2:
+        yield from _arg_swaps(src, node)
+
+
+def _compare_flips(src: _Source, node: ast.Compare) -> Iterator[_Found]:
+    """``compare``: the single comparison operator replaced by each of its flips."""
+    tok = _CMP_TOKENS[type(node.ops[0])]
+    for new in COMPARE_FLIPS[tok]:
+        yield ("compare", node, new, f"'{tok}' -> '{new}'",
+               [_gap_edit(src, node.left, node.comparators[0], tok, new)])  # fmt: skip
+
+
+def _binop_swaps(src: _Source, node: ast.BinOp) -> Iterator[_Found]:
+    """``binop``: the arithmetic operator swapped, unless the operation is on strings."""
+    tok = _BIN_TOKENS[type(node.op)]
+    if any(
+        isinstance(x, ast.JoinedStr)
+        or (isinstance(x, ast.Constant) and isinstance(x.value, str | bytes))
+        for x in (node.left, node.right)
+    ):
+        return  # string concatenation / formatting, not arithmetic
+    for new in BINOP_SWAPS[tok]:
+        yield ("binop", node, new, f"'{tok}' -> '{new}'",
+               [_gap_edit(src, node.left, node.right, tok, new)])  # fmt: skip
+
+
+def _off_by_ones(src: _Source, node: ast.Constant, value: int) -> Iterator[_Found]:
+    """``off_by_one``: the decimal literal ``value`` plus and minus one (never below zero)."""
+    s, e = src.span(node)
+    if src.text[s:e] != str(value):
+        return  # hex, underscores...: leave alone
+    for delta, variant in ((1, "+1"), (-1, "-1")):
+        if value + delta >= 0:
+            yield ("off_by_one", node, variant, f"{value} -> {value + delta}",
+                   [_Edit(s, e, str(value + delta))])  # fmt: skip
+
+
+def _arg_swaps(src: _Source, node: ast.Call) -> Iterator[_Found]:
+    """``swap_args``: the first two call arguments swapped (one-line, distinct, unstarred)."""
+    a, b = node.args[0], node.args[1]
+    if isinstance(a, ast.Starred) or isinstance(b, ast.Starred):
+        return
+    (sa, ea), (sb, eb) = src.span(a), src.span(b)
+    ta, tb = src.text[sa:ea], src.text[sb:eb]
+    if ta == tb or "\n" in ta or "\n" in tb:
+        return
+    yield ("swap_args", node, "0<->1", "swap the first two arguments",
+           [_Edit(sa, ea, tb), _Edit(sb, eb, ta)])  # fmt: skip
+
+
+def _branch_removals(src: _Source, node: ast.AST) -> Iterator[_Found]:
+    """``remove_branch``: each lone-line ``if`` without ``else`` in a block of 2+ statements."""
+    if not isinstance(
+        node,
+        ast.FunctionDef | ast.AsyncFunctionDef | ast.For | ast.While | ast.If | ast.With | ast.Try,
+    ):
+        return
+    for body in [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]:
+        if len(body) < 2:
+            continue
+        for stmt in body:
+            if isinstance(stmt, ast.If) and not stmt.orelse:
+                start = src.offset(stmt.lineno, 0)
+                end = src.offset(stmt.end_lineno, stmt.end_col_offset)  # type: ignore[arg-type]
+                if src.text[start : src.offset(stmt.lineno, stmt.col_offset)].strip():
+                    continue  # not alone on its line
+                if end < len(src.text) and src.text[end] == "\n":
+                    end += 1
+                yield ("remove_branch", stmt, "drop", "remove an 'if' block",
+                       [_Edit(start, end, "")])  # fmt: skip
 
 
 def enumerate_mutations(text: str) -> list[Mutation]:

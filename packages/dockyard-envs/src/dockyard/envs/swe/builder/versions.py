@@ -93,69 +93,22 @@ def build_version_pair(
     """``(record, why)``: the SWE-bench record of ``old`` → ``new``, or ``None`` and why not."""
     a_path, b_path = fetch_sdist(package, old), fetch_sdist(package, new)
     a, b = read_sdist(a_path), read_sdist(b_path)
-    changed = sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))
-    src = set(source_files(a)) | set(source_files(b))
-    src_changed = [p for p in changed if p in src]
-    tests_changed = [p for p in changed if is_test_file(p)]
-    test_py = [p for p in tests_changed if p in b and p.endswith(".py") and is_test_file(p)]
-    test_py = [p for p in test_py if p.rsplit("/", 1)[-1].startswith("test")]
+    src_changed, tests_changed, test_py = _changed_files(a, b)
     if not src_changed or not test_py:
         return None, f"source files changed: {len(src_changed)}, test files: {len(test_py)}"
-    try:
-        for p in src_changed + tests_changed:
-            (a.get(p, b"") + b.get(p, b"")).decode("utf-8")
-    except UnicodeDecodeError:
+    if not _all_utf8(src_changed + tests_changed, a, b):
         return None, "a changed file is not UTF-8 text"
-    with tempfile.TemporaryDirectory(prefix=f"dockyard-versions-{package}-") as tmp:
-        before, after = Path(tmp, "before"), Path(tmp, "after")
-        mixed = {k: v for k, v in a.items() if k not in tests_changed}
-        mixed.update({p: b[p] for p in tests_changed if p in b})
-        write_tree(mixed, before)
-        write_tree(b, after)
-        try:
-            r_new = run_pytest(after, paths=test_py, timeout_s=timeout_s)
-            if any(k.startswith("<collection>") for k in r_new):
-                return None, f"the new release's tests do not collect: {sorted(r_new)[:2]}"
-            r_old = run_pytest(before, paths=test_py, timeout_s=timeout_s)
-        except RunFailed as e:  # e.g. the fix was for a hang: the old code never finishes
-            return None, str(e)
-        for k, o in r_old.items():  # crash paths relative to the tree, as in the builder
-            if o.crash_path.startswith(f"{before}/"):
-                r_old[k] = o._replace(crash_path=o.crash_path.removeprefix(f"{before}/"))
-            elif o.crash_path:
-                r_old[k] = o._replace(crash_path="")
+    ran = _run_old_and_new(package, a, b, tests_changed, test_py, timeout_s)
+    if isinstance(ran, str):
+        return None, ran
+    r_old, r_new = ran
     passing_new = {k for k, o in r_new.items() if o.outcome == "passed"}
     fixed = sorted(k for k in passing_new if k not in r_old or r_old[k].outcome != "passed")
     if not fixed:
         return None, "no test of the new release fails on the old one"
     rng = random.Random(f"{package}=={old}:{new}:{seed}")
-    f2p = sorted(rng.sample(fixed, min(f2p_cap, len(fixed))))
-    f2p_files = {test_file_of(t) for t in f2p}
-    pool = sorted(
-        k for k in passing_new - set(fixed) if test_file_of(k) in f2p_files and k in r_old
-    )
-    p2p = sorted(rng.sample(pool, min(p2p_cap, len(pool))))
-
-    def evidence(t: str) -> Outcome:
-        if t in r_old:
-            return r_old[t]
-        coll = r_old.get(f"<collection>::{test_file_of(t)}")
-        return Outcome("error", f"not collected: {coll.message if coll else '(no report)'}")
-
-    entry = changelog_entry(a, b)
-    issue = problem_statement(
-        package,
-        {t: evidence(t) for t in f2p[:3]},
-        len(fixed),
-        also_failing=[t for t in fixed if t not in f2p[:3]],
-        lead=f"{len(fixed)} test(s) of `{package}` {new} fail on {old}.",
-    )
-    text = (
-        f"`{package}` {old}: the fix below landed in {new}.\n\n### What the maintainers wrote\n\n"
-        + (entry or "(the release has no changelog entry)")
-        + "\n\n"
-        + issue
-    )
+    f2p, p2p = _sample_tests(rng, fixed, passing_new, r_old, f2p_cap, p2p_cap)
+    text = _problem_text(package, old, new, a, b, fixed, f2p, r_old)
     repo = {k: v for k, v in a.items() if not k.startswith(("docs/", "doc/"))}
     return {
         "instance_id": f"{package}__{old}__{new}",
@@ -174,6 +127,124 @@ def build_version_pair(
         "num_failing": len(fixed),
         "repo_tarball": base64.b64encode(tarball(repo)).decode("ascii"),
     }, ""
+
+
+def _changed_files(
+    a: dict[str, bytes], b: dict[str, bytes]
+) -> tuple[list[str], list[str], list[str]]:
+    """The changed ``(source files, test-suite files, test modules of b to run)``, sorted."""
+    changed = sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))
+    src = set(source_files(a)) | set(source_files(b))
+    src_changed = [p for p in changed if p in src]
+    tests_changed = [p for p in changed if is_test_file(p)]
+    test_py = [p for p in tests_changed if p in b and p.endswith(".py") and is_test_file(p)]
+    test_py = [p for p in test_py if p.rsplit("/", 1)[-1].startswith("test")]
+    return src_changed, tests_changed, test_py
+
+
+def _all_utf8(paths: list[str], a: dict[str, bytes], b: dict[str, bytes]) -> bool:
+    """Whether both releases' versions of ``paths`` decode as UTF-8 (the patches are text)."""
+    try:
+        for p in paths:
+            (a.get(p, b"") + b.get(p, b"")).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _run_old_and_new(
+    package: str,
+    a: dict[str, bytes],
+    b: dict[str, bytes],
+    tests_changed: list[str],
+    test_py: list[str],
+    timeout_s: float,
+) -> tuple[dict[str, Outcome], dict[str, Outcome]] | str:
+    """``test_py``'s results ``(on old with the new tests, on new)``, or why there are none."""
+    with tempfile.TemporaryDirectory(prefix=f"dockyard-versions-{package}-") as tmp:
+        before, after = Path(tmp, "before"), Path(tmp, "after")
+        write_tree(_old_with_new_tests(a, b, tests_changed), before)
+        write_tree(b, after)
+        try:
+            r_new = run_pytest(after, paths=test_py, timeout_s=timeout_s)
+            if any(k.startswith("<collection>") for k in r_new):
+                return f"the new release's tests do not collect: {sorted(r_new)[:2]}"
+            r_old = run_pytest(before, paths=test_py, timeout_s=timeout_s)
+        except RunFailed as e:  # e.g. the fix was for a hang: the old code never finishes
+            return str(e)
+        _relativize_crash_paths(r_old, before)
+    return r_old, r_new
+
+
+def _old_with_new_tests(
+    a: dict[str, bytes], b: dict[str, bytes], tests_changed: list[str]
+) -> dict[str, bytes]:
+    """The old tree with the new release's test files (those it deleted left out)."""
+    mixed = {k: v for k, v in a.items() if k not in tests_changed}
+    mixed.update({p: b[p] for p in tests_changed if p in b})
+    return mixed
+
+
+def _relativize_crash_paths(results: dict[str, Outcome], root: Path) -> None:
+    """Crash paths made relative to ``root``, as in the builder (``''`` if outside it), in place."""
+    for k, o in results.items():
+        if o.crash_path.startswith(f"{root}/"):
+            results[k] = o._replace(crash_path=o.crash_path.removeprefix(f"{root}/"))
+        elif o.crash_path:
+            results[k] = o._replace(crash_path="")
+
+
+def _sample_tests(
+    rng: random.Random,
+    fixed: list[str],
+    passing_new: set[str],
+    r_old: dict[str, Outcome],
+    f2p_cap: int,
+    p2p_cap: int,
+) -> tuple[list[str], list[str]]:
+    """``(FAIL_TO_PASS, PASS_TO_PASS)``: fixed tests, and tests of their files passing on both."""
+    f2p = sorted(rng.sample(fixed, min(f2p_cap, len(fixed))))
+    f2p_files = {test_file_of(t) for t in f2p}
+    pool = sorted(
+        k for k in passing_new - set(fixed) if test_file_of(k) in f2p_files and k in r_old
+    )
+    p2p = sorted(rng.sample(pool, min(p2p_cap, len(pool))))
+    return f2p, p2p
+
+
+def _problem_text(
+    package: str,
+    old: str,
+    new: str,
+    a: dict[str, bytes],
+    b: dict[str, bytes],
+    fixed: list[str],
+    f2p: list[str],
+    r_old: dict[str, Outcome],
+) -> str:
+    """The issue: the release's changelog entry, then the old release's failing evidence."""
+    entry = changelog_entry(a, b)
+    issue = problem_statement(
+        package,
+        {t: _old_evidence(r_old, t) for t in f2p[:3]},
+        len(fixed),
+        also_failing=[t for t in fixed if t not in f2p[:3]],
+        lead=f"{len(fixed)} test(s) of `{package}` {new} fail on {old}.",
+    )
+    return (
+        f"`{package}` {old}: the fix below landed in {new}.\n\n### What the maintainers wrote\n\n"
+        + (entry or "(the release has no changelog entry)")
+        + "\n\n"
+        + issue
+    )
+
+
+def _old_evidence(r_old: dict[str, Outcome], t: str) -> Outcome:
+    """Test ``t``'s outcome on the old release; an error naming why when it was not collected."""
+    if t in r_old:
+        return r_old[t]
+    coll = r_old.get(f"<collection>::{test_file_of(t)}")
+    return Outcome("error", f"not collected: {coll.message if coll else '(no report)'}")
 
 
 def main(argv: list[str] | None = None) -> int:
