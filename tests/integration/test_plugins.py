@@ -1,8 +1,10 @@
 """Registries are open (issue 36 item 3): a package nobody in dockyard wrote registers an
-advantage estimator, a generation engine, a weight transport and a trainer backend through entry
-points, and `dockyard train` runs two GRPO steps with all four — the estimator in the driver, the
-engine and the transport's receiver in the engine's Ray actor, the backend's worker and the
-transport's sender in the trainer's rank.
+advantage estimator, a generation engine, a weight transport, a trainer backend and a
+policy-gradient loss through entry points, and `dockyard train` runs two GRPO steps with all five
+— the estimator in the driver, the engine and the transport's receiver in the engine's Ray actor,
+the backend's worker, the transport's sender and the loss in the trainer's rank. The same package
+registers a preference loss (`config check` sends it to `dockyard dpo`) and a `dockyard`
+sub-command.
 
 The package is made here: a folder on ``PYTHONPATH`` holding its module and a ``.dist-info``
 with the ``entry_points.txt`` an installer writes (what ``pip install`` of a package declaring
@@ -32,6 +34,8 @@ import tempfile
 import numpy as np
 
 from dockyard.core.interfaces import TrainerBackend
+from dockyard.core.rl import clipped_pg_loss
+from dockyard.core.rl.preference import PREFERENCE_LOSSES
 from dockyard.serve.engines.hf_engine import TransformersEngine
 from dockyard.serve.transports import Transport
 from dockyard.serve.transports.shm import ShmReceiver, ShmSender
@@ -51,6 +55,15 @@ def median_baseline(rewards, valid=None, *, marker):
     with open(marker, "a") as f:
         f.write(f"advantages {r.shape}\\n")
     return ((r - med[:, None]) * v).astype(np.float32)
+
+
+def marked_pg(logprobs, advantages, mask=None, *, marker, **kwargs):
+    """The clipped policy gradient, saying where it ran (the trainer's rank)."""
+    _mark(marker, "loss")
+    return clipped_pg_loss(logprobs, advantages, mask, **kwargs)
+
+
+marked_dpo = PREFERENCE_LOSSES.get("dpo")  # a preference loss of its own name
 
 
 class MarkedSender(ShmSender):
@@ -112,7 +125,29 @@ class MarkedWorker(TorchPolicyWorker):
         super().__init__(config, rank, world_size)
 '''
 
+COMMAND = '''
+"""A third party's `dockyard` sub-command."""
+
+
+def add_arguments(parser):
+    parser.add_argument("name")
+
+
+def run(args):
+    print(f"hello {args.name} from a plugin")
+    return 0
+'''
+
 ENTRY_POINTS = """\
+[dockyard.commands]
+hello = example_plugins_cli
+
+[dockyard.losses]
+marked_pg = example_plugins:marked_pg
+
+[dockyard.preference_losses]
+marked_dpo = example_plugins:marked_dpo
+
 [dockyard.advantages]
 median_baseline = example_plugins:median_baseline
 
@@ -147,6 +182,7 @@ grpo:
   max_val_samples: 1
   val_samples_per_prompt: 1
   adv_estimator: {{name: median_baseline, options: {{marker: {marker}}}}}
+loss_fn: {{type: marked_pg, options: {{marker: {marker}}}}}
 env:
   expression: {{type: expression, timeout_s: 10}}
 data:
@@ -164,6 +200,7 @@ def _package(root: Path) -> Path:
     root.mkdir()
     (root / "example_plugins.py").write_text(textwrap.dedent(PLUGIN))
     (root / "example_plugins_worker.py").write_text(textwrap.dedent(WORKER))
+    (root / "example_plugins_cli.py").write_text(textwrap.dedent(COMMAND))
     info = root / "example_plugins-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: example-plugins\nVersion: 0.1\n")
@@ -186,6 +223,22 @@ def test_a_third_party_estimator_and_engine_train_two_steps(tmp_path: Path) -> N
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert check.returncode == 0, check.stderr
+    assert "loss_fn.type marked_pg runs with `dockyard train`" in check.stderr
+    dpo = tmp_path / "dpo.yaml"
+    dpo.write_text(f"policy: {{model_name: {model}}}\nloss_fn: {{type: marked_dpo, beta: 0.2}}\n")
+    check_dpo = subprocess.run(
+        [sys.executable, "-m", "dockyard.train.cli", "config", "check", str(dpo)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert check_dpo.returncode == 0, check_dpo.stderr
+    assert "loss_fn.type marked_dpo runs with `dockyard dpo`" in check_dpo.stderr
+    hello = subprocess.run([sys.executable, "-m", "dockyard.train.cli", "hello", "world"],
+                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert hello.returncode == 0, hello.stderr
+    assert hello.stdout == "hello world from a plugin\n"
+    usage = subprocess.run([sys.executable, "-m", "dockyard.train.cli", "--help"],
+                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert "(from example-plugins)" in usage.stdout
     # without the package the same config names what is missing, and where to register it
     bare = subprocess.run(
         [sys.executable, "-m", "dockyard.train.cli", "config", "check", str(config)],
@@ -196,6 +249,7 @@ def test_a_third_party_estimator_and_engine_train_two_steps(tmp_path: Path) -> N
     assert "unknown advantage estimator 'median_baseline'" in bare.stderr
     assert "no weight transport 'marked_shm'" in bare.stderr
     assert "no trainer backend 'marked'" in bare.stderr
+    assert "unknown loss 'marked_pg'" in bare.stderr
     run = subprocess.run(
         [sys.executable, "-m", "dockyard.train.cli", "train", "--config", str(config),
          "--no-progress"],
@@ -211,6 +265,8 @@ def test_a_third_party_estimator_and_engine_train_two_steps(tmp_path: Path) -> N
     assert len(pids["trainer"]) == 1, lines
     assert os.getpid() not in pids["trainer"], lines  # built in the trainer's rank
     assert pids["sender"] == pids["trainer"], lines  # the rank sends
+    losses = {int(x.split()[2]) for x in lines if x.startswith("loss pid")}
+    assert losses == pids["trainer"], lines  # the registered loss, in the rank
     assert pids["receiver"], lines
     assert pids["receiver"] <= engine_pids, lines  # the engine receives
     assert sum(x.startswith("advantages (2, 4)") for x in lines) >= 2, lines  # P x G, each step

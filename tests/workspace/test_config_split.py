@@ -76,3 +76,34 @@ def test_the_check_sees_each_way_of_reading_the_run_config(tmp_path: Path) -> No
         ["imports MasterConfig", "reads .grpo.seed", "reads .policy.model_name",
          "calls from_master", "calls env_for_data"]
     )  # fmt: skip
+
+
+def untyped_run_configs(path: Path) -> list[str]:
+    """Where ``path`` takes a ``cfg`` parameter annotated ``Any`` (a driver's ``cfg`` is the
+    run's ``MasterConfig``, typed: pyright then checks every section it reads)."""
+    out = []
+    for n in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
+            for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs]:
+                if (
+                    a.arg == "cfg"
+                    and isinstance(a.annotation, ast.Name)
+                    and a.annotation.id == "Any"
+                ):
+                    out.append(f"{path.relative_to(REPO)}:{a.lineno}: {n.name}(cfg: Any)")
+    return out
+
+
+def test_the_drivers_type_the_run_config() -> None:
+    drivers = [
+        f for f in sorted(TRAIN.rglob("*.py")) if str(f.relative_to(TRAIN)).startswith(DRIVERS)
+    ]
+    assert len(drivers) > 20
+    bad = [r for f in drivers for r in untyped_run_configs(f)]
+    assert not bad, "a driver's cfg is the run's MasterConfig:\n" + "\n".join(bad)
+    probe = REPO / "packages" / "tmp_probe_any.py"
+    probe.write_text("from typing import Any\ndef f(cfg: Any, *, x: int) -> None:\n    pass\n")
+    try:
+        assert [r.split(": ", 1)[1] for r in untyped_run_configs(probe)] == ["f(cfg: Any)"]
+    finally:
+        probe.unlink()

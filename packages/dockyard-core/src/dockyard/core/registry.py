@@ -22,6 +22,9 @@ group                           what
 ``dockyard.environments``       environments
 ``dockyard.datasets``           datasets
 ``dockyard.benchmarks``         evaluation benchmarks
+``dockyard.transports``         weight transports (dockyard-serve's table)
+``dockyard.trainers``           trainer backends (``interfaces.TrainerBackend``)
+``dockyard.commands``           ``dockyard`` sub-commands (dockyard-train's CLI)
 ==============================  ==========================================
 
 The environment package keeps spec-returning registries of its own for the last three, on the

@@ -20,7 +20,7 @@ from dockyard.envs import registry
 from dockyard.envs.concurrency import ConcurrencyLimited
 
 
-def env_type(name: str, env_cfg: Any) -> str:
+def env_type(name: str, env_cfg: EnvConfig) -> str:
     """The registered kind of ``env.<name>`` (``type``, else the entry's name); unknown: ValueError."""
     kind = env_cfg.type or name
     if kind not in registry.env_names():
@@ -31,12 +31,12 @@ def env_type(name: str, env_cfg: Any) -> str:
     return kind
 
 
-def needs_sandbox(name: str, env_cfg: Any) -> bool:
+def needs_sandbox(name: str, env_cfg: EnvConfig) -> bool:
     """Whether ``env.<name>`` scores through the sandbox service (its registry flag)."""
     return registry.needs_sandbox(env_type(name, env_cfg))
 
 
-def needs_judge(name: str, env_cfg: Any) -> bool:
+def needs_judge(name: str, env_cfg: EnvConfig) -> bool:
     """Whether ``env.<name>`` grades with the LLM judge (its registry flag)."""
     return registry.needs_judge(env_type(name, env_cfg))
 
@@ -103,7 +103,7 @@ def build_environment(
 _FROM_THE_RUNTIME = ("self", "sandbox_urls", "timeout_s", "judge")
 
 
-def _unknown_options(name: str, env_cfg: Any, cls: Any) -> list[str]:
+def _unknown_options(name: str, env_cfg: EnvConfig, cls: Any) -> list[str]:
     """Options the constructor does not take, and an ``env.<name>.timeout_s`` set for a class
     that takes none (it would be ignored)."""
     params = inspect.signature(cls).parameters
@@ -122,7 +122,7 @@ def _unknown_options(name: str, env_cfg: Any, cls: Any) -> list[str]:
     return problems
 
 
-def option_problems(name: str, env_cfg: Any) -> list[str]:
+def option_problems(name: str, env_cfg: EnvConfig) -> list[str]:
     """What is wrong with ``env.<name>.options``, found without building the environment: keys
     its constructor does not take, required ones missing, and what the class's own
     ``check_options(options) -> list[str]`` finds (files it reads, values it refuses: see

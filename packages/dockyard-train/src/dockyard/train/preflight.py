@@ -58,9 +58,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.config.errors import ConfigError
 from dockyard.core.config.loader import load_config
-from dockyard.core.config.sections import BUILTIN_TRANSPORTS
+from dockyard.core.config.sections import BUILTIN_TRANSPORTS, ShmTransportConfig
 from dockyard.core.interfaces import TRAINER_BACKENDS
 from dockyard.serve.config import EngineConfig
 from dockyard.serve.engines import engine_class
@@ -123,7 +124,7 @@ def report(prog: str, err: ConfigError) -> NoReturn:
 
 
 def deep_check(
-    cfg: Any, *, load: bool = True, skip: Iterable[str] = (), driver: str | None = None
+    cfg: MasterConfig, *, load: bool = True, skip: Iterable[str] = (), driver: str | None = None
 ) -> list[str]:
     """Every problem the checks in :data:`CHECKS` find in ``cfg`` (a ``MasterConfig``), but
     those named in ``skip``; ``load``: load the model's config and tokenizer with transformers;
@@ -139,7 +140,7 @@ def deep_check(
 
 
 def validate(
-    cfg: Any,
+    cfg: MasterConfig,
     source: str,
     deep: bool = False,
     *,
@@ -173,7 +174,7 @@ def load_and_validate(
 
 
 def check_or_exit(
-    cfg: Any,
+    cfg: MasterConfig,
     source: str,
     prog: str,
     deep: bool = False,
@@ -218,7 +219,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def model_folder_problems(cfg: Any, key: str, folder: Path, load: bool) -> list[str]:
+def model_folder_problems(cfg: MasterConfig, key: str, folder: Path, load: bool) -> list[str]:
     """``folder`` holds a model transformers reads, whose positions fit the engine context."""
     config_json = folder / "config.json"
     if not config_json.is_file():
@@ -236,7 +237,7 @@ def model_folder_problems(cfg: Any, key: str, folder: Path, load: bool) -> list[
     return _positions_problems(cfg, data, config_json)
 
 
-def _positions_problems(cfg: Any, data: dict[str, Any], config_json: Path) -> list[str]:
+def _positions_problems(cfg: MasterConfig, data: dict[str, Any], config_json: Path) -> list[str]:
     p, gen = cfg.policy, cfg.policy.generation
     nested = data.get("text_config")  # a multimodal model's language part
     text: dict[str, Any] = nested if isinstance(nested, dict) else data
@@ -300,7 +301,7 @@ def chat_template_problems(template: str | None) -> list[str]:
     return []
 
 
-def check_models(cfg: Any, load: bool) -> list[str]:
+def check_models(cfg: MasterConfig, load: bool) -> list[str]:
     """The policy model and its tokenizer (see the module docstring)."""
     p = cfg.policy
     folder, problems = resolve_model("policy.model_name", p.model_name)
@@ -322,25 +323,25 @@ def _first_line(e: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- the rest
-def check_names(cfg: Any, load: bool) -> list[str]:
+def check_names(cfg: MasterConfig, load: bool) -> list[str]:
     """``env.<name>.type`` / ``data.dataset_name`` are registered."""
     return unknown_names(cfg.env, cfg.data.dataset_name)
 
 
-def check_envs(cfg: Any, load: bool) -> list[str]:
+def check_envs(cfg: MasterConfig, load: bool) -> list[str]:
     """Each ``env.<name>.options`` as its environment takes them
     (:func:`dockyard.train.environments.option_problems`)."""
     return [line for name, env_cfg in cfg.env.items() for line in option_problems(name, env_cfg)]
 
 
-def judged_envs(cfg: Any) -> list[str]:
+def judged_envs(cfg: MasterConfig) -> list[str]:
     """The ``env.<name>`` that grade with the LLM judge in this run (``needs_judge``, their
     ``use_judge`` option not false)."""
     return [name for name, e in cfg.env.items()
             if needs_judge(name, e) and e.options.get("use_judge", True)]  # fmt: skip
 
 
-def check_judge(cfg: Any, load: bool) -> list[str]:
+def check_judge(cfg: MasterConfig, load: bool) -> list[str]:
     """An environment graded by the judge has a ``judge`` section that can grade it."""
     names = judged_envs(cfg)
     if not names:
@@ -361,7 +362,7 @@ def check_judge(cfg: Any, load: bool) -> list[str]:
     return problems
 
 
-def check_judge_model(cfg: Any, load: bool) -> list[str]:
+def check_judge_model(cfg: MasterConfig, load: bool) -> list[str]:
     """The judge fleet's model (backend ``engine``) resolves like the policy's."""
     j = cfg.judge
     if not judged_envs(cfg) or j.backend != "engine" or not j.model_name:
@@ -369,7 +370,7 @@ def check_judge_model(cfg: Any, load: bool) -> list[str]:
     return resolve_model("judge.model_name", j.model_name)[1]
 
 
-def check_files(cfg: Any, load: bool) -> list[str]:
+def check_files(cfg: MasterConfig, load: bool) -> list[str]:
     """The data files the config names exist (relative paths: from the working directory)."""
     problems = []
     for key in ("train_path", "val_path", "prompt_file", "system_prompt_file"):
@@ -388,7 +389,7 @@ def _installed(module: str) -> bool:
         return False
 
 
-def required_extras(cfg: Any) -> list[tuple[str, str]]:
+def required_extras(cfg: MasterConfig) -> list[tuple[str, str]]:
     """``(config key, name in EXTRAS)`` for each optional part ``cfg`` turns on."""
     p, lg = cfg.policy, cfg.logger
     need = []
@@ -409,7 +410,7 @@ def required_extras(cfg: Any) -> list[tuple[str, str]]:
     return need
 
 
-def check_extras(cfg: Any, load: bool) -> list[str]:
+def check_extras(cfg: MasterConfig, load: bool) -> list[str]:
     """Each optional dependency the config turns on is installed."""
     problems = []
     for key, extra in required_extras(cfg):
@@ -422,7 +423,7 @@ def check_extras(cfg: Any, load: bool) -> list[str]:
     return problems
 
 
-def check_engine(cfg: Any, load: bool) -> list[str]:
+def check_engine(cfg: MasterConfig, load: bool) -> list[str]:
     """A third-party engine (``policy.generation.backend`` registered under
     ``dockyard.engines``) imports here: what its actor will do first."""
     backend = cfg.policy.generation.backend
@@ -435,7 +436,7 @@ def check_engine(cfg: Any, load: bool) -> list[str]:
     return []
 
 
-def check_trainer(cfg: Any, load: bool) -> list[str]:
+def check_trainer(cfg: MasterConfig, load: bool) -> list[str]:
     """A third-party trainer backend (``policy.trainer_backend`` registered under
     ``dockyard.trainers``) loads here, and its config mapping takes the run's sections."""
     name = cfg.policy.trainer_name()
@@ -451,7 +452,7 @@ def check_trainer(cfg: Any, load: bool) -> list[str]:
     return []
 
 
-def check_sandbox(cfg: Any, load: bool) -> list[str]:
+def check_sandbox(cfg: MasterConfig, load: bool) -> list[str]:
     """A sandboxed environment without ``sandbox_urls`` gets services started here, which
     jail every task with bubblewrap (``DOCKYARD_SANDBOX_BWRAP`` names another binary)."""
     bwrap = os.environ.get("DOCKYARD_SANDBOX_BWRAP", "bwrap")
@@ -471,7 +472,7 @@ def check_sandbox(cfg: Any, load: bool) -> list[str]:
     return problems
 
 
-def check_cluster(cfg: Any, load: bool) -> list[str]:
+def check_cluster(cfg: MasterConfig, load: bool) -> list[str]:
     """``cluster.num_nodes`` and ``gpus_per_node`` against what the run will start: several
     machines need a cluster to join; the GPUs must hold the trainer's ranks and the engines.
     (Joining, the runtime checks the cluster's alive nodes: ``runtime.cluster.shape_problems``.)"""
@@ -495,7 +496,7 @@ def check_cluster(cfg: Any, load: bool) -> list[str]:
     return problems
 
 
-def check_transport(cfg: Any, load: bool) -> list[str]:
+def check_transport(cfg: MasterConfig, load: bool) -> list[str]:
     """``shm``: the segments' folder exists and is writable; a third party's transport
     (registered under ``dockyard.transports``) loads."""
     t = cfg.data_plane.weight_transport
@@ -506,7 +507,7 @@ def check_transport(cfg: Any, load: bool) -> list[str]:
             return [f"data_plane.weight_transport.type: the transport {t.type!r} does not "
                     f"load: {e!r}"]  # fmt: skip
         return []
-    if t.type != "shm":
+    if not isinstance(t, ShmTransportConfig):
         return []
     folder = Path(t.shm_dir)
     if not folder.is_dir():
@@ -529,7 +530,7 @@ def _creatable(key: str, folder: str) -> list[str]:
     return []
 
 
-def check_outputs(cfg: Any, load: bool) -> list[str]:
+def check_outputs(cfg: MasterConfig, load: bool) -> list[str]:
     """The folders the run writes can be created."""
     c = cfg.checkpointing
     problems = _creatable("logger.log_dir", cfg.logger.log_dir)
@@ -540,7 +541,7 @@ def check_outputs(cfg: Any, load: bool) -> list[str]:
     return problems
 
 
-def check_loss(cfg: Any, load: bool, driver: str | None = None) -> list[str]:
+def check_loss(cfg: MasterConfig, load: bool, driver: str | None = None) -> list[str]:
     """``loss_fn.type`` is one ``driver`` trains (None: one some driver trains;
     :mod:`dockyard.train.algorithms.drivers`)."""
     return loss_problems(cfg, driver)

@@ -32,6 +32,7 @@ from dockyard.core.config.loss import (
     ClippedPGLossConfig,
     DistillationLossConfig,
     NLLLossConfig,
+    PluginPGLossConfig,
     PreferenceLossConfig,
 )
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig, lr_factor
@@ -89,6 +90,7 @@ __all__ = [
     "NLLLossConfig",
     "OptimizerConfig",
     "PlacementConfig",
+    "PluginPGLossConfig",
     "PolicyConfig",
     "PreferenceLossConfig",
     "RLOOAdvConfig",

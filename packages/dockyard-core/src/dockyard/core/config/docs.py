@@ -101,7 +101,8 @@ def _tag_text(m: type[BaseModel]) -> str:
     key, tags = discriminator(m) or ("type", ())
     if not tags:
         return f"{key}: any other registered name"
-    return f"{key}: " + " / ".join(f"`{t}`" for t in tags)
+    more = " / a registered one" if m.model_fields[key].annotation is str else ""
+    return f"{key}: " + " / ".join(f"`{t}`" for t in tags) + more
 
 
 def _sections(model: type[BaseModel], path: str, suffix: str = "") -> list[str]:

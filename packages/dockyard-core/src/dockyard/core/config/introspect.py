@@ -38,13 +38,14 @@ PLUGIN_TAG = "plugin"
 def discriminator(model: type[BaseModel]) -> tuple[str, tuple[Any, ...]] | None:
     """``(field, tags)`` when ``model`` is a member of a tagged union: its ``type``/``name`` is a
     Literal of its tags, or ``str`` — the member for a name another package registers (no tags
-    of its own; pydantic's tag for it is :data:`PLUGIN_TAG`)."""
+    of its own; pydantic's tag for it is :data:`PLUGIN_TAG`) or a member whose built-in names
+    (its ``BUILTIN_TAGS``) other packages' registered ones join."""
     for key in ("type", "name"):
         f = model.model_fields.get(key)
         if f is not None and get_origin(f.annotation) is Literal:
             return key, get_args(f.annotation)
         if f is not None and f.annotation is str:
-            return key, ()
+            return key, tuple(getattr(model, "BUILTIN_TAGS", ()))
     return None
 
 

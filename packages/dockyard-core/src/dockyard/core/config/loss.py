@@ -4,15 +4,23 @@ Policy-gradient losses (``clipped_pg``, ``cispo``) share the KL and importance-s
 and use NeMo-RL's key names; preference (``dpo`` ... ``orpo``), ``nll`` (SFT),
 ``distillation`` and ``bradley_terry`` (reward models) have their own. Formulas:
 docs/algorithms.md and ``dockyard.core.rl``.
+
+Both loss families are open: a policy-gradient loss another package registers under the
+entry-point group ``dockyard.losses`` is a ``type`` of :class:`PluginPGLossConfig` (the shared
+keys, plus its ``options``); a preference loss registered under ``dockyard.preference_losses``
+is a ``type`` of :class:`PreferenceLossConfig`. An unknown ``type`` names the closest known one.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator, model_validator
 
 from dockyard.core.config._base import ConfigModel, tagged
+from dockyard.core.registry import closest
+from dockyard.core.rl.losses import POLICY_LOSSES
+from dockyard.core.rl.preference import PREFERENCE_LOSSES
 
 
 class _PGLossBase(ConfigModel):
@@ -145,11 +153,38 @@ class CISPOLossConfig(_PGLossBase):
         }
 
 
+class PluginPGLossConfig(_PGLossBase):
+    """A policy-gradient loss another package registers under the entry-point group ``dockyard.losses`` (``dockyard.core.rl.POLICY_LOSSES``): ``fn(logprobs, advantages, mask, *, prev_logprobs, gen_logprobs, ref_logprobs, num_loss_tokens, num_sequences, **options) -> (loss, metrics)``; the GRPO driver trains it like ``clipped_pg``."""
+
+    type: str
+    """Its registered name."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Its own keyword options, after the shared ones (``kl_beta``, ``kl_type``, ``is_correction``, ``is_type``, ``is_ratio_max``, ``is_ratio_min``, ``agg``, ``norm_length``)."""
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in POLICY_LOSSES:
+            raise ValueError(f"loss_fn.type: {unknown_loss(v)}")
+        return v
+
+    def loss_options(self, norm_length: float | None = None) -> dict[str, Any]:
+        """The shared options, then its own."""
+        return {**self._common_options(norm_length), **self.options}
+
+
+PG_LOSS_TYPES = ("clipped_pg", "cispo")
+PREFERENCE_LOSS_TYPES = ("dpo", "cdpo", "ipo", "dpop", "rdpo", "simpo", "orpo")
+"""The built-in ``loss_fn.type`` values of :class:`PreferenceLossConfig` (the DPO driver's)."""
+
+
 class PreferenceLossConfig(ConfigModel):
     """DPO and its variants over (chosen, rejected) pairs."""
 
-    type: Literal["dpo", "cdpo", "ipo", "dpop", "rdpo", "simpo", "orpo"]
-    """Preference loss variant."""
+    BUILTIN_TAGS: ClassVar[tuple[str, ...]] = PREFERENCE_LOSS_TYPES  # and registered ones
+
+    type: str
+    """Preference loss variant: ``dpo``, ``cdpo``, ``ipo``, ``dpop``, ``rdpo``, ``simpo``, ``orpo``, or one registered under the entry-point group ``dockyard.preference_losses`` (called with the keys below)."""
     beta: float = Field(default=0.1, gt=0)
     """β: inverse temperature of the implicit reward (SimPO: reward scale, typically 2.0)."""
     label_smoothing: float = Field(default=0.0, ge=0, lt=0.5)
@@ -164,6 +199,13 @@ class PreferenceLossConfig(ConfigModel):
     """λ: weight of ORPO's odds-ratio term."""
     sft_weight: float = Field(default=0.0, ge=0)
     """Weight of the chosen response's per-token NLL added to the loss (SFT blend / RPO)."""
+
+    @field_validator("type")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in PREFERENCE_LOSSES:
+            raise ValueError(f"loss_fn.type: {unknown_loss(v)}")
+        return v
 
     def loss_options(self) -> dict[str, Any]:
         """Keyword options for ``dockyard.core.rl.preference_loss`` (after the variant)."""
@@ -259,18 +301,45 @@ class BradleyTerryLossConfig(ConfigModel):
         return {"use_margin": self.use_margin}
 
 
+_OWN_MEMBERS = ("clipped_pg", "cispo", "nll", "distillation", "bradley_terry")
+
+
+def is_policy_gradient(loss_cfg: Any) -> bool:
+    """``loss_fn`` is a policy-gradient loss (built-in or registered): the GRPO driver's."""
+    return isinstance(loss_cfg, _PGLossBase)
+
+
+def unknown_loss(name: str) -> str:
+    """The message for a ``loss_fn.type`` no family knows: every known type, the closest first."""
+    known = sorted({*_OWN_MEMBERS, *POLICY_LOSSES.names(), *PREFERENCE_LOSSES.names()})
+    return (
+        f"unknown loss {name!r}{closest(name, known)}; known: {', '.join(known)} (a package adds "
+        "a policy-gradient loss under the entry-point group 'dockyard.losses', a preference "
+        "loss under 'dockyard.preference_losses')"
+    )
+
+
+def _loss_tag(v: Any) -> str:
+    """The union member of a ``loss_fn`` value: a built-in's own; a preference loss's (built-in
+    or registered) ``dpo``; else the plugin policy-gradient loss's (whose check names what is known)."""
+    name = v.get("type") if isinstance(v, dict) else getattr(v, "type", None)
+    if name in _OWN_MEMBERS:
+        return name
+    if isinstance(name, str) and name in PREFERENCE_LOSSES:
+        return "dpo"  # the preference member's tag (errors inside it are located by it)
+    return "plugin"
+
+
 LossConfig = Annotated[
-    ClippedPGLossConfig
-    | CISPOLossConfig
-    | PreferenceLossConfig
-    | NLLLossConfig
-    | DistillationLossConfig
-    | BradleyTerryLossConfig,
+    Annotated[
+        Annotated[ClippedPGLossConfig, Tag("clipped_pg")]
+        | Annotated[CISPOLossConfig, Tag("cispo")]
+        | Annotated[PreferenceLossConfig, Tag("dpo")]
+        | Annotated[NLLLossConfig, Tag("nll")]
+        | Annotated[DistillationLossConfig, Tag("distillation")]
+        | Annotated[BradleyTerryLossConfig, Tag("bradley_terry")]
+        | Annotated[PluginPGLossConfig, Tag("plugin")],
+        Discriminator(_loss_tag),
+    ],
     BeforeValidator(tagged("clipped_pg")),
-    Field(discriminator="type"),
 ]
-PG_LOSS_TYPES = ("clipped_pg", "cispo")
-PREFERENCE_LOSS_TYPES: tuple[str, ...] = get_args(
-    PreferenceLossConfig.model_fields["type"].annotation
-)
-"""The ``loss_fn.type`` values of :class:`PreferenceLossConfig` (the DPO driver's)."""

@@ -16,7 +16,7 @@ from dockyard.core.config._base import ConfigModel
 from dockyard.core.config.eval import EvalConfig
 from dockyard.core.config.grpo import GRPOConfig
 from dockyard.core.config.judge import JudgeConfig, RLAIFConfig
-from dockyard.core.config.loss import PG_LOSS_TYPES, ClippedPGLossConfig, LossConfig
+from dockyard.core.config.loss import ClippedPGLossConfig, LossConfig, is_policy_gradient
 from dockyard.core.config.policy import PolicyConfig
 from dockyard.core.config.sections import (
     CheckpointingConfig,
@@ -60,7 +60,7 @@ class MasterConfig(ConfigModel):
     def _cross_checks(self) -> MasterConfig:
         errors = []
         g, p = self.grpo, self.policy
-        if self.loss_fn.type in PG_LOSS_TYPES:
+        if is_policy_gradient(self.loss_fn):
             per_step = g.num_prompts_per_step * g.num_generations_per_prompt
             if per_step % p.train_global_batch_size:
                 errors.append(

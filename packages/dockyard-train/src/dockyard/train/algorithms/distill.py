@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.train.algorithms.drivers import loss_problems
 from dockyard.train.algorithms.grpo import GRPOResult
 from dockyard.train.algorithms.grpo import train as grpo_train
 
 
-def train(cfg: Any, **kwargs: Any) -> GRPOResult:
+def train(cfg: MasterConfig, **kwargs: Any) -> GRPOResult:
     """Distil ``cfg.loss_fn.teacher_model_name`` into ``policy.model_name`` on the student's own
     samples (see the module docstring); ``kwargs`` as :func:`.grpo.train`'s (``resume``,
     ``progress``, ``stack``, ``on_step``). The result's ``val`` holds ``val/pass_rate`` and

@@ -56,13 +56,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from dockyard.core.config.loss import PG_LOSS_TYPES
+from dockyard.core.config import DistillationLossConfig, MasterConfig
+from dockyard.core.config.grpo import OPDAdvConfig
+from dockyard.core.config.loss import PG_LOSS_TYPES, is_policy_gradient
 from dockyard.train.models import resolve_model
 
 
-def distill_problems(cfg: Any, models: bool = True) -> list[str]:
+def distill_problems(cfg: MasterConfig, models: bool = True) -> list[str]:
     """What the distillation driver cannot run, found before anything starts: the JAX trainer
     (the teachers live on the torch worker), the OPD advantage (``dockyard train`` trains it);
     with ``models`` (not when joining a cluster, whose workers hold the models), a teacher
@@ -81,22 +82,25 @@ def distill_problems(cfg: Any, models: bool = True) -> list[str]:
             "`dockyard train` runs with a policy-gradient loss_fn; dockyard distill trains the "
             "KL loss: remove grpo.adv_estimator (or run the OPD config with dockyard train)"
         )
-    if not models:
+    loss = cfg.loss_fn
+    if not models or not isinstance(loss, DistillationLossConfig):  # (asked for distillation)
         return problems
     student, more = resolve_model("policy.model_name", cfg.policy.model_name)
     s_vocab = None if student is None else _vocab_size(student)
-    if cfg.loss_fn.teachers is not None:
-        for i, t in enumerate(cfg.loss_fn.teachers):
+    if loss.teachers is not None:
+        for i, t in enumerate(loss.teachers):
             folder, more = resolve_model(f"loss_fn.teachers.{i}.model_name", t.model_name)
             problems += more
-        if s_vocab is not None and cfg.loss_fn.topk > s_vocab:
+        if s_vocab is not None and loss.topk > s_vocab:
             problems.append(
-                f"loss_fn.topk: {cfg.loss_fn.topk} exceeds the student's vocabulary "
+                f"loss_fn.topk: {loss.topk} exceeds the student's vocabulary "
                 f"({s_vocab}; several teachers' target is on the student's tokens): lower it"
             )
         return problems
     key = "loss_fn.teacher_model_name"
-    folder, more = resolve_model(key, cfg.loss_fn.teacher_model_name)
+    if loss.teacher_model_name is None:  # (the schema asks for it or teachers)
+        return [*problems, f"{key}: set it (or loss_fn.teachers)"]
+    folder, more = resolve_model(key, loss.teacher_model_name)
     problems += more
     if folder is None:
         return problems
@@ -110,15 +114,14 @@ def distill_problems(cfg: Any, models: bool = True) -> list[str]:
             "needs one tokenizer; pick a teacher of the student's family, or list it in "
             "loss_fn.teachers (aligned to the student's tokens through the text)"
         )
-    if cfg.loss_fn.topk > t_vocab:
+    if loss.topk > t_vocab:
         problems.append(
-            f"loss_fn.topk: {cfg.loss_fn.topk} exceeds the teacher's vocabulary ({t_vocab}): "
-            "lower it"
+            f"loss_fn.topk: {loss.topk} exceeds the teacher's vocabulary ({t_vocab}): lower it"
         )
     return problems
 
 
-def opd_problems(cfg: Any, models: bool = True) -> list[str]:
+def opd_problems(cfg: MasterConfig, models: bool = True) -> list[str]:
     """What ``grpo.adv_estimator: opd`` cannot run with (:mod:`dockyard.core.rl.advantages.opd`;
     the GRPO driver asks, through :func:`.drivers.loss_problems`): the JAX trainer (the
     teachers live on the torch worker), a ``loss_fn`` that is not a policy gradient; with
@@ -129,14 +132,15 @@ def opd_problems(cfg: Any, models: bool = True) -> list[str]:
             "policy.jax_cfg.enabled: grpo.adv_estimator opd scores tokens with teachers on the "
             "torch trainer; set policy.jax_cfg.enabled: false (or use another adv_estimator)"
         )
-    if cfg.loss_fn.type not in PG_LOSS_TYPES:
+    if not is_policy_gradient(cfg.loss_fn):
         problems.append(
             f"loss_fn.type: {cfg.loss_fn.type!r} with grpo.adv_estimator opd: the OPD "
             f"advantage trains a policy-gradient loss ({' or '.join(PG_LOSS_TYPES)}) with "
             "`dockyard train`; for the KL loss use loss_fn.type: distillation without "
             "grpo.adv_estimator opd, with `dockyard distill`"
         )
-    for i, t in enumerate(cfg.grpo.adv_estimator.teachers if models else []):
+    adv = cfg.grpo.adv_estimator
+    for i, t in enumerate(adv.teachers if models and isinstance(adv, OPDAdvConfig) else []):
         problems += resolve_model(f"grpo.adv_estimator.teachers.{i}.model_name", t.model_name)[1]
     return problems
 

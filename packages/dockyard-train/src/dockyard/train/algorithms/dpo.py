@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces import LossFn, TrainMetrics
 from dockyard.core.rl.preference import (
@@ -139,11 +140,15 @@ def load_pairs(path: str | Path, parse: Any = None) -> list[dict[str, Any]]:
     return pairs
 
 
-def load_data(cfg: Any, parse: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def load_data(
+    cfg: MasterConfig, parse: Any = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(train, held-out)`` pairs of a ``MasterConfig``: ``data.train_path`` and
     ``data.val_path``; without a val_path a seeded tenth of the training pairs (``grpo.seed``;
     at least one when there are two or more) is held out. At most ``grpo.max_val_samples``
     held-out pairs. ``parse``: as in :func:`load_pairs`."""
+    if not cfg.data.train_path:  # (the drivers' pre-flight says so first)
+        raise ValueError("data.train_path: set it to a JSONL of preference pairs")
     pairs = load_pairs(cfg.data.train_path, parse)
     cap = cfg.grpo.max_val_samples
     if cfg.data.val_path:

@@ -16,6 +16,10 @@ trains its own and refuses the others with the command that does train them:
 Online DPO (:mod:`.online_dpo`, ``dockyard online-dpo``) trains the preference losses too, on
 pairs its judge ranks: it checks ``loss_fn.type`` as the DPO driver does.
 
+A loss another package registers (``dockyard.core.config.loss``) goes to the driver of its
+family: a policy gradient (entry-point group ``dockyard.losses``) to ``dockyard train``, a
+preference loss (``dockyard.preference_losses``) to ``dockyard dpo`` (:func:`loss_driver`).
+
 ``dockyard config check`` knows no driver: it accepts a loss that some driver trains. A new
 driver adds its loss types to :data:`LOSS_DRIVERS`. Each problem is one line starting with the
 dotted key to change.
@@ -23,9 +27,9 @@ dotted key to change.
 
 from __future__ import annotations
 
-from typing import Any
-
+from dockyard.core.config import MasterConfig
 from dockyard.core.config.loss import PG_LOSS_TYPES, PREFERENCE_LOSS_TYPES
+from dockyard.core.rl import POLICY_LOSSES, PREFERENCE_LOSSES
 from dockyard.train.algorithms.distillation import opd_problems
 
 LOSS_DRIVERS: dict[str, str] = {
@@ -35,7 +39,20 @@ LOSS_DRIVERS: dict[str, str] = {
     "bradley_terry": "rm",
     "distillation": "distill",
 }
-"""``loss_fn.type`` -> the ``dockyard`` command whose driver trains it."""
+"""The built-in ``loss_fn.type`` -> the ``dockyard`` command whose driver trains it."""
+
+
+def loss_driver(kind: str) -> str | None:
+    """The ``dockyard`` command whose driver trains ``loss_fn.type`` ``kind``: a built-in's
+    (:data:`LOSS_DRIVERS`), a registered loss's family's, else None."""
+    if kind in LOSS_DRIVERS:
+        return LOSS_DRIVERS[kind]
+    if kind in PREFERENCE_LOSSES:
+        return "dpo"
+    if kind in POLICY_LOSSES:
+        return "train"
+    return None
+
 
 DRIVER_NAMES = {
     "train": "the GRPO driver (dockyard train)",
@@ -54,20 +71,20 @@ _KINDS = {
 _NOT_YET: dict[str, str] = {}
 
 
-def loss_problems(cfg: Any, command: str | None = None) -> list[str]:
+def loss_problems(cfg: MasterConfig, command: str | None = None) -> list[str]:
     """``loss_fn.type`` is trained by ``command`` (``train``, ``sft``, ``dpo``, ``rm``); with None
     (or another command: ``config check``, ``quickstart``), by some driver."""
     opd = cfg.grpo.adv_estimator.name == "opd" and command != "distill"  # .distillation's
     if opd and (problems := opd_problems(cfg, models=command == "train")):
         return problems
     kind = cfg.loss_fn.type
-    owner = LOSS_DRIVERS.get(kind)
+    owner = loss_driver(kind)
     if owner is None:
         what = _NOT_YET.get(kind, "a driver")
         return [f"loss_fn.type: {kind!r} needs {what}, which dockyard does not have yet"]
     if command not in DRIVER_NAMES or owner == command:
         return []
-    mine = [repr(t) for t, c in LOSS_DRIVERS.items() if c == command]
+    mine = [repr(t) for t, c in LOSS_DRIVERS.items() if c == command]  # the built-ins
     trains = " or ".join(mine) if len(mine) < 3 else f"one of {', '.join(mine)}"
     return [
         f"loss_fn.type: {kind!r} is {_KINDS[owner]}, which {DRIVER_NAMES[command]} does not "
@@ -76,6 +93,6 @@ def loss_problems(cfg: Any, command: str | None = None) -> list[str]:
     ]
 
 
-def check_loss_for_grpo(cfg: Any) -> list[str]:
+def check_loss_for_grpo(cfg: MasterConfig) -> list[str]:
     """The GRPO driver can train ``loss_fn.type`` (what ``train()`` itself checks first)."""
     return loss_problems(cfg, "train")

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces import GenerationResult, LossFn, SamplingParams, TrainMetrics
 from dockyard.core.rl.preference import REFERENCE_FREE, PreferenceLoss, PreferencePairsLoss
@@ -73,9 +74,13 @@ def load_prompts(path: str, what: str = "online DPO") -> list[Messages]:
     return list(seen.values())
 
 
-def load_prompt_data(cfg: Any, what: str = "online DPO") -> tuple[list[Messages], list[Messages]]:
+def load_prompt_data(
+    cfg: MasterConfig, what: str = "online DPO"
+) -> tuple[list[Messages], list[Messages]]:
     """``(train, held-out)`` prompts: ``data.train_path`` and ``data.val_path`` (null: a seeded
     tenth of the training prompts), at most ``grpo.max_val_samples`` held out."""
+    if not cfg.data.train_path:  # (judge_problems says so first)
+        raise ValueError(f"data.train_path: set it to the JSONL of prompts {what} trains on")
     prompts = load_prompts(cfg.data.train_path, what)
     cap = cfg.grpo.max_val_samples
     if cfg.data.val_path:
@@ -256,7 +261,7 @@ def online_preference(
 
 
 # --------------------------------------------------------------------------- the runtime
-def start_policy(cfg: Any, run_dir: str, *, reserve_cpus: float = 0.0) -> Any:
+def start_policy(cfg: MasterConfig, run_dir: str, *, reserve_cpus: float = 0.0) -> Any:
     """The run's :class:`~dockyard.train.runtime.stack.Stack` fleets for a preference driver
     — the trainer (keeping π_ref, two rows per pair per micro-batch) and the policy's engines
     with their weight sync — as a :class:`Policy`; ``reserve_cpus`` Ray CPUs are left for a
@@ -312,7 +317,7 @@ class StackPolicy:
         self.stack.shutdown()
 
 
-def sampling_params(cfg: Any) -> SamplingParams:
+def sampling_params(cfg: MasterConfig) -> SamplingParams:
     """The policy's sampling (``policy.generation``), ``grpo.num_generations_per_prompt`` each."""
     gen = cfg.policy.generation
     return SamplingParams(n=cfg.grpo.num_generations_per_prompt, max_tokens=gen.max_new_tokens,
@@ -320,7 +325,7 @@ def sampling_params(cfg: Any) -> SamplingParams:
                           stop=list(gen.stop_strings), stop_token_ids=list(gen.stop_token_ids))  # fmt: skip
 
 
-def run_with_judge(cfg: Any, desc: str, progress: bool,
+def run_with_judge(cfg: MasterConfig, desc: str, progress: bool,
                    body: Callable[[Policy, Judge, Any, Any], Any]) -> tuple[Any, str]:  # fmt: skip
     """Start the policy's fleets, the judge (its own vLLM fleet for ``judge.backend: engine``)
     and a metrics logger, return ``(body(policy, judge, tokenizer, log), log folder)``, and
@@ -336,6 +341,8 @@ def run_with_judge(cfg: Any, desc: str, progress: bool,
     fleet = judge = log = None
     try:  # whatever started is stopped, whatever fails
         if j.backend == "engine":
+            if not j.model_name:  # (judge_problems says so first)
+                raise ValueError("judge.model_name: set the judge's model (backend: engine)")
             fleet = start_judge_fleet(j.model_name, j.num_engines, gpus=gpus, cpus=judge_cpus / j.num_engines or 1.0, seed=g.seed)  # fmt: skip
         judge = Judge.from_config(j, backend_from_config(j, fleet.actors if fleet else None))
         log = MetricsLogger(cfg.logger, g.max_num_steps, config_dict=cfg.model_dump(mode="json"),
@@ -352,7 +359,7 @@ def run_with_judge(cfg: Any, desc: str, progress: bool,
 
 
 # --------------------------------------------------------------------------- the pre-flight
-def judge_problems(cfg: Any, what: str) -> list[str]:
+def judge_problems(cfg: MasterConfig, what: str) -> list[str]:
     """What a judged driver (``what``: ``online DPO``, ``RLAIF``) refuses before anything
     starts: the data, the trainer, the judge (each line names its key)."""
 

@@ -56,7 +56,8 @@ import numpy as np
 import ray
 from ray.exceptions import RayActorError
 
-from dockyard.core.config.loss import PG_LOSS_TYPES
+from dockyard.core.config import MasterConfig
+from dockyard.core.config.loss import PG_LOSS_TYPES, is_policy_gradient
 from dockyard.core.rl import OnPolicyDistillationLoss, OPDPolicyLoss, PolicyLoss
 from dockyard.train import checkpoint as ckpt
 from dockyard.train.algorithms.configs import (
@@ -66,7 +67,7 @@ from dockyard.train.algorithms.configs import (
     stack_config,
 )
 from dockyard.train.algorithms.distillation import distill_problems
-from dockyard.train.algorithms.drivers import LOSS_DRIVERS, loss_problems
+from dockyard.train.algorithms.drivers import loss_driver, loss_problems
 from dockyard.train.algorithms.validation import pass_rate, pass_rate_ref, validate_distillation
 from dockyard.train.batching import (
     build_batch,
@@ -112,7 +113,7 @@ class GRPOResult:
     """step -> the ``val/*`` metrics of each validation (step 0: before training)."""
 
 
-def load_tasks(cfg: Any, split: str) -> list[dict[str, Any]]:
+def load_tasks(cfg: MasterConfig, split: str) -> list[dict[str, Any]]:
     """Training (``train``) or validation (``val``) tasks from ``data``."""
 
     path = cfg.data.train_path if split == "train" else cfg.data.val_path
@@ -126,7 +127,7 @@ def load_tasks(cfg: Any, split: str) -> list[dict[str, Any]]:
 
 
 def train(
-    cfg: Any,
+    cfg: MasterConfig,
     *,
     resume: bool = False,
     progress: bool = True,
@@ -159,7 +160,6 @@ def train(
     stack = stack or Stack(
         stack_config(cfg), cfg.logger.log_dir, wait=False
     )  # begin waits for its fleets
-    trainer = stack.trainer  # a TrainerClient: every call reaches every rank
     run: _Run | None = None
     try:
         run = _Run.begin(  # data, collector, log (+ validation)
@@ -169,43 +169,7 @@ def train(
         while True:  # once through; again from the restore point after a lost trainer rank
             try:
                 for step in range(start, g.max_num_steps):
-                    timer = _Timer()
-                    heal(stack, run.collector, step)
-
-                    # 1. P complete groups no older than the bound (dynamic sampling draws more)
-                    with timer("wait_generation"):
-                        groups, drawn = _sample(stack, run.collector, cfg, step, P, A)
-
-                    # 2. the batch (+ reference logprobs if β > 0). π_prev is the policy being
-                    #    trained: with one optimizer step per batch the loss takes
-                    #    stop_grad(log π) from the step's own forward; a pass only for several
-                    batch = build_batch(groups, opts)
-                    n_opt = max(1, len(batch.input_ids) // cfg.policy.train_global_batch_size)
-                    _logprob_passes(trainer, batch, n_opt, need_ref, timer)
-
-                    with timer("rollout_log"):  # logger.rollouts.trainer_logprobs, .entropy
-                        run.rollout_logprobs(batch)
-
-                    # 3. the optimizer step(s), one per train_global_batch_size: version step ->
-                    #    step + 1
-                    with timer("train"):
-                        tm = _train(trainer, batch, loss_fn, n_opt)
-
-                    # 4. order the work for step + 1 + A, then checkpoint (before the weights move)
-                    run.settle_start_validation()
-                    ray.get(run.collector.order.remote(P, step + 1))  # there: version ≥ step + 1
-                    metrics = _step_metrics(groups, batch, tm, drawn, step, A)
-                    if run.checkpoint_due(step + 1):
-                        with timer("checkpoint"):
-                            run.checkpoint(step + 1, metrics)
-
-                    # 5. in-flight weight update: engines pause (keeping requests), load, resume
-                    with timer("weight_sync"):
-                        _push_weights(stack, run.collector, cfg, step + 1)
-                        ray.get(run.collector.set_version.remote(step + 1))
-
-                    # 6. log (+ validation: every grpo.val_period steps, after the last)
-                    run.log(step + 1, metrics, batch, groups, timer)
+                    _step(stack, run, cfg, step, loss_fn, opts, need_ref, (P, A))
                     if on_step is not None:
                         on_step(step + 1, stack)
                 break
@@ -222,13 +186,65 @@ def train(
             stack.shutdown()
 
 
+def _step(
+    stack: Any,
+    run: _Run,
+    cfg: MasterConfig,
+    step: int,
+    loss_fn: Any,
+    opts: Any,
+    need_ref: bool,
+    loop: tuple[int, int],
+) -> None:
+    """One step, version ``step`` -> ``step + 1``: sample, batch, train, order the next work,
+    checkpoint, push the weights, log. ``loop``: (P, A), the prompts a step and the age bound."""
+    P, A = loop
+    timer, trainer = _Timer(), stack.trainer  # a TrainerClient: every call reaches every rank
+    heal(stack, run.collector, step)
+
+    # 1. P complete groups no older than the bound (dynamic sampling draws more)
+    with timer("wait_generation"):
+        groups, drawn = _sample(stack, run.collector, cfg, step, P, A)
+
+    # 2. the batch (+ reference logprobs if β > 0). π_prev is the policy being trained: with
+    #    one optimizer step per batch the loss takes stop_grad(log π) from the step's own
+    #    forward; a pass only for several
+    batch = build_batch(groups, opts)
+    n_opt = max(1, len(batch.input_ids) // cfg.policy.train_global_batch_size)
+    _logprob_passes(trainer, batch, n_opt, need_ref, timer)
+
+    with timer("rollout_log"):  # logger.rollouts.trainer_logprobs, .entropy
+        run.rollout_logprobs(batch)
+
+    # 3. the optimizer step(s), one per train_global_batch_size: version step -> step + 1
+    with timer("train"):
+        tm = _train(trainer, batch, loss_fn, n_opt)
+
+    # 4. order the work for step + 1 + A, then checkpoint (before the weights move)
+    run.settle_start_validation()
+    ray.get(run.collector.order.remote(P, step + 1))  # there: version ≥ step + 1
+    metrics = _step_metrics(groups, batch, tm, drawn, step, A)
+    if run.checkpoint_due(step + 1):
+        with timer("checkpoint"):
+            run.checkpoint(step + 1, metrics)
+
+    # 5. in-flight weight update: engines pause (keeping requests), load, resume
+    with timer("weight_sync"):
+        _push_weights(stack, run.collector, cfg, step + 1)
+        ray.get(run.collector.set_version.remote(step + 1))
+
+    # 6. log (+ validation: every grpo.val_period steps, after the last)
+    run.log(step + 1, metrics, batch, groups, timer)
+
+
 @dataclass(frozen=True)
 class LoopLoss:
     """A loss this loop trains: how it is built from the config, what it cannot run with (its
     own pre-flight: one line per problem, dotted key first), and the validation that replaces
     the pass rate alone (``validate(stack, collector, tasks, cfg, loss)``; None: the pass rate).
     To add one, add its ``loss_fn.type`` to :data:`LOOP_LOSSES` and to the driver table
-    (:data:`.drivers.LOSS_DRIVERS`)."""
+    (:data:`.drivers.LOSS_DRIVERS`); a policy gradient another package registers
+    (``dockyard.losses``) is trained as the built-in ones are, without an entry."""
 
     build: Callable[[Any], Any]
     problems: Callable[[Any], list[str]] = lambda cfg: []
@@ -268,14 +284,16 @@ def _logprob_passes(trainer: Any, batch: Any, n_opt: int, need_ref: bool, timer:
             batch.ref_logprobs = trainer.get_reference_logprobs(trainer_view(batch))
 
 
-def _loss_for(cfg: Any) -> tuple[Any, LoopLoss]:
+def _loss_for(cfg: MasterConfig) -> tuple[Any, LoopLoss]:
     """The loop's loss and its entry (:data:`LOOP_LOSSES`), after the checks of the command
     that trains ``loss_fn.type`` and the loss's own; ValueError naming the command that does
     train a type this loop does not."""
     entry = LOOP_LOSSES.get(cfg.loss_fn.type)
+    if entry is None and is_policy_gradient(cfg.loss_fn):  # a registered one (dockyard.losses)
+        entry = _POLICY_GRADIENT
     if entry is None:
         raise ValueError(loss_problems(cfg, "train")[0])
-    command = LOSS_DRIVERS[cfg.loss_fn.type]
+    command = loss_driver(cfg.loss_fn.type)
     if problems := loss_problems(cfg, command) or entry.problems(cfg):
         raise ValueError(problems[0])
     return entry.build(cfg), entry
@@ -308,7 +326,7 @@ class _Timer:
 class _Run:
     """What the loop's helpers share about a run, and what a rewind replaces."""
 
-    cfg: Any
+    cfg: MasterConfig
     stack: Any
     tasks: list[dict[str, Any]]
     val_tasks: list[dict[str, Any]]
@@ -331,7 +349,7 @@ class _Run:
 
     @classmethod
     def begin(
-        cls, cfg: Any, stack: Any, resume: bool, progress: bool, loss_fn: Any,
+        cls, cfg: MasterConfig, stack: Any, resume: bool, progress: bool, loss_fn: Any,
         loss_validation: Callable[..., dict[str, float]] | None, loop: tuple[int, int],
     ) -> _Run:  # fmt: skip
         """Load the data; start a collector from the latest checkpoint (``resume``) or from
@@ -593,7 +611,7 @@ class _Run:
 
 
 def _sample(
-    stack: Any, collector: Any, cfg: Any, step: int, P: int, A: int
+    stack: Any, collector: Any, cfg: MasterConfig, step: int, P: int, A: int
 ) -> tuple[list[Any], int]:
     """``P`` groups for ``step``; with dynamic sampling only informative ones (draws more: for
     step − A, the bound ``A``)."""
@@ -682,7 +700,7 @@ def _step_metrics(
     }
 
 
-def _push_weights(stack: Any, collector: Any, cfg: Any, version: int) -> None:
+def _push_weights(stack: Any, collector: Any, cfg: MasterConfig, version: int) -> None:
     """The trainer's weights to the engines as ``version``: in flight, or once the collector
     drained (``grpo.async_grpo.in_flight_weight_updates`` off with A > 0); engines that died
     on the way are replaced holding them."""

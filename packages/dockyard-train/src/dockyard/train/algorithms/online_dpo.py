@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.interfaces import SamplingParams
 from dockyard.core.rl.preference import PreferenceLoss
 from dockyard.train.algorithms.dpo import EncodedPair
@@ -161,7 +162,7 @@ def _headline(step: int, m: dict[str, float]) -> str:
 
 
 # --------------------------------------------------------------------------- the pre-flight
-def config_problems(cfg: Any) -> list[str]:
+def config_problems(cfg: MasterConfig) -> list[str]:
     """What ``dockyard online-dpo`` refuses before anything starts (each line names its key)."""
     problems = judge_problems(cfg, "online DPO")
     if cfg.grpo.num_generations_per_prompt < 2:

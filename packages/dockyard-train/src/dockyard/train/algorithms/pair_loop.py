@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.experience import Batch
 
 
@@ -161,7 +162,7 @@ def pair_steps(
     return history
 
 
-def loop_options(cfg: Any) -> dict[str, Any]:
+def loop_options(cfg: MasterConfig) -> dict[str, Any]:
     """The keyword options of :func:`train_on_pairs` from a ``MasterConfig``: steps, pairs per
     step, seed, held-out evaluation (the length cap, ``policy.max_total_sequence_length``, is
     the strategy's)."""

@@ -41,6 +41,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from dockyard.core.config import MasterConfig
+from dockyard.core.config.judge import RLAIFConfig
 from dockyard.core.interfaces import GenerationResult, SamplingParams
 from dockyard.core.rl.preference import PreferenceLoss
 from dockyard.train.algorithms.dpo import EncodedPair
@@ -124,7 +126,7 @@ class Constitution:
         check_template(self.revision, "revision", "revision template")
 
     @classmethod
-    def from_config(cls, rlaif_cfg: Any) -> Constitution:
+    def from_config(cls, rlaif_cfg: RLAIFConfig) -> Constitution:
         """From ``rlaif`` of a ``MasterConfig`` (the files read here)."""
         if not rlaif_cfg.constitution_file:
             raise ValueError("rlaif.constitution_file: name the constitution's text file")
@@ -302,7 +304,7 @@ def _headline(step: int, m: dict[str, float]) -> str:
 
 
 # --------------------------------------------------------------------------- the pre-flight
-def config_problems(cfg: Any) -> list[str]:
+def config_problems(cfg: MasterConfig) -> list[str]:
     """What ``dockyard rlaif`` refuses before anything starts (each line names its key)."""
     problems = judge_problems(cfg, "RLAIF")
     if cfg.judge.mode != "pairwise":

@@ -8,19 +8,20 @@ from typing import Any
 
 import ray
 
+from dockyard.core.config import MasterConfig
 from dockyard.train.algorithms.configs import batch_options
 from dockyard.train.batching import build_batch, trainer_view
 from dockyard.train.runtime.collector import validation_metrics
 
 
-def pass_rate(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> dict[str, float]:
+def pass_rate(collector: Any, tasks: list[dict[str, Any]], cfg: MasterConfig) -> dict[str, float]:
     """Held-out pass rate of ``grpo.val_samples_per_prompt`` samples per task at
     ``grpo.val_temperature`` (None: the training temperature; 0: greedy)."""
     out: dict[str, float] = ray.get(pass_rate_ref(collector, tasks, cfg))
     return out
 
 
-def pass_rate_ref(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> Any:
+def pass_rate_ref(collector: Any, tasks: list[dict[str, Any]], cfg: MasterConfig) -> Any:
     """:func:`pass_rate` started, not waited for (its ObjectRef)."""
     g = cfg.grpo
     t = cfg.policy.generation.temperature if g.val_temperature is None else g.val_temperature
@@ -28,7 +29,7 @@ def pass_rate_ref(collector: Any, tasks: list[dict[str, Any]], cfg: Any) -> Any:
 
 
 def validate_distillation(
-    stack: Any, collector: Any, tasks: list[dict[str, Any]], cfg: Any, loss_fn: Any
+    stack: Any, collector: Any, tasks: list[dict[str, Any]], cfg: MasterConfig, loss_fn: Any
 ) -> dict[str, float]:
     """The held-out pass rate (as GRPO's validation) and ``val/distill_kl``: ``loss_fn`` on
     the same samples, evaluated by the trainer without a step."""

@@ -2,8 +2,12 @@
 
 Sub-commands live in a small registry (``COMMANDS``): each entry names the module that implements
 it, imported only when that sub-command runs, so `dockyard --help` starts without importing torch,
-Ray or vLLM. To add a sub-command, write a module with ``add_arguments(parser)`` and
-``run(args) -> int`` and register it here.
+Ray or vLLM. A sub-command is a module with ``add_arguments(parser)`` and ``run(args) -> int``;
+another package adds one under the entry-point group ``dockyard.commands`` (name = the
+sub-command, value = its module; a built-in name is not replaced)::
+
+    [project.entry-points."dockyard.commands"]
+    my-driver = "my_package.cli"
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import os
 import sys
 import threading
 from importlib import metadata
+
+COMMAND_GROUP = "dockyard.commands"
 
 # name -> (module implementing it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -73,6 +79,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def commands() -> dict[str, tuple[str, str]]:
+    """:data:`COMMANDS`, then the sub-commands installed packages register under
+    :data:`COMMAND_GROUP` (their help names the distribution; nothing is imported)."""
+    found = dict(COMMANDS)
+    for ep in metadata.entry_points(group=COMMAND_GROUP):
+        if ep.name not in found:
+            dist = ep.dist.name if ep.dist is not None else "an installed package"
+            found[ep.name] = (ep.module, f"(from {dist}) see `dockyard {ep.name} --help`.")
+    return found
+
+
 def _version() -> str:
     try:
         return metadata.version("dockyard-train")
@@ -87,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dockyard {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (module, help_text) in commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
     return parser
@@ -96,10 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    known = commands()
     # Parse the command name first; the implementing module then adds its own arguments.
-    if argv and argv[0] in COMMANDS:
-        module = importlib.import_module(COMMANDS[argv[0]][0])
-        sub = argparse.ArgumentParser(prog=f"dockyard {argv[0]}", description=COMMANDS[argv[0]][1])
+    if argv and argv[0] in known:
+        path, help_text = known[argv[0]]
+        module = importlib.import_module(path)
+        sub = argparse.ArgumentParser(prog=f"dockyard {argv[0]}", description=help_text)
         module.add_arguments(sub)
         return int(module.run(sub.parse_args(argv[1:])) or 0)
     args = parser.parse_args(argv)

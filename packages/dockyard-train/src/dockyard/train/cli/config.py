@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 import yaml
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.config.docs import render
 from dockyard.core.config.errors import ConfigError
-from dockyard.train.algorithms.drivers import LOSS_DRIVERS
+from dockyard.train.algorithms.drivers import loss_driver
 from dockyard.train.preflight import load_and_validate
 
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _driver(cfg: Any) -> str:
+def _driver(cfg: MasterConfig) -> str:
     """``; ... runs with `dockyard dpo```: the command whose driver trains the config's loss."""
-    command = LOSS_DRIVERS.get(cfg.loss_fn.type)
+    command = loss_driver(cfg.loss_fn.type)
     return f"; loss_fn.type {cfg.loss_fn.type} runs with `dockyard {command}`" if command else ""

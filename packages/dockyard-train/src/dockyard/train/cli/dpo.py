@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.rl import PreferenceLoss
 from dockyard.train.algorithms.configs import torch_worker_config
 from dockyard.train.algorithms.dpo import DPOStrategy
@@ -22,7 +23,7 @@ from dockyard.train.cli.pair_command import PairCommand
 CURVES = (("val/preference_accuracy", "o-"), ("train/preference_accuracy", "-"))
 
 
-def _problems(cfg: Any) -> list[str]:
+def _problems(cfg: MasterConfig) -> list[str]:
     problems = []
     if not cfg.data.train_path:
         problems.append(
@@ -34,7 +35,7 @@ def _problems(cfg: Any) -> list[str]:
     return problems
 
 
-def _worker(cfg: Any) -> Any:
+def _worker(cfg: MasterConfig) -> Any:
     """π_ref's logprobs come from the policy before its first step: no second copy of the
     model; two rows per pair in a micro-batch."""
     from dockyard.torch.worker import TorchPolicyWorker  # lazy: dockyard-torch is an extra

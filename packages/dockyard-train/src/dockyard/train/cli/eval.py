@@ -13,8 +13,8 @@ at ``eval.temperature``. Writes ``results.json``, ``samples.jsonl``, ``table.md`
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.config.errors import ConfigError
 from dockyard.envs.benchmarks import benchmark_names, get_benchmark
 from dockyard.train.preflight import _creatable, check_models, deep_check, load_or_exit, report
@@ -35,7 +35,7 @@ def _list() -> int:
     return 0
 
 
-def _problems(cfg: Any, models: list[str]) -> list[str]:
+def _problems(cfg: MasterConfig, models: list[str]) -> list[str]:
     """What the eval needs beyond the shared pre-flight: its models, its output folder."""
     # lazy: dockyard.train.eval imports Ray and the runtime (heavy: ~2 s); --list needs neither
     from dockyard.train.eval.plan import is_checkpoint, model_problems

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.rl import PreferenceLoss
 from dockyard.train.algorithms.configs import prompt_renderer
 from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
@@ -21,7 +22,7 @@ from dockyard.train.algorithms.online_dpo import config_problems, online_dpo
 from dockyard.train.cli.feedback_command import FeedbackCommand
 
 
-def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
+def train(cfg: MasterConfig, out: str, progress: bool) -> tuple[Any, str]:
     """Start the policy's fleets and the judge, run :func:`online_dpo`, stop everything;
     ``(OnlineDPOResult, log folder)``."""
     g = cfg.grpo

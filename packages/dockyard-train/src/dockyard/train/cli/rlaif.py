@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.rl import PreferenceLoss
 from dockyard.train.algorithms.configs import prompt_renderer
 from dockyard.train.algorithms.feedback import load_prompt_data, run_with_judge, sampling_params
@@ -22,7 +23,7 @@ from dockyard.train.algorithms.rlaif import Constitution, config_problems, rlaif
 from dockyard.train.cli.feedback_command import FeedbackCommand
 
 
-def train(cfg: Any, out: str, progress: bool) -> tuple[Any, str]:
+def train(cfg: MasterConfig, out: str, progress: bool) -> tuple[Any, str]:
     """Start the policy's fleets and the judge, run :func:`rlaif`, stop everything;
     ``(RLAIFResult, log folder)``."""
     g, ra = cfg.grpo, cfg.rlaif

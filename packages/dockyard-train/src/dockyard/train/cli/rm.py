@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.rl import BradleyTerryLoss
 from dockyard.train.algorithms.configs import torch_worker_config
 from dockyard.train.algorithms.rm import RMStrategy, parse_rm_pair
@@ -23,7 +24,7 @@ from dockyard.train.cli.pair_command import PairCommand
 ACCURACY_CURVES = (("val/rm_accuracy", "o-"), ("train/rm_accuracy", "-"))
 
 
-def _problems(cfg: Any) -> list[str]:
+def _problems(cfg: MasterConfig) -> list[str]:
     problems = []
     if not cfg.data.train_path:
         problems.append(
@@ -40,7 +41,7 @@ def _problems(cfg: Any) -> list[str]:
     return problems
 
 
-def _worker(cfg: Any) -> Any:
+def _worker(cfg: MasterConfig) -> Any:
     """Two rows per pair in a micro-batch."""
     from dockyard.torch.reward import TorchRewardWorker  # lazy: dockyard-torch is an extra
 

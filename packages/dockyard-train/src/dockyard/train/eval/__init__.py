@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.train.algorithms.configs import collector_config, stack_config
 from dockyard.train.eval import report
 from dockyard.train.eval.fleet import run_model
@@ -52,7 +53,7 @@ class EvalResult:
     table: str = ""
 
 
-def evaluate(cfg: Any, models: list[str] | None = None) -> EvalResult:
+def evaluate(cfg: MasterConfig, models: list[str] | None = None) -> EvalResult:
     """Evaluate ``models`` (default ``eval.models``, else ``policy.model_name``) per ``cfg``
     (a ``MasterConfig``); see the module docstring."""
     e = cfg.eval
@@ -98,7 +99,7 @@ def evaluate(cfg: Any, models: list[str] | None = None) -> EvalResult:
     return EvalResult(results, files, table)
 
 
-def _log_rollouts(cfg: Any, label: str, policy: Any, groups: list[Any]) -> None:
+def _log_rollouts(cfg: MasterConfig, label: str, policy: Any, groups: list[Any]) -> None:
     """Every sample as ``eval.output_dir/rollouts/eval_<label>.parquet``, the rollout log's
     format (``logger.rollouts``; ``dockyard view OUTPUT_DIR`` shows it)."""
     log = RolloutLog.open(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dockyard.core.config import MasterConfig
 from dockyard.core.config.sections import EnvConfig
 from dockyard.envs.benchmarks import get_benchmark, load_benchmark
 from dockyard.train.algorithms.grpo import load_tasks
@@ -22,12 +23,12 @@ class Plan:
     keys of the breakdowns, and what is evaluated (for the report)."""
 
     tasks: list[dict[str, Any]]
-    cfg: Any
+    cfg: MasterConfig
     group_by: list[str]
     name: str
 
 
-def plan(cfg: Any) -> Plan:
+def plan(cfg: MasterConfig) -> Plan:
     """Mode (a), ``eval.benchmark``: the registry's tasks, scored by the benchmark's environment
     kind (the config's ``env`` entry of that kind if it has one: its timeout, options and
     sandbox; else a new ``env.benchmark``). Mode (b): the tasks GRPO validates on (``data.val_path``

@@ -21,10 +21,12 @@ ref_logprobs, ..., agg, num_loss_tokens, num_sequences) -> (loss, metrics)``.
 (``dpo`` ... ``orpo``), ``DistillationLoss`` or ``BradleyTerryLoss``; only the first two are
 ``LossFn`` objects (the others take per-pair arrays or logits: their drivers shape the batch).
 
-Adding a loss: write ``losses/my_loss.py`` with a function of that signature whose docstring
-states the formula and cites the paper, register it below with
-``POLICY_LOSSES.register("my_loss")``, add ``"my_loss"`` to the config's ``loss_fn.type``
-choices (``dockyard.core.config.loss``), and add a float64 reference test.
+Adding a loss here: write ``losses/my_loss.py`` with a function of that signature whose
+docstring states the formula and cites the paper, register it below with
+``POLICY_LOSSES.register("my_loss")``, give it a config member with its keys
+(``dockyard.core.config.loss``), and add a float64 reference test. Another package registers
+one under the entry-point group ``dockyard.losses`` instead: ``loss_fn: {type: my_loss,
+options: {...}}`` then selects it (``PluginPGLossConfig``), and ``dockyard train`` trains it.
 """
 
 from __future__ import annotations
