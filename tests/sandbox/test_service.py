@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -171,6 +172,22 @@ def test_auth_and_loopback_only_without_token(capsys: pytest.CaptureFixture[str]
         assert bad.status_code == 401
         with svc.client() as c:
             assert c.run_task(Task(test_command="true")).verdict == Verdict.passed
+
+
+def test_serve_refuses_bad_options_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each refusal names its flag and exits 2 before a port is bound."""
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    cases = [
+        (["--token-file", str(empty)], f"--token-file {empty} is empty"),
+        (["--registry", "http://mirror.example/"], "--registry 'http://mirror.example/': expected a host name"),
+        (["--repo-root", str(tmp_path / "absent")], f"--repo-root {tmp_path / 'absent'}: no such directory"),
+    ]  # fmt: skip
+    for extra, message in cases:
+        assert cli_main(["serve", "--port", "0", "--work-dir", str(tmp_path / "w"), *extra]) == 2
+        assert f"dockyard-sandbox: {message}" in capsys.readouterr().err
 
 
 def test_session_exec_files_finish_in_a_fresh_sandbox(sandbox: SandboxClient) -> None:

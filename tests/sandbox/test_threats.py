@@ -58,13 +58,19 @@ def test_row02_memory_bomb_and_dev_shm(sandbox: SandboxClient) -> None:
         cmd_task("python3 -c 'x = bytearray(2 << 30); print(len(x))'", memory_mb=96)
     )
     assert r.verdict == Verdict.oom, r
+    # /dev/shm's pages are the task's memory: the fill stops at the cap. Usually a page fault
+    # at the cap freezes the task and it is killed (oom; 12 of 12 here); on cgroup v1, whose
+    # OOM killer the service turns off, a write() charged past the cap can instead fail with
+    # ENOMEM (seen once in a loaded CI run): the task sees its write refused (failed), and the
+    # fill is stopped either way.
     shm = sandbox.run_task(
         cmd_task(
-            "head -c 400000000 /dev/zero > /dev/shm/fill; echo done", memory_mb=64, disk_mb=1024
+            "head -c 400000000 /dev/zero > /dev/shm/fill && echo done", memory_mb=64, disk_mb=1024
         )
     )
-    assert shm.verdict == Verdict.oom, shm
+    assert shm.verdict in (Verdict.oom, Verdict.failed), shm
     assert "done" not in shm.stdout
+    assert shm.usage.memory_peak_mb is None or shm.usage.memory_peak_mb <= 64, shm.usage
     assert sandbox.run_task(cmd_task("echo alive")).verdict == Verdict.passed
     assert sandbox.health()["status"] == "ok"
 

@@ -272,9 +272,44 @@ class _Service:
 
 
 # -- routes -------------------------------------------------------------------------------------
+def _admit(svc: _Service) -> TaskManager:
+    """The task manager, when it takes one more task: 503 while draining, 429 when full."""
+    t = svc.tm()
+    if t.draining:
+        svc.metrics.rejected("draining")
+        raise HTTPException(
+            503, "service is draining (shutting down)", headers={"Retry-After": "5"}
+        )
+    if t.full():
+        svc.metrics.rejected("queue_full")
+        raise HTTPException(429, "queue full", headers={"Retry-After": str(t.retry_after())})
+    return t
+
+
+def _allowed(svc: _Service, task: Task) -> Task:
+    """422 for what the operator does not allow (a host source, a network), before the task is
+    queued."""
+    try:
+        svc.ctx.cache.policy.check(task.repo)
+    except SourceRefused as e:
+        raise HTTPException(422, str(e)) from e
+    if task.network and not svc.cfg.allow_network:
+        raise HTTPException(
+            422, "network: the task asks for a network; the service runs without --allow-network"
+        )
+    if task.environment is not None and task.environment.network and not svc.cfg.allow_network:
+        raise HTTPException(
+            422,
+            "environment.network: provisioning steps that download packages need the "
+            "service to run with --allow-network",
+        )
+    return task
+
+
 def _task_routes(svc: _Service) -> APIRouter:
-    """``/v1/tasks``: submit, run and wait, status, result (long-poll), cancel."""
-    cfg, metrics = svc.cfg, svc.metrics
+    """``/v1/tasks``: submit, run and wait, status, result (long-poll), cancel; admission by
+    :func:`_admit` and :func:`_allowed`."""
+    cfg = svc.cfg
     router = APIRouter()
     Auth = Annotated[None, Depends(svc.auth)]
     window = (
@@ -282,48 +317,16 @@ def _task_routes(svc: _Service) -> APIRouter:
         f"{cfg.keep_results_bytes >> 20} MiB of them, are kept for {cfg.result_ttl_s:g} s"
     )
 
-    def _admit() -> TaskManager:
-        t = svc.tm()
-        if t.draining:
-            metrics.rejected("draining")
-            raise HTTPException(
-                503, "service is draining (shutting down)", headers={"Retry-After": "5"}
-            )
-        if t.full():
-            metrics.rejected("queue_full")
-            raise HTTPException(429, "queue full", headers={"Retry-After": str(t.retry_after())})
-        return t
-
-    def _allowed(task: Task) -> Task:
-        """422 for what the operator does not allow (a host source, a network), before the
-        task is queued."""
-        try:
-            svc.ctx.cache.policy.check(task.repo)
-        except SourceRefused as e:
-            raise HTTPException(422, str(e)) from e
-        if task.network and not cfg.allow_network:
-            raise HTTPException(
-                422,
-                "network: the task asks for a network; the service runs without --allow-network",
-            )
-        if task.environment is not None and task.environment.network and not cfg.allow_network:
-            raise HTTPException(
-                422,
-                "environment.network: provisioning steps that download packages need the "
-                "service to run with --allow-network",
-            )
-        return task
-
     @router.post("/v1/tasks", status_code=202, response_model=Submitted)
     async def submit(task: Task, _: Auth) -> Submitted:
         """Queue a task; poll ``/v1/tasks/{id}/result``."""
-        return Submitted(task_id=_admit().submit(_allowed(task)).id)
+        return Submitted(task_id=_admit(svc).submit(_allowed(svc, task)).id)
 
     @router.post("/v1/tasks:run", response_model=TaskResult)
     async def run_task(task: Task, _: Auth) -> TaskResult:
         """Run a task and wait for its result."""
-        t = _admit()
-        rec = t.submit(_allowed(task))
+        t = _admit(svc)
+        rec = t.submit(_allowed(svc, task))
         await rec.done.wait()
         assert rec.result is not None
         return rec.result

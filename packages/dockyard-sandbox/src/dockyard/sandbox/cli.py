@@ -206,35 +206,27 @@ def _isolation(args: argparse.Namespace) -> Any:
     return isolation
 
 
-def serve(args: argparse.Namespace) -> int:
+def _token(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``(token, problem)``: the bearer token of ``--token-file``, and why the service may not
+    start without one (an empty file; a non-loopback address and no token)."""
     token = None
     if args.token_file:
         token = args.token_file.read_text().strip()
         if not token:
-            print(f"dockyard-sandbox: --token-file {args.token_file} is empty", file=sys.stderr)
-            return 2
+            return None, f"--token-file {args.token_file} is empty"
     if token is None and not _is_loopback(args.host):
-        print(
-            f"dockyard-sandbox: refusing to listen on {args.host} without a token: pass --token-file "
-            "FILE (clients send 'Authorization: Bearer <token>') or bind 127.0.0.1.",
-            file=sys.stderr,
+        return None, (
+            f"refusing to listen on {args.host} without a token: pass --token-file "
+            "FILE (clients send 'Authorization: Bearer <token>') or bind 127.0.0.1."
         )
-        return 2
-    server = _server()  # before anything else of the service: the extra may be missing
-    if server is None:
-        return 2
-    uvicorn, ServiceConfig, create_app = server
-    # lazy: egress imports cryptography and packaging, the server extra's (checked just above)
-    from dockyard.sandbox import egress
+    return token, None
 
-    isolation = _isolation(args)
-    if isolation is None:
-        return 2
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
-    cfg = ServiceConfig(
+def _service_config(
+    args: argparse.Namespace, service_config: Any, token: str | None, isolation: Any
+) -> Any:
+    """The service's ``ServiceConfig`` from the command line (sizes in bytes)."""
+    return service_config(
         workers=args.workers,
         queue_size=args.queue_size,
         session_long_calls=args.session_long_calls,
@@ -256,21 +248,25 @@ def serve(args: argparse.Namespace) -> int:
         keep_results_bytes=int(args.keep_results_mb * (1 << 20)),
         result_ttl_s=args.result_ttl,
     )
+
+
+def _trust_problem(args: argparse.Namespace, egress: Any) -> str | None:
+    """Why ``--registry`` / ``--repo-root`` cannot be used (None: they can); an egress warning
+    is printed on the way."""
     for host in args.registries:
         if egress.normalize_host(host) is None:
-            print(f"dockyard-sandbox: --registry {host!r}: expected a host name", file=sys.stderr)
-            return 2
+            return f"--registry {host!r}: expected a host name"
     if args.allow_network and (warning := egress.unnamed_mirrors_warning(args.registries)):
         print(f"dockyard-sandbox: warning: {warning}", file=sys.stderr)
     for root in args.repo_roots:
         if not root.is_dir():
-            print(f"dockyard-sandbox: --repo-root {root}: no such directory", file=sys.stderr)
-            return 2
-    try:
-        app = create_app(cfg)
-    except (IsolationError, ValueError, WorkDirInUse) as e:
-        print(f"dockyard-sandbox: {e}", file=sys.stderr)
-        return 2
+            return f"--repo-root {root}: no such directory"
+    return None
+
+
+def _run_server(uvicorn: Any, app: Any, args: argparse.Namespace) -> None:
+    """Serve ``app`` on ``--host``/``--port`` until stopped; the bound port goes to
+    ``--ready-file`` (atomically) once the server accepts."""
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -299,6 +295,39 @@ def serve(args: argparse.Namespace) -> int:
 
         server.startup = startup  # type: ignore[method-assign]
     server.run(sockets=[sock])
+
+
+def serve(args: argparse.Namespace) -> int:
+    """``dockyard-sandbox serve``: check the options, build the service, serve it; 2 (the reason
+    printed) where it cannot start."""
+    token, problem = _token(args)
+    if problem is not None:
+        print(f"dockyard-sandbox: {problem}", file=sys.stderr)
+        return 2
+    server = _server()  # before anything else of the service: the extra may be missing
+    if server is None:
+        return 2
+    uvicorn, ServiceConfig, create_app = server
+    # lazy: egress imports cryptography and packaging, the server extra's (checked just above)
+    from dockyard.sandbox import egress
+
+    isolation = _isolation(args)
+    if isolation is None:
+        return 2
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    cfg = _service_config(args, ServiceConfig, token, isolation)
+    if (problem := _trust_problem(args, egress)) is not None:
+        print(f"dockyard-sandbox: {problem}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(cfg)
+    except (IsolationError, ValueError, WorkDirInUse) as e:
+        print(f"dockyard-sandbox: {e}", file=sys.stderr)
+        return 2
+    _run_server(uvicorn, app, args)
     return 0
 
 
