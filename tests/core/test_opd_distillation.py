@@ -114,10 +114,11 @@ def test_the_config_builds_the_loss() -> None:
                                    "teachers": [{"model_name": "a", "weight": 2.0},
                                                 {"model_name": "b"}]}},
     })  # fmt: skip
-    fn = OPDPolicyLoss.from_config(cfg)
+    fn = OPDPolicyLoss.from_config(cfg.loss_fn, cfg.grpo.adv_estimator, norm_length=64)
     assert fn.weights == (2.0, 1.0)
     assert fn.clip == 5.0
     assert fn.policy.name == "clipped_pg"
+    assert fn.policy == PolicyLoss.from_config(cfg.loss_fn, norm_length=64)
     assert cfg.grpo.adv_estimator.estimator_options() == {
         "reward_weight": 0.5, "normalize_std": True
     }  # fmt: skip

@@ -415,3 +415,27 @@ OPD_STEPS = 20
 OPD_LR = 1e-3
 OPD_KL_RATIO = 0.7
 OPD_PASS_GAIN = 0.25
+
+
+def test_the_grpo_loop_wraps_its_policy_loss_for_the_opd_advantage(tmp_path: Path) -> None:
+    """The loop builds the trainer's loss from two sections, split at the driver: ``loss_fn``
+    and, with ``adv_estimator: opd``, the teachers' weights and clip of ``grpo.adv_estimator``."""
+    from dockyard.core.rl import OPDPolicyLoss, PolicyLoss
+    from dockyard.train.algorithms.grpo import LOOP_LOSSES
+
+    base: dict[str, Any] = {
+        "policy": {"model_name": "x", "generation": {"max_new_tokens": 48}},
+        "loss_fn": {"type": "cispo", "loss_agg_mode": "seq-mean-token-sum-norm"},
+    }
+    plain = config_from_dict(base)
+    built = LOOP_LOSSES["cispo"].build(plain)
+    assert built == PolicyLoss.from_config(plain.loss_fn, norm_length=48)
+    assert built.options["norm_length"] == 48
+    teachers = [{"model_name": "a", "weight": 2.0}, {"model_name": "b", "weight": 0.5}]
+    opd = config_from_dict({
+        **base,
+        "grpo": {"adv_estimator": {"name": "opd", "teachers": teachers, "advantage_clip": 3.0}},
+    })  # fmt: skip
+    wrapped = LOOP_LOSSES["cispo"].build(opd)
+    assert isinstance(wrapped, OPDPolicyLoss)
+    assert (wrapped.policy, wrapped.weights, wrapped.clip) == (built, (2.0, 0.5), 3.0)

@@ -57,6 +57,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from dockyard.core.config import MasterConfig
+from dockyard.core.config.grpo import OPDAdvConfig
 from dockyard.core.config.loss import PG_LOSS_TYPES, is_policy_gradient
 from dockyard.core.rl import OnPolicyDistillationLoss, OPDPolicyLoss, PolicyLoss
 from dockyard.train import checkpoint as ckpt
@@ -251,13 +252,16 @@ class LoopLoss:
     validate: Callable[..., dict[str, float]] | None = None
 
 
-_POLICY_GRADIENT = LoopLoss(
-    lambda cfg: (
-        OPDPolicyLoss.from_config(cfg)  # the teachers' token advantages, in the trainer
-        if cfg.grpo.adv_estimator.name == "opd"
-        else PolicyLoss.from_config(cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens)
-    )
-)
+def _policy_gradient(cfg: MasterConfig) -> PolicyLoss | OPDPolicyLoss:
+    """The policy-gradient loss of ``loss_fn``; with ``adv_estimator: opd`` wrapped to take the
+    teachers' token advantages in the trainer."""
+    est, length = cfg.grpo.adv_estimator, cfg.policy.generation.max_new_tokens
+    if isinstance(est, OPDAdvConfig):
+        return OPDPolicyLoss.from_config(cfg.loss_fn, est, norm_length=length)
+    return PolicyLoss.from_config(cfg.loss_fn, norm_length=length)
+
+
+_POLICY_GRADIENT = LoopLoss(_policy_gradient)
 LOOP_LOSSES: dict[str, LoopLoss] = {
     **dict.fromkeys(PG_LOSS_TYPES, _POLICY_GRADIENT),
     # on-policy distillation (dockyard distill): the trainer hands the loss the teacher's top-k

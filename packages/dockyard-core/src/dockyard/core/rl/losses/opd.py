@@ -69,11 +69,12 @@ class OPDPolicyLoss:
         return loss, metrics
 
     @classmethod
-    def from_config(cls, cfg: Any) -> OPDPolicyLoss:
-        """From a ``MasterConfig`` whose ``grpo.adv_estimator`` is an ``OPDAdvConfig`` and whose
-        ``loss_fn`` is a policy loss."""
-        est = cfg.grpo.adv_estimator
-        policy = PolicyLoss.from_config(
-            cfg.loss_fn, norm_length=cfg.policy.generation.max_new_tokens
-        )
-        return cls(policy, tuple(t.weight for t in est.teachers), est.advantage_clip)
+    def from_config(
+        cls, loss_cfg: Any, estimator: Any, *, norm_length: float | None = None
+    ) -> OPDPolicyLoss:
+        """From the run's ``loss_fn`` (a policy loss: ``clipped_pg`` / ``cispo``) and its
+        ``grpo.adv_estimator`` (an ``OPDAdvConfig``: the teachers' weights, ``advantage_clip``);
+        ``norm_length`` as in :meth:`PolicyLoss.from_config`."""
+        policy = PolicyLoss.from_config(loss_cfg, norm_length=norm_length)
+        weights = tuple(t.weight for t in estimator.teachers)
+        return cls(policy, weights, estimator.advantage_clip)
