@@ -17,36 +17,42 @@ def _rows(cfg) -> list[dict]:
 
 
 def test_two_trainer_ranks_train_like_one(quickstart_cfg, ray_session, tmp_path) -> None:
+    """1 rank; 2 data-parallel ranks; 2 ranks splitting every sequence (context parallelism,
+    ``policy.dtensor_cfg.context_parallel_size=2``): the same first step."""
     from dockyard.train.algorithms.grpo import train
 
     runs, fleet_sizes = {}, {}
-    for ranks in (1, 2):
+    for name, ranks, cp in (("one", 1, 1), ("dp2", 2, 1), ("cp2", 2, 2)):
         cfg = quickstart_cfg(
             "~grpo.async_grpo",
             "grpo.max_num_steps=2",
             f"cluster.trainer_ranks={ranks}",
-            f"logger.log_dir={tmp_path}/r{ranks}",
+            f"policy.dtensor_cfg.context_parallel_size={cp}",
+            f"logger.log_dir={tmp_path}/{name}",
             "checkpointing.enabled=false",
         )
         train(
             cfg,
             progress=False,
-            on_step=lambda step, stack, n=ranks: fleet_sizes.setdefault(n, len(stack.trainer)),
+            on_step=lambda step, stack, n=name: fleet_sizes.setdefault(n, len(stack.trainer)),
         )
-        runs[ranks] = _rows(cfg)
-    assert fleet_sizes == {1: 1, 2: 2}  # one Ray actor per trainer rank
-    one, two = runs[1], runs[2]
-    assert [r["step"] for r in two] == [1, 2]
-    # step 1: the same initial weights generate the same batch; each rank trains half of it
-    # and the update is normalised over all tokens, so the step's statistics agree
-    assert two[0]["reward/mean"] == one[0]["reward/mean"]
-    assert two[0]["train/num_sequences"] == one[0]["train/num_sequences"] == 64
-    assert two[0]["train/loss"] == pytest.approx(one[0]["train/loss"], rel=1e-4, abs=1e-6)
-    assert two[0]["train/grad_norm"] == pytest.approx(one[0]["train/grad_norm"], rel=1e-4)
-    # step 2 generated with the weights the 2-rank fleet pushed: the engine's logprobs equal the
-    # trainer's recomputed ones (a wrong or partial push would show here)
-    for r in two:
-        assert r["logprob_mismatch/mean"] < 1e-3, r["logprob_mismatch/mean"]
+        runs[name] = _rows(cfg)
+    assert fleet_sizes == {"one": 1, "dp2": 2, "cp2": 2}  # one Ray actor per trainer rank
+    one = runs["one"]
+    for two in (runs["dp2"], runs["cp2"]):
+        assert [r["step"] for r in two] == [1, 2]
+        # step 1: the same initial weights generate the same batch; each rank trains half of it
+        # (or half of every sequence) and the update is normalised over all tokens, so the
+        # step's statistics agree
+        assert two[0]["reward/mean"] == one[0]["reward/mean"]
+        assert two[0]["train/num_sequences"] == one[0]["train/num_sequences"] == 64
+        assert two[0]["train/num_loss_tokens"] == one[0]["train/num_loss_tokens"]
+        assert two[0]["train/loss"] == pytest.approx(one[0]["train/loss"], rel=1e-4, abs=1e-6)
+        assert two[0]["train/grad_norm"] == pytest.approx(one[0]["train/grad_norm"], rel=1e-4)
+        # step 2 generated with the weights the 2-rank fleet pushed: the engine's logprobs
+        # equal the trainer's recomputed ones (a wrong or partial push would show here)
+        for r in two:
+            assert r["logprob_mismatch/mean"] < 1e-3, r["logprob_mismatch/mean"]
 
 
 def test_a_dead_rank_restarts_the_whole_fleet(quickstart_cfg, ray_session, tmp_path) -> None:

@@ -1,4 +1,5 @@
-"""A tensor-parallel (and optionally FSDP2 × TP) gloo job for tests/torch/test_tensor_parallel.py.
+"""A tensor-parallel (and optionally FSDP2 × TP) gloo job for tests/torch/test_tensor_parallel.py,
+and the context-parallel one of tests/torch/test_context_parallel.py (``context_parallel_size``).
 
 Usage: ``python -m torch.distributed.run --nproc_per_node=N _tp_job.py OUT MODEL CONFIG_JSON``.
 Computes logprobs, trains two steps and writes, from rank 0: the metrics, logprobs, the full
@@ -48,12 +49,14 @@ def main() -> None:
         "world_size": dist.get_world_size(),
         "dp_size": worker.dist.dp_size,
         "tp_size": worker.dist.tp_size,
+        "cp_size": worker.dist.cp_size,
         "fsdp": worker.fsdp,
     }
     shapes: list[dict] = [{} for _ in range(dist.get_world_size())]
     dist.all_gather_object(shapes, local_shapes(worker))
     results["local_shapes"] = shapes
     lp0 = worker.get_logprobs(b1)
+    ent0 = worker.get_token_entropy(b1)
     results["m1"] = worker.train_step(b1, loss)
     w1 = full_weights(worker)
     if save_ckpt:
@@ -62,6 +65,7 @@ def main() -> None:
     w2 = full_weights(worker)
     if worker.rank == 0:
         np.save(out / "lp0.npy", lp0)
+        np.save(out / "ent0.npy", ent0)
         np.savez(out / "w1.npz", **w1)
         np.savez(out / "w2.npz", **w2)
         (out / "results.json").write_text(json.dumps(results))

@@ -1,9 +1,14 @@
-"""Tensor parallelism (DTensor) on gloo: tp=2 on two real processes equals one process.
+"""Tensor and context parallelism on gloo: tp=2 and cp=2 on two real processes equal one process.
 
 The 2-rank job (tests/torch/_tp_job.py) runs a Qwen3 model (GQA: 4 query heads, 2 KV heads,
 per-head q_norm/k_norm whose gradients are summed over the tp group) with
 ``tensor_parallel_size=2``; the tests replay it on one process and compare logprobs, losses,
 grad norms and weights, and resume its checkpoint on one process.
+
+The context-parallel job (the same script, ``context_parallel_size=2``) cuts every micro-batch's
+rows in two position chunks (odd widths padded), with all-gather attention, FSDP2 over the two
+ranks and activation checkpointing (its recomputation replays the chunk); the one-process
+replay, unsplit, gives the same logprobs, losses, grad norms and weights after two Adam steps.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
+from dockyard.core.config import config_from_dict
 from dockyard.core.rl import PolicyLoss
-from dockyard.torch.testing import random_batch
+from dockyard.torch.context_parallel import check_context_parallel
+from dockyard.torch.testing import build_tiny_model, random_batch
 
 JOB = Path(__file__).with_name("_tp_job.py")
 CONFIG = {
@@ -194,3 +202,81 @@ def test_clip_grad_norm_matches_torch():
     for p, q in zip(a, b, strict=True):
         torch.testing.assert_close(q.grad, p.grad)
     assert clip_grad_norm_(b, float("inf")) == pytest.approx(0.5, rel=1e-5)  # no-op norm
+
+
+@pytest.fixture(scope="module")
+def cp_run(tmp_path_factory, qwen3_gqa):
+    out = tmp_path_factory.mktemp("cp2")
+    config = {**CONFIG, "context_parallel_size": 2, "activation_checkpointing": True}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           f"--master_port={_free_port()}", str(JOB), str(out), qwen3_gqa, json.dumps(config)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return out, json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_cp2_equals_one_process(cp_run, qwen3_gqa):
+    from dockyard.torch.worker import TorchPolicyWorker
+
+    out, res = cp_run
+    shape = (res["world_size"], res["dp_size"], res["cp_size"], res["tp_size"], res["fsdp"])
+    assert shape == (2, 1, 2, 1, True)  # FSDP2 shards over the context-parallel pair
+    for shapes in res["local_shapes"]:  # each rank holds half of every parameter
+        assert shapes["model.layers.0.self_attn.q_proj.weight"] == [64, 128]
+    worker = TorchPolicyWorker({**CONFIG, "model_name": qwen3_gqa})
+    loss = PolicyLoss(options={"eps_low": 0.2})
+    b1, b2 = random_batch(8, 24, seed=1), random_batch(8, 24, seed=2)
+    lengths = b1.attention_mask.sum(axis=1)
+    assert len(set(lengths % 2)) == 2  # odd and even widths: a chunk is padded
+    np.testing.assert_allclose(worker.get_logprobs(b1), np.load(out / "lp0.npy"), atol=1e-5)
+    # a per-position value other than the logprobs, gathered the same way
+    np.testing.assert_allclose(worker.get_token_entropy(b1), np.load(out / "ent0.npy"), atol=1e-5)
+    w0 = _weights(worker)
+    m1 = worker.train_step(b1, loss)
+    assert m1["loss"] == pytest.approx(res["m1"]["loss"], abs=1e-6)
+    assert m1["grad_norm"] == pytest.approx(res["m1"]["grad_norm"], rel=1e-5)
+    assert m1["num_loss_tokens"] == res["m1"]["num_loss_tokens"]  # counted once per cp group
+    w1 = dict(np.load(out / "w1.npz"))
+    assert max(np.abs(w1[k] - w0[k]).max() for k in w0) > 1e-4  # the step moved the weights
+    _assert_close(_weights(worker), w1, ATOL)
+    m2 = worker.train_step(b2, loss)
+    assert m2["loss"] == pytest.approx(res["m2"]["loss"], abs=1e-6)
+    _assert_close(_weights(worker), dict(np.load(out / "w2.npz")), ATOL)
+
+
+def test_what_context_parallelism_cannot_run_is_refused_with_the_fix() -> None:
+    from transformers import AutoConfig
+
+    dense = AutoConfig.from_pretrained(build_tiny_model(family="qwen3", hidden_size=64))
+    check_context_parallel(dense, 2, tp=1, moe=False, packing=False)  # runs
+    check_context_parallel(dense, 1, tp=2, moe=True, packing=True)  # cp 1: nothing to check
+    gemma = AutoConfig.from_pretrained(build_tiny_model(family="gemma2", hidden_size=64))
+    with pytest.raises(ValueError, match="cannot run here") as e:
+        check_context_parallel(gemma, 2, tp=2, moe=True, packing=True)
+    for reason in ("sliding-window", "soft-caps", "Mixture-of-Experts", "tensor_parallel_size=2",
+                   "sequence_packing", "set context_parallel_size=1"):  # fmt: skip
+        assert reason in str(e.value)
+    base = {"policy": {"model_name": "m", "dtensor_cfg": {"context_parallel_size": 2}}}
+    config_from_dict({**base, "cluster": {"trainer_ranks": 2}})  # accepted
+    cases = [
+        ({"cluster": {"trainer_ranks": 3}}, "must divide cluster.trainer_ranks=3"),
+        ({"cluster": {"trainer_ranks": 4},
+          "policy": {"model_name": "m", "shared_prefix": True, "sequence_packing": {"enabled": True},
+                     "dtensor_cfg": {"context_parallel_size": 2, "tensor_parallel_size": 2}}},
+         "tensor_parallel_size=2: context parallelism runs beside FSDP2 only"),
+    ]  # fmt: skip
+    for over, message in cases:
+        with pytest.raises(ValueError, match=message) as e:
+            config_from_dict({**base, **over})
+    assert "shared_prefix=true" in str(e.value)
+    assert "sequence_packing.enabled" in str(e.value)
+
+
+def test_one_process_cannot_split_its_sequences(qwen3_gqa) -> None:
+    from dockyard.torch.worker import TorchPolicyWorker
+
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="context_parallel_size=2 needs 2 ranks or more"):
+        TorchPolicyWorker({**CONFIG, "model_name": qwen3_gqa, "context_parallel_size": 2})

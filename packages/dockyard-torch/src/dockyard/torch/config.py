@@ -183,6 +183,13 @@ class TorchPolicyConfig(_Strict):
         description="tp: ranks that split each decoder layer (DTensor; core config "
         "policy.dtensor_cfg.tensor_parallel_size); the other world_size / tp form FSDP's axis",
     )
+    context_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="cp: ranks that split each sequence (all-gather attention; core config "
+        "policy.dtensor_cfg.context_parallel_size; dockyard.torch.context_parallel); FSDP2 "
+        "shards over the data- and context-parallel ranks together",
+    )
 
     @classmethod
     def from_sections(
@@ -230,6 +237,7 @@ class TorchPolicyConfig(_Strict):
             teacher_combination=getattr(loss_fn, "teacher_combination", "weighted_sum"),
             activation_checkpointing=p.dtensor_cfg.activation_checkpointing,
             tensor_parallel_size=p.dtensor_cfg.tensor_parallel_size,
+            context_parallel_size=p.dtensor_cfg.context_parallel_size,
             seed=int(seed),
             optimizer=p.optimizer,
             scheduler=p.scheduler.model_copy(update={"total_steps": total}),

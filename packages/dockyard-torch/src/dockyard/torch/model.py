@@ -62,12 +62,21 @@ class DistInfo:
     def tp_size(self) -> int:
         return self.mesh.tp_size
 
+    @property
+    def cp_rank(self) -> int:
+        return self.mesh.cp_rank
+
+    @property
+    def cp_size(self) -> int:
+        return self.mesh.cp_size
+
 
 def init_distributed(
     rank: int | None = None,
     world_size: int | None = None,
     tensor_parallel_size: int = 1,
     cpu_offload: bool = False,
+    context_parallel_size: int = 1,
 ) -> DistInfo:
     """Join (or create) the default process group from arguments or torchrun's environment,
     and build the ``(dp, tp)`` mesh.
@@ -100,7 +109,7 @@ def init_distributed(
         )
     if dist.is_initialized():
         rank, world_size = dist.get_rank(), dist.get_world_size()
-    mesh = mesh_info(rank, world_size, tensor_parallel_size, device.type)
+    mesh = mesh_info(rank, world_size, tensor_parallel_size, device.type, context_parallel_size)
     return DistInfo(rank, world_size, device, mesh)
 
 
@@ -262,7 +271,7 @@ def fsdp_kwargs(cfg: TorchPolicyConfig, info: DistInfo) -> dict[str, Any]:
     from torch.distributed.fsdp import CPUOffloadPolicy
 
     kwargs: dict[str, Any] = {
-        "mesh": info.mesh.mesh["dp"],
+        "mesh": info.mesh.fsdp_mesh,
         "reshard_after_forward": cfg.fsdp.reshard_after_forward,
     }
     if cfg.fsdp.cpu_offload and info.device.type == "cuda":
@@ -271,11 +280,13 @@ def fsdp_kwargs(cfg: TorchPolicyConfig, info: DistInfo) -> dict[str, Any]:
 
 
 def use_fsdp(cfg: TorchPolicyConfig, info: DistInfo) -> bool:
-    """Whether to shard over ``dp``: ``fsdp.enabled``, or (None) when ``dp_size > 1``."""
-    enabled = info.dp_size > 1 if cfg.fsdp.enabled is None else cfg.fsdp.enabled
-    if info.dp_size > 1 and not enabled:
+    """Whether to shard over ``dp`` (``dp × cp``): ``fsdp.enabled``, or (None) when there are
+    several such ranks."""
+    ranks = info.dp_size * info.cp_size
+    enabled = ranks > 1 if cfg.fsdp.enabled is None else cfg.fsdp.enabled
+    if ranks > 1 and not enabled:
         raise ValueError(
-            f"fsdp.enabled=false with {info.dp_size} data-parallel ranks (world_size="
+            f"fsdp.enabled=false with {ranks} data- and context-parallel ranks (world_size="
             f"{info.world_size} / tensor_parallel_size={info.tp_size}): gradients would not be "
             "synchronised across them; set fsdp.enabled=true (or leave it unset)"
         )

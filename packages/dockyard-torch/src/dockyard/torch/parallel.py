@@ -42,30 +42,60 @@ TP_STYLES = ("colwise", "rowwise", "replicated_with_grad_allreduce")
 
 @dataclass(frozen=True)
 class MeshInfo:
-    """This rank's place on the ``(dp, tp)`` mesh; ``mesh`` is None on a single process."""
+    """This rank's place on the ``(dp, tp)`` mesh — ``(dp, cp, tp)`` with context parallelism
+    (:mod:`dockyard.torch.context_parallel`); ``mesh`` is None on a single process."""
 
     dp_size: int
     tp_size: int
     dp_rank: int
     tp_rank: int
     mesh: Any = None
+    cp_size: int = 1
+    cp_rank: int = 0
+
+    @property
+    def fsdp_mesh(self) -> Any:
+        """The mesh FSDP2 shards over: ``dp``, or ``dp × cp`` flattened (a context-parallel
+        group's ranks hold parts of the same rows: their gradients are reduced together)."""
+        if self.cp_size == 1:
+            return self.mesh["dp"]
+        return self.mesh["dp", "cp"]._flatten("dp_cp")
+
+    @property
+    def cp_group(self) -> Any:
+        """The process group of this rank's context-parallel group (None without one)."""
+        return self.mesh["cp"].get_group() if self.cp_size > 1 else None
 
 
 SINGLE_PROCESS = MeshInfo(1, 1, 0, 0, None)
 
 
-def mesh_info(rank: int, world_size: int, tp_size: int, device_type: str) -> MeshInfo:
-    """Build the ``(dp, tp)`` DeviceMesh when a process group exists (collective)."""
-    if world_size % tp_size:
+def mesh_info(
+    rank: int, world_size: int, tp_size: int, device_type: str, cp_size: int = 1
+) -> MeshInfo:
+    """Build the ``(dp, tp)`` DeviceMesh (``(dp, cp, tp)`` when ``cp_size > 1``; rank ``r`` =
+    ``(dp_rank · cp + cp_rank) · tp + tp_rank``) when a process group exists (collective)."""
+    if cp_size > 1 and world_size < cp_size:
         raise ValueError(
-            f"tensor_parallel_size={tp_size} does not divide world_size={world_size}: "
-            "use a divisor of the number of ranks"
+            f"context_parallel_size={cp_size} needs {cp_size} ranks or more; this worker has "
+            f"{world_size}: set context_parallel_size=1 or start more trainer ranks"
         )
-    dp = world_size // tp_size
+    if world_size % (tp_size * cp_size):
+        sizes = f"tensor_parallel_size={tp_size}"
+        if cp_size > 1:
+            sizes += f" × context_parallel_size={cp_size}"
+        raise ValueError(
+            f"{sizes} does not divide world_size={world_size}: use a divisor of the number of ranks"
+        )
+    dp = world_size // (tp_size * cp_size)
     if not dist.is_initialized():
         return SINGLE_PROCESS
-    mesh = init_device_mesh(device_type, (dp, tp_size), mesh_dim_names=("dp", "tp"))
-    return MeshInfo(dp, tp_size, rank // tp_size, rank % tp_size, mesh)
+    if cp_size == 1:
+        mesh = init_device_mesh(device_type, (dp, tp_size), mesh_dim_names=("dp", "tp"))
+        return MeshInfo(dp, tp_size, rank // tp_size, rank % tp_size, mesh)
+    mesh = init_device_mesh(device_type, (dp, cp_size, tp_size), mesh_dim_names=("dp", "cp", "tp"))
+    row = rank // tp_size
+    return MeshInfo(dp, tp_size, row // cp_size, rank % tp_size, mesh, cp_size, row % cp_size)
 
 
 def _hf_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -39,6 +39,14 @@ from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
 from dockyard.core.rl.metrics import add_metric, final_metrics, merge_metrics
 from dockyard.torch import checkpoint as ckpt
 from dockyard.torch.config import TorchPolicyConfig
+from dockyard.torch.context_parallel import ATTENTION as CP_ATTENTION
+from dockyard.torch.context_parallel import (
+    CPChunk,
+    check_context_parallel,
+    gather_positions,
+    next_token_logprobs,
+    split_rows,
+)
 from dockyard.torch.export import bucketed, iter_hf_tensors
 from dockyard.torch.logprobs import position_entropy, token_logprobs, unpack
 from dockyard.torch.model import (
@@ -48,7 +56,7 @@ from dockyard.torch.model import (
     shard_model,
     use_fsdp,
 )
-from dockyard.torch.moe import MoE
+from dockyard.torch.moe import MoE, moe_blocks
 from dockyard.torch.optim import build_optimizer
 from dockyard.torch.packing import (
     dynamic_batches,
@@ -86,13 +94,15 @@ class TorchPolicyWorker(PolicyWorker):
         cfg = config if isinstance(config, TorchPolicyConfig) else TorchPolicyConfig(**config)
         self.cfg = cfg
         self.dist = init_distributed(
-            rank, world_size, cfg.tensor_parallel_size, cfg.fsdp.cpu_offload
-        )
+            rank, world_size, cfg.tensor_parallel_size, cfg.fsdp.cpu_offload,
+            cfg.context_parallel_size,
+        )  # fmt: skip
         self.device = self.dist.device
         self.dtype = compute_dtype(cfg, self.device)
         self.fsdp = use_fsdp(cfg, self.dist)
         torch.manual_seed(cfg.seed)
         self.model = self._load_model(trainable=True)
+        self._context_parallel(self.model, moe=bool(moe_blocks(self.model)))
         shard_model(self.model, self.dist, cfg, self.fsdp)
         self.moe = MoE.of(self.model, cfg.moe)  # None for a dense model
         # one ancestor mask cannot express a sliding window (Gemma 2/3, Mistral-style): such a
@@ -108,6 +118,7 @@ class TorchPolicyWorker(PolicyWorker):
         self.reference = None
         if cfg.reference_policy and not cfg.lora.enabled:
             self.reference = self._load_model(trainable=False)
+            self._context_parallel(self.reference, moe=False)
             shard_model(self.reference, self.dist, cfg, self.fsdp)
         self.teacher = None  # a distillation loss's frozen teacher (a causal LM)
         if cfg.teacher_model_name:
@@ -137,6 +148,23 @@ class TorchPolicyWorker(PolicyWorker):
             shard_model(model, self.dist, tcfg, self.fsdp)
             loaded.append(build_teacher(model, spec["model_name"], spec["weight"], student_tok))
         return TeacherSet(loaded, student_tok, cfg.teacher_combination)
+
+    def _context_parallel(self, model: torch.nn.Module, moe: bool) -> None:
+        """With ``context_parallel_size > 1``: refuse what it cannot run (naming the fix) and
+        switch ``model``'s attention to the all-gather one (:mod:`.context_parallel`)."""
+        cfg, cp = self.cfg, self.dist.cp_size
+        if cp == 1:
+            return
+        hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+        check_context_parallel(
+            hf.config, cp, tp=self.dist.tp_size, moe=moe, packing=cfg.sequence_packing.enabled
+        )
+        if cfg.teacher_model_name or cfg.teachers:
+            raise ValueError(
+                f"context_parallel_size={cp} with a distillation teacher is not supported (the "
+                "teachers score whole rows): set context_parallel_size=1"
+            )
+        hf.set_attn_implementation(CP_ATTENTION)
 
     # ----------------------------------------------------------------- helpers
     @property
@@ -173,8 +201,9 @@ class TorchPolicyWorker(PolicyWorker):
 
     @property
     def _counts_here(self) -> bool:
-        """Whether this rank's per-row sums count in all-reduces (one rank per tp group)."""
-        return self.dist.tp_rank == 0
+        """Whether this rank's per-row sums count in all-reduces (one rank per tp group and
+        per context-parallel group: their ranks hold the same rows)."""
+        return self.dist.tp_rank == 0 and self.dist.cp_rank == 0
 
     def _plan(
         self, lengths: np.ndarray, indices: list[int], train: bool, group: int = 1
@@ -237,6 +266,8 @@ class TorchPolicyWorker(PolicyWorker):
         ``MIN_SAVING`` of this rank's tokens shared."""
         if not self.cfg.shared_prefix or self.cfg.attn_implementation not in ("sdpa", "eager"):
             return False
+        if self.dist.cp_size > 1:  # a tree is one row: its mask is not split by position
+            return False
         if not self._tree_exact:
             return False
         total = int(lengths[rows].sum())
@@ -276,6 +307,11 @@ class TorchPolicyWorker(PolicyWorker):
                 out = model(input_ids=input_ids, position_ids=position_ids, use_cache=False)
                 return out.logits, width, (row, input_ids)
             input_ids = torch.as_tensor(ids[idx, :width], device=self.device)
+            if self.dist.cp_size > 1:  # this rank's positions of every row
+                chunk = split_rows(input_ids, self.dist.mesh.cp_group)
+                out = model(input_ids=chunk.local_ids(), position_ids=chunk.position_ids(),
+                            use_cache=False, cp_chunk=chunk)  # fmt: skip
+                return out.logits, width, (chunk, chunk.input_ids)
             cols = torch.arange(width, device=self.device)
             lens = torch.as_tensor(lengths[idx], device=self.device)
             mask = (cols[None, :] < lens[:, None]).long()
@@ -292,6 +328,8 @@ class TorchPolicyWorker(PolicyWorker):
         tau = self.cfg.generation_temperature
         if isinstance(row, TreeRow):
             return tree_logprobs(logits[0], row, width, tau)
+        if isinstance(row, CPChunk):
+            return next_token_logprobs(logits, row, tau) * self._valid(width, lens)
         if row is not None:
             return unpack(token_logprobs(logits, input_ids, tau)[0], row, width)
         return token_logprobs(logits, input_ids, tau) * self._valid(width, lens)
@@ -315,6 +353,8 @@ class TorchPolicyWorker(PolicyWorker):
         top-k) as ``[b, T_mb, ...]`` aligned like the logprobs (position t: token t)."""
         if isinstance(row, TreeRow):
             return gather_aligned(x[0], row, width)
+        if isinstance(row, CPChunk):  # the whole rows from the group's chunks
+            x, row = gather_positions(x, row), None
         pad = (0, 0) * (x.dim() - 2) + (1, 0)
         return self._per_token(torch.nn.functional.pad(x[:, :-1], pad), row, width, lens)
 
@@ -528,7 +568,8 @@ class TorchPolicyWorker(PolicyWorker):
         self._layout(ids, lengths, mine)
         plan = self._plan(lengths, mine, train=train, group=group)
         n_mb = self._num_microbatches(plan)
-        scale = float(self.dist.dp_size) if self.fsdp else 1.0
+        # FSDP2 averages over its ranks; the loss is a share of the global one: scale back up
+        scale = float(self.dist.dp_size * self.dist.cp_size) if self.fsdp else 1.0
         fields = _batch_fields(batch)
         sums: dict[str, float] = {}
         forwarded = 0
@@ -538,7 +579,7 @@ class TorchPolicyWorker(PolicyWorker):
                 continue
             idx = plan[i]
             fwd = self._forward(self.model, ids, lengths, idx)
-            forwarded += fwd[0].shape[0] * fwd[0].shape[1]
+            forwarded += fwd[0].shape[0] * fwd[0].shape[1] * self.dist.cp_size
             lp = self._logprobs_of(fwd, lengths[idx])
             width = lp.shape[1]
             mb = {

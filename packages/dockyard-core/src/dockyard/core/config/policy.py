@@ -84,6 +84,11 @@ class DTensorConfig(ConfigModel):
     """Recompute activations in the backward pass to save memory."""
     tensor_parallel_size: PositiveInt = 1
     """Tensor-parallel degree (1: pure FSDP2 data parallelism)."""
+    context_parallel_size: PositiveInt = 1
+    """Context-parallel degree: ranks that split each sequence of a micro-batch (all-gather
+    attention; dense models with full causal attention, beside FSDP2, without tensor
+    parallelism, packing or prefix sharing). ``trainer_ranks`` / (tp × cp) ranks see disjoint
+    sequences."""
 
 
 class JaxConfig(ConfigModel):

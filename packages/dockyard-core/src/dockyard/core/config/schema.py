@@ -96,6 +96,9 @@ class MasterConfig(ConfigModel):
                 f"cluster.trainer_ranks={world} (the ranks form a data × tensor mesh): set "
                 f"cluster.trainer_ranks to a multiple of {tp}"
             )
+        cp = p.dtensor_cfg.context_parallel_size
+        if p.dtensor_cfg.enabled and cp > 1:
+            errors += _context_parallel_checks(self, cp)
         errors += _length_checks(self) + _async_checks(self)
         if errors:
             raise ValueError("\n".join(errors))
@@ -106,6 +109,35 @@ class MasterConfig(ConfigModel):
         if self.data.env_name is not None:
             return self.data.env_name
         return next(iter(self.env)) if len(self.env) == 1 else None
+
+
+def _context_parallel_checks(cfg: MasterConfig, cp: int) -> list[str]:
+    """What ``policy.dtensor_cfg.context_parallel_size = cp > 1`` cannot run beside (the
+    model's own attention — windows, soft-caps, experts — is checked where it is loaded)."""
+    p, key = cfg.policy, f"policy.dtensor_cfg.context_parallel_size={cp}"
+    tp, world = p.dtensor_cfg.tensor_parallel_size, cfg.cluster.trainer_ranks
+    errors = []
+    if tp > 1:
+        errors.append(
+            f"{key} with tensor_parallel_size={tp}: context parallelism runs beside FSDP2 "
+            "only; set one of them to 1"
+        )
+    elif world % cp:
+        errors.append(
+            f"{key} must divide cluster.trainer_ranks={world} (each sequence is split over "
+            f"{cp} ranks): set cluster.trainer_ranks to a multiple of {cp}"
+        )
+    if p.sequence_packing.enabled:
+        errors.append(
+            f"{key} with policy.sequence_packing.enabled: packed rows carry their own mask; "
+            "turn packing off (dynamic_batching works)"
+        )
+    if p.shared_prefix:
+        errors.append(
+            f"{key} with policy.shared_prefix=true: a prefix tree is one row; set "
+            "shared_prefix to null or false"
+        )
+    return errors
 
 
 def _length_checks(cfg: MasterConfig) -> list[str]:
