@@ -552,3 +552,18 @@ def test_cluster_num_nodes_and_gpus_per_node_are_checked(tmp_path, model) -> Non
     assert "cluster.gpus_per_node: the run needs 3 GPUs" in short
     assert "is 2" in short
     assert "gpus_per_node" not in problems_of(tmp_path, model, *gpus, "cluster.num_nodes=2")
+
+
+def test_context_parallelism_on_a_model_it_cannot_split_is_refused(tmp_path, tokenizer_dir) -> None:
+    """The model's own attention is read at pre-flight (``--check`` loads its config): a
+    sliding window or experts refuse ``context_parallel_size > 1`` before a rank starts."""
+    pytest.importorskip("transformers")
+    cp = ("cluster.trainer_ranks=2", "policy.dtensor_cfg.context_parallel_size=2")
+    dense = write_model(tmp_path / "dense", tokenizer_dir)
+    assert "context_parallel" not in problems_of(tmp_path, dense, *cp, load=True)
+    windowed = write_model(tmp_path / "windowed", tokenizer_dir, use_sliding_window=True,
+                           sliding_window=16, max_window_layers=0)  # fmt: skip
+    got = problems_of(tmp_path, windowed, *cp, load=True)
+    assert "policy.dtensor_cfg.context_parallel_size=2 cannot run here: the model has " in got
+    assert "sliding-window attention layers" in got
+    assert "context_parallel" not in problems_of(tmp_path, windowed, cp[0], load=True)

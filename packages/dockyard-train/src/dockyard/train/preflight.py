@@ -227,14 +227,34 @@ def model_folder_problems(cfg: MasterConfig, key: str, folder: Path, load: bool)
     data = _read_json(config_json)
     if data is None:
         return [f"{key}: {config_json} is not a JSON object"]
+    problems = []
     if load and _installed("transformers"):
         try:
             from transformers import AutoConfig  # lazy: transformers is optional (torch extra)
 
-            AutoConfig.from_pretrained(str(folder), local_files_only=True)
+            hf = AutoConfig.from_pretrained(str(folder), local_files_only=True)
         except Exception as e:  # transformers raises ValueError, OSError, KeyError...
             return [f"{key}: transformers cannot read {config_json}: {_first_line(e)}"]
-    return _positions_problems(cfg, data, config_json)
+        if key == "policy.model_name":
+            problems = _context_parallel_problems(cfg, hf)
+    return _positions_problems(cfg, data, config_json) + problems
+
+
+def _context_parallel_problems(cfg: MasterConfig, hf: Any) -> list[str]:
+    """What the policy model's own attention cannot do with ``context_parallel_size > 1``
+    (windows, soft-caps, experts; the options beside it are the schema's checks)."""
+    d = cfg.policy.dtensor_cfg
+    if not d.enabled or d.context_parallel_size == 1 or not _installed("dockyard.torch"):
+        return []
+    # lazy: dockyard-torch (torch) is the torch extra; this check runs only with it installed
+    from dockyard.torch.context_parallel import check_context_parallel
+
+    moe = bool(getattr(hf, "num_experts", 0) or getattr(hf, "num_local_experts", 0))
+    try:
+        check_context_parallel(hf, d.context_parallel_size, tp=1, moe=moe, packing=False)
+    except ValueError as e:
+        return [f"policy.dtensor_cfg.{e}"]
+    return []
 
 
 def _positions_problems(cfg: MasterConfig, data: dict[str, Any], config_json: Path) -> list[str]:
