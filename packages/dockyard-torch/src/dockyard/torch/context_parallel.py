@@ -89,22 +89,28 @@ def attention(
     model call's keyword argument (transformers hands it to every attention layer, and
     activation checkpointing's recomputation replays it); without one (a zero-weighted pass
     that only keeps FSDP's collectives in step, run by every rank of the group at once) this is
-    plain causal attention over the local positions."""
+    plain causal attention over the local positions.
+
+    The chunk's queries ``[offset, end)`` attend to the keys ``[0, end)``, causally. An explicit
+    ``[t, end]`` mask would send SDPA to a kernel that keeps the scores; instead ``offset`` zero
+    queries are put before the chunk, SDPA runs square and causal (the flash kernel: memory
+    linear in ``end``) and their outputs are dropped — a zero query's output is not used, so it
+    adds no gradient. The price is compute: the last rank attends as one process would."""
     offset = 0
     if cp_chunk is not None:
-        group = cp_chunk.group
-        key = torch.cat(all_gather(key.contiguous(), group=group), dim=2)
-        value = torch.cat(all_gather(value.contiguous(), group=group), dim=2)
-        offset = cp_chunk.offset
-    q_pos = torch.arange(offset, offset + query.shape[2], device=query.device)
-    k_pos = torch.arange(key.shape[2], device=query.device)
-    mask = k_pos[None, :] <= q_pos[:, None]
+        group, offset = cp_chunk.group, cp_chunk.offset
+        end = offset + query.shape[2]  # keys past this chunk are masked: not attended at all
+        key = torch.cat(all_gather(key.contiguous(), group=group), dim=2)[:, :, :end]
+        value = torch.cat(all_gather(value.contiguous(), group=group), dim=2)[:, :, :end]
     rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves rep
-    if rep > 1:
+    if rep > 1:  # copies: SDPA's enable_gqa gave other gradients in the model (not isolated)
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
+    if offset:  # zero queries before the chunk make the causal mask square (see the docstring)
+        pad = query.new_zeros(*query.shape[:2], offset, query.shape[3])
+        query = torch.cat([pad, query], dim=2)
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling
-    )
+        query, key, value, dropout_p=dropout, scale=scaling, is_causal=True
+    )[:, :, offset:]
     return out.transpose(1, 2).contiguous(), None
 
 
