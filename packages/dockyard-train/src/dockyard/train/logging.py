@@ -26,6 +26,8 @@ from typing import Any
 import psutil
 from tqdm import tqdm
 
+from dockyard.core.config.sections import LoggerConfig
+
 # the metrics shown in the progress bar's postfix, in order, with a short label
 _BAR_KEYS = (
     ("reward/mean", "reward"),
@@ -57,7 +59,7 @@ class MetricsLogger:
 
     def __init__(
         self,
-        logger_cfg: Any,
+        logger_cfg: LoggerConfig,
         total_steps: int,
         initial_step: int = 0,
         config_dict: dict[str, Any] | None = None,
@@ -187,7 +189,7 @@ def _tensorboard_writer(folder: Path, purge_step: int | None) -> Any:
     return SummaryWriter(str(folder), purge_step=purge_step, filename_suffix=suffix)
 
 
-def _wandb_run(cfg: Any, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
+def _wandb_run(cfg: LoggerConfig, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
     try:
         # lazy: wandb is optional (wandb extra)
         import wandb  # pyright: ignore[reportMissingImports]

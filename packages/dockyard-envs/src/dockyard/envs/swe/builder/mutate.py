@@ -142,7 +142,8 @@ def _candidates(text: str) -> tuple[tuple[Mutation, tuple[_Edit, ...]], ...]:
     src = _Source(text)
     skip = _docstring_nodes(tree)
     out: list[tuple[Mutation, tuple[_Edit, ...]]] = []
-    # nodes inside `if __name__ == "__main__":`, type annotations and decorators are skipped
+    # every node is a candidate but docstring constants: those under `if __name__ ==
+    # "__main__":`, in annotations and in decorators too (a mutation no test fails makes no task)
     for node in ast.walk(tree):
         found = itertools.chain(_expression_mutations(src, node, skip), _branch_removals(src, node))
         for kind, at, variant, desc, edits in found:
