@@ -233,6 +233,25 @@ def test_unknown_keys_name_full_path_and_closest_key():
     assert "grpo_typo: unknown key; did you mean 'grpo'?" in joined
 
 
+def test_a_key_of_another_union_member_names_the_members_that_have_it():
+    """Not "did you mean" the key itself: the section's other types that take it."""
+    ps = problems(
+        {
+            "data_plane": {"weight_transport": {"type": "shm", "port": 5, "shm_dri": "/x"}},
+            "grpo": {"adv_estimator": {"name": "grpo", "teachers": []}},
+        }
+    )
+    assert (
+        "data_plane.weight_transport.port: unknown key; 'port' is a key of "
+        "data_plane.weight_transport with type: http, not with this type"
+    ) in ps
+    assert "data_plane.weight_transport.shm_dri: unknown key; did you mean 'shm_dir'?" in ps
+    assert (
+        "grpo.adv_estimator.teachers: unknown key; 'teachers' is a key of grpo.adv_estimator "
+        "with name: opd, not with this name"
+    ) in ps
+
+
 def test_wrong_types_name_expected_type():
     ps = problems(
         {

@@ -189,7 +189,9 @@ def _tensorboard_writer(folder: Path, purge_step: int | None) -> Any:
     return SummaryWriter(str(folder), purge_step=purge_step, filename_suffix=suffix)
 
 
-def _wandb_run(cfg: LoggerConfig, folder: Path, config_dict: dict[str, Any], initial_step: int) -> Any:
+def _wandb_run(
+    cfg: LoggerConfig, folder: Path, config_dict: dict[str, Any], initial_step: int
+) -> Any:
     try:
         # lazy: wandb is optional (wandb extra)
         import wandb  # pyright: ignore[reportMissingImports]

@@ -11,7 +11,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from dockyard.core.config.introspect import iter_fields, resolve, type_label
+from dockyard.core.config.introspect import (
+    discriminator,
+    iter_fields,
+    resolve,
+    tagged_members,
+    type_label,
+)
 
 
 class ConfigError(ValueError):
@@ -30,7 +36,26 @@ class ConfigError(ValueError):
         super().__init__("\n".join([head, *(f"  - {p}" for p in problems)]))
 
 
-def _suggest(root: type[BaseModel], parent: type[BaseModel] | None, key: str) -> str:
+def _sibling_members(root: type[BaseModel], section: tuple[str, ...], key: str) -> str:
+    """``"; ..."`` naming the tags of a tagged union at ``section`` whose members have ``key``
+    (a key of another member: "did you mean" would name the key itself), else ``""``."""
+    if not section:
+        return ""
+    members = tagged_members(resolve(root, section).annotation) or []
+    having = [m for m in members if key in m.model_fields]
+    if not having:
+        return ""
+    tag_key = (discriminator(having[0]) or ("type", ()))[0]
+    tags = [t for m in having for t in (discriminator(m) or ("", ()))[1]]
+    named = " or ".join(f"{tag_key}: {t}" for t in tags) or "a registered plugin"
+    return f"; {key!r} is a key of {'.'.join(section)} with {named}, not with this {tag_key}"
+
+
+def _suggest(
+    root: type[BaseModel], parent: type[BaseModel] | None, key: str, where: tuple[str, ...] = ()
+) -> str:
+    if sibling := _sibling_members(root, where[:-1], key):
+        return sibling
     if parent is not None:
         close = difflib.get_close_matches(key, list(parent.model_fields), n=1, cutoff=0.6)
         if close:
@@ -57,7 +82,8 @@ def format_validation_error(root: type[BaseModel], err: ValidationError) -> list
         kind = e["type"]
         if kind == "extra_forbidden":
             key = where.display[-1] if where.display else ""
-            problems.append(f"{path}: unknown key{_suggest(root, where.parent, key)}")
+            hint = _suggest(root, where.parent, key, tuple(where.display))
+            problems.append(f"{path}: unknown key{hint}")
         elif kind == "missing":
             problems.append(f"{path}: required key is missing")
         elif kind == "union_tag_invalid":
