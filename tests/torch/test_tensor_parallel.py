@@ -204,11 +204,13 @@ def test_clip_grad_norm_matches_torch():
     assert clip_grad_norm_(b, float("inf")) == pytest.approx(0.5, rel=1e-5)  # no-op norm
 
 
-@pytest.fixture(scope="module")
-def cp_run(tmp_path_factory, qwen3_gqa):
-    out = tmp_path_factory.mktemp("cp2")
+@pytest.fixture(scope="module", params=[2, 4], ids=["cp2", "dp2xcp2"])
+def cp_run(request, tmp_path_factory, qwen3_gqa):
+    """2 ranks: one context-parallel pair; 4: two data-parallel rows of a pair each."""
+    ranks = request.param
+    out = tmp_path_factory.mktemp(f"cp2-{ranks}")
     config = {**CONFIG, "context_parallel_size": 2, "activation_checkpointing": True}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
            f"--master_port={_free_port()}", str(JOB), str(out), qwen3_gqa, json.dumps(config)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
@@ -221,10 +223,11 @@ def test_cp2_equals_one_process(cp_run, qwen3_gqa):
     from dockyard.torch.worker import TorchPolicyWorker
 
     out, res = cp_run
-    shape = (res["world_size"], res["dp_size"], res["cp_size"], res["tp_size"], res["fsdp"])
-    assert shape == (2, 1, 2, 1, True)  # FSDP2 shards over the context-parallel pair
-    for shapes in res["local_shapes"]:  # each rank holds half of every parameter
-        assert shapes["model.layers.0.self_attn.q_proj.weight"] == [64, 128]
+    world = res["world_size"]
+    shape = (res["dp_size"], res["cp_size"], res["tp_size"], res["fsdp"])
+    assert shape == (world // 2, 2, 1, True)  # FSDP2 shards over every data and cp rank
+    for shapes in res["local_shapes"]:  # each rank holds 1/world of every parameter
+        assert shapes["model.layers.0.self_attn.q_proj.weight"] == [128 // world, 128]
     worker = TorchPolicyWorker({**CONFIG, "model_name": qwen3_gqa})
     loss = PolicyLoss(options={"eps_low": 0.2})
     b1, b2 = random_batch(8, 24, seed=1), random_batch(8, 24, seed=2)
@@ -238,6 +241,7 @@ def test_cp2_equals_one_process(cp_run, qwen3_gqa):
     assert m1["loss"] == pytest.approx(res["m1"]["loss"], abs=1e-6)
     assert m1["grad_norm"] == pytest.approx(res["m1"]["grad_norm"], rel=1e-5)
     assert m1["num_loss_tokens"] == res["m1"]["num_loss_tokens"]  # counted once per cp group
+    assert m1["num_sequences"] == res["m1"]["num_sequences"] == 8  # each row once
     w1 = dict(np.load(out / "w1.npz"))
     assert max(np.abs(w1[k] - w0[k]).max() for k in w0) > 1e-4  # the step moved the weights
     _assert_close(_weights(worker), w1, ATOL)

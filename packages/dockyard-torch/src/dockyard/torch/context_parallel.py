@@ -5,8 +5,8 @@ positions; rank ``c`` of the group runs the whole model on positions ``[c·t, (c
 row, with their true position ids (RoPE), so activations and logits scale with W / cp. In each
 attention layer (:func:`attention`, registered with transformers' ``AttentionInterface`` as
 ``"dockyard_cp"``) the rank gathers the keys and values of the whole group
-(``torch.distributed.nn.functional.all_gather``, whose backward sums each chunk's key/value
-gradients back to the rank that holds it) and a query at position p attends to keys 0..p: the
+(an all-gather whose backward sums each chunk's key/value gradients back to the rank that holds
+it) and a query at position p attends to keys 0..p: the
 causal mask over global positions. Rows are right-padded, so a real token never attends to
 padding and no padding mask is needed. This is all-gather attention (Llama 3's context
 parallelism); ring attention would overlap the transfers with the compute, which gloo cannot.
@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.nn.functional import all_gather
 from transformers import AttentionInterface
 
 from dockyard.torch.prefix import sliding_window
@@ -100,21 +99,40 @@ def attention(
     if cp_chunk is not None:
         group, offset = cp_chunk.group, cp_chunk.offset
         end = offset + query.shape[2]  # keys past this chunk are masked: not attended at all
-        key = torch.cat(all_gather(key.contiguous(), group=group), dim=2)[:, :, :end]
-        value = torch.cat(all_gather(value.contiguous(), group=group), dim=2)[:, :, :end]
-    rep = query.shape[1] // key.shape[1]  # grouped-query attention: each KV head serves rep
-    if rep > 1:  # copies: SDPA's enable_gqa gave other gradients in the model (not isolated)
-        key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
+        key = _GatherKV.apply(key, group)[:, :, :end]
+        value = _GatherKV.apply(value, group)[:, :, :end]
     if offset:  # zero queries before the chunk make the causal mask square (see the docstring)
         pad = query.new_zeros(*query.shape[:2], offset, query.shape[3])
         query = torch.cat([pad, query], dim=2)
     out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, dropout_p=dropout, scale=scaling, is_causal=True
-    )[:, :, offset:]
+        query, key, value, dropout_p=dropout, scale=scaling, is_causal=True,
+        enable_gqa=query.shape[1] != key.shape[1],
+    )[:, :, offset:]  # fmt: skip
     return out.transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register(ATTENTION, attention)
+
+
+class _GatherKV(torch.autograd.Function):
+    """All-gather of ``[b, h, t, d]`` keys or values along the positions (dim 2); the backward
+    sums every rank's gradient and keeps this rank's slice. (``torch.distributed.nn.functional
+    .all_gather``'s backward on gloo scatters from group-local ranks as if they were global
+    ones: it fails in a group without global rank 0, e.g. the second pair of dp 2 × cp 2.)"""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        ctx.group, ctx.rank, ctx.n = group, dist.get_rank(group), x.shape[2]
+        return torch.cat(parts, dim=2)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (grad,) = grads
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)  # a reduce-scatter's result, via all-reduce
+        return grad[:, :, ctx.rank * ctx.n : (ctx.rank + 1) * ctx.n].contiguous(), None
 
 
 class _GatherPositions(torch.autograd.Function):
