@@ -125,9 +125,11 @@ def test_the_export_loads_as_a_sequence_classifier(tiny: Path, tmp_path: Path, l
     np.testing.assert_allclose(got[:, 0].numpy(), want, rtol=1e-4, atol=1e-5)
 
 
-def test_packing_and_token_logprobs_are_refused(tiny: Path) -> None:
+def test_packing_context_parallelism_and_token_logprobs_are_refused(tiny: Path) -> None:
     with pytest.raises(ValueError, match=r"sequence_packing\.enabled .* is not supported"):
         worker(tiny, sequence_packing={"enabled": True})
+    with pytest.raises(ValueError, match=r"context_parallel_size=2 .* is not supported"):
+        worker(tiny, context_parallel_size=2)
     with pytest.raises(NotImplementedError, match="use get_scores"):
         worker(tiny).get_logprobs(pair_batch())
 

@@ -99,6 +99,8 @@ def _rm_config(tmp_path: Path, model: Path | str, pairs: list[dict[str, Any]]) -
          "reward-model driver (dockyard rm) does not train (it trains 'bradley_terry')"),
         ("policy.sequence_packing.enabled=true", "policy.sequence_packing.enabled: the reward "
          "model trains padded batches"),
+        ("cluster.trainer_ranks=2 policy.dtensor_cfg.context_parallel_size=2",
+         "policy.dtensor_cfg.context_parallel_size=2: the reward model scores whole rows"),
     ],
 )  # fmt: skip
 def test_the_preflight_refuses_bad_input(tmp_path, capsys, override: str, message: str) -> None:

@@ -61,6 +61,12 @@ class TorchRewardWorker(TorchPolicyWorker):
                 "(policy.sequence_packing.enabled) is not supported; use dynamic_batching "
                 "for token-budgeted micro-batches"
             )
+        if cfg.context_parallel_size > 1:
+            raise ValueError(
+                f"the reward-model worker scores whole rows (its head reads each row's last "
+                f"token): context_parallel_size={cfg.context_parallel_size} "
+                "(policy.dtensor_cfg.context_parallel_size) is not supported; set it to 1"
+            )
         super().__init__(cfg.model_copy(update={"reference_policy": False}), rank, world_size)
 
     def _load_model(self, trainable: bool) -> torch.nn.Module:

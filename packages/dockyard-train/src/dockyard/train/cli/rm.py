@@ -38,6 +38,11 @@ def _problems(cfg: MasterConfig) -> list[str]:
             "policy.sequence_packing.enabled: the reward model trains padded batches; set it "
             "to false (policy.dynamic_batching gives token-budgeted micro-batches)"
         )
+    if (cp := cfg.policy.dtensor_cfg.context_parallel_size) > 1:
+        problems.append(
+            f"policy.dtensor_cfg.context_parallel_size={cp}: the reward model scores whole "
+            "rows (its head reads each row's last token); set it to 1"
+        )
     return problems
 
 
