@@ -75,6 +75,16 @@ def test_code_fences_and_trailing_commas_are_tolerated():
     assert turn.calls == [ParsedCall("a", {"k": [1, 2]}, turn.calls[0].raw)]
 
 
+def test_raw_control_characters_inside_strings_are_tolerated():
+    """Grammar-constrained decoding (xgrammar's JSON strings) admits U+0000-U+001F raw inside a
+    string; strict JSON wants them escaped. The call means the same either way."""
+    turn = parse_tool_calls(
+        '<tool_call>\n{"name": "run", "arguments": {"command": "a\x12b\tc"}}\n</tool_call>'
+    )
+    assert [c.arguments for c in turn.calls] == [{"command": "a\x12b\tc"}]
+    assert turn.errors == []
+
+
 def test_no_calls_and_stray_close_tag():
     turn = parse_tool_calls("just text </tool_call> here")
     assert turn.items == []

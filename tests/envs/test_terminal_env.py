@@ -111,3 +111,28 @@ def test_token_budget_ends_the_episode(sandbox_url, arun):
     assert len(res) == 1
     assert res[0].done
     assert res[0].metadata["end_reason"] == "token_budget"
+
+
+def test_finish_scores_an_episode_the_rollout_cut(sandbox_url, arun):
+    """The rollout's turn limit (``grpo.max_rollout_turns``) comes before ``submit``: ``finish``
+    runs the held-out tests on what the policy did (the oracle's work passes), never a 0."""
+    env = TerminalEnvironment(sandbox_url)
+    task = next(t for t in load_terminal_tasks() if t["id"] == "term/csv-total")
+    work = [turn for turn in task["oracle"] if '"submit"' not in turn]
+    assert work
+    assert len(work) < len(task["oracle"])
+
+    async def go():
+        state = await env.reset(task)
+        try:
+            for turn in work:
+                assert not (await env.step(state, turn)).done
+            return await env.finish(state, work[-1])
+        finally:
+            await env.close(state)
+
+    final = arun(env, go())
+    assert final.done
+    assert not final.infra_error
+    assert final.rewards == {TESTS: 1.0, INVALID_ACTION: 0.0}, final.metadata
+    assert final.metadata["end_reason"] == "rollout_turns"

@@ -30,18 +30,26 @@ PROMPTS = [[5, 17, 42, 99, 7], [300, 301, 302], [11, 12, 13, 14, 15, 16, 17, 18]
 BF16_LOGPROB_TOL = 0.3  # max |vLLM bf16 − torch fp32| per token on this peaked tiny model
 
 
-def torch_logprobs(folder: Path, prompt: list[int], tokens: list[int]) -> np.ndarray:
-    """``[len(tokens)] float32`` log softmax of ``tokens`` after ``prompt``, torch fp32 on CUDA."""
+def torch_logprobs(
+    folder: Path, prompt: list[int], tokens: list[int], allowed: Any = None
+) -> np.ndarray:
+    """``[len(tokens)] float32`` log softmax of ``tokens`` after ``prompt``, torch fp32 on CUDA;
+    over each token's allowed set where ``allowed`` (the engine's AllowedTokens) says."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model = model.cuda().eval()
     seq = torch.as_tensor([prompt + tokens], device="cuda")
-    with torch.no_grad():
-        lp = torch.log_softmax(model(seq).logits[0].float(), -1)
     idx = torch.arange(len(prompt) - 1, seq.shape[1] - 1, device="cuda")
-    return lp[idx, seq[0, len(prompt) :]].cpu().numpy()
+    with torch.no_grad():
+        logits = model(seq).logits[0].float()[idx]
+    if allowed is not None:
+        bits = np.unpackbits(allowed.table.view(np.uint8), axis=1, bitorder="little")
+        keep = torch.as_tensor(bits[allowed.rows, : logits.shape[-1]], device="cuda").bool()
+        logits = logits.masked_fill(~keep, float("-inf"))
+    lp = torch.log_softmax(logits, -1)
+    return lp[torch.arange(len(tokens), device="cuda"), seq[0, len(prompt) :]].cpu().numpy()
 
 
 def worst_mismatch(results_by_prompt, folder: Path) -> float:
@@ -126,3 +134,34 @@ def test_weight_update_switches_the_policy(served, tmp_path, gpu_report) -> None
     )
     assert new < BF16_LOGPROB_TOL
     assert old > 2 * BF16_LOGPROB_TOL
+
+
+def test_tool_call_grammar_on_gpu(served, gpu_report) -> None:
+    """Grammar-constrained tool calls on CUDA (xgrammar's GPU bitmask kernel): the engine's
+    allowed sets hold every sampled token and torch's logprobs over them match the engine's
+    (the unconstrained ones do not). CPU version: tests/serve/test_vllm_engine.py."""
+    import xgrammar as xgr
+
+    loop, engine, folder = served
+    tools = [{"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string", "maxLength": 24}},
+        "required": ["command"]}}}]  # fmt: skip
+    tag = xgr.get_model_structural_tag(
+        "qwen_3", tools=tools, tool_choice="required", reasoning="disabled",
+        parallel_tool_calls=False,
+    ).model_dump_json()  # fmt: skip
+    params = SamplingParams(n=4, max_tokens=96, temperature=1.0, seed=9, structural_tag=tag)
+    results = loop.run_until_complete(engine.generate(PROMPTS[0], params))
+    worst = gap = 0.0
+    for r in results:
+        assert r.allowed is not None
+        assert r.allowed.allows(r.token_ids).all()
+        tokens = r.token_ids.tolist()
+        masked = torch_logprobs(folder, PROMPTS[0], tokens, r.allowed)
+        worst = max(worst, float(np.max(np.abs(masked - r.logprobs))))
+        gap = max(
+            gap, float(np.max(np.abs(torch_logprobs(folder, PROMPTS[0], tokens) - r.logprobs)))
+        )
+    gpu_report("vllm_tool_call_grammar", {"max_abs_dlogp": worst, "max_abs_dlogp_unmasked": gap})
+    assert worst < BF16_LOGPROB_TOL
+    assert gap > BF16_LOGPROB_TOL

@@ -48,13 +48,26 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def torch_logprobs(
-    model_dir: str | Path, prompt: list[int], tokens: list[int], temperature: float = 1.0
+    model_dir: str | Path,
+    prompt: list[int],
+    tokens: list[int],
+    temperature: float = 1.0,
+    allowed: Any = None,
 ):
     """``[len(tokens)] float32``: log softmax(logits / T) of ``tokens`` after ``prompt`` under the
-    weights in ``model_dir`` (the torch policy worker when installed, else plain transformers)."""
+    weights in ``model_dir`` (the torch policy worker when installed, else plain transformers);
+    over each token's allowed set where ``allowed`` (an engine's
+    :class:`~dockyard.core.experience.AllowedTokens` of ``tokens``) says."""
     import numpy as np
 
+    from dockyard.core.experience import AllowedTokens
+
     seq = np.asarray(prompt + tokens, dtype=np.int64)[None]
+    whole = (
+        None
+        if allowed is None
+        else AllowedTokens.concat([(len(prompt), None), (len(tokens), allowed)])
+    )
     try:
         from dockyard.core.experience import Batch
         from dockyard.torch.worker import TorchPolicyWorker
@@ -76,6 +89,7 @@ def torch_logprobs(
             loss_mask=np.ones((1, T), bool),
             advantages=z,
             gen_logprobs=z,
+            allowed=None if whole is None else AllowedTokens(whole.table, whole.rows[None]),
         )
         return w.get_logprobs(batch)[0, len(prompt) :]
     import torch
@@ -84,6 +98,11 @@ def torch_logprobs(
     m = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     with torch.no_grad():
         logits = m(torch.from_numpy(seq)).logits[0].float() / temperature
+    if whole is not None:  # position t - 1's logits choose token t
+        bits = np.unpackbits(whole.table.view(np.uint8), axis=1, bitorder="little")
+        for t in np.flatnonzero(whole.rows >= 0):
+            keep = torch.as_tensor(bits[whole.rows[t], : logits.shape[-1]]).bool()
+            logits[t - 1] = logits[t - 1].masked_fill(~keep, float("-inf"))
     lp = torch.log_softmax(logits, -1)
     idx = torch.arange(len(prompt) - 1, seq.shape[1] - 1)
     return lp[idx, torch.from_numpy(seq[0, len(prompt) :])].numpy()

@@ -256,3 +256,16 @@ def test_context_length(tiny_model: Path) -> None:
     r, empty = run(main())
     assert len(r.token_ids) == 4 or r.finish_reason == "stop"
     assert [len(e.token_ids) for e in empty] == [0, 0]
+
+
+def test_constrained_requests_are_refused(tiny_model: Path) -> None:
+    """A regex or a structural tag (grammar-constrained tool calls) names the vLLM engine: the
+    transformers engine does not constrain, and must not sample as if it had."""
+
+    async def main():
+        eng = await _engine(tiny_model)
+        for field in ("regex", "structural_tag"):
+            with pytest.raises(ValueError, match=f"{field}.*vLLM"):
+                await eng.generate(PROMPT, SamplingParams(n=1, max_tokens=4, **{field: "x"}))
+
+    run(main())

@@ -186,6 +186,54 @@ def test_logprobs_match_torch(loop, engine, torch_lp) -> None:
     assert worst < LOGPROB_TOL
 
 
+TOOLS = [
+    {"type": "function", "function": {"name": "run", "description": "Run a shell command",
+     "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                    "required": ["command"]}}},
+    {"type": "function", "function": {"name": "submit", "description": "Finish",
+     "parameters": {"type": "object", "properties": {}}}},
+]  # fmt: skip
+
+
+def test_tool_call_grammar_logprobs_equal_torch_over_the_allowed_sets(loop, engine, torch_lp):
+    """Under a structural tag (a required tool call, each tool's arguments under its schema)
+    every sample is a call; the engine returns each token's allowed set, and torch's logprobs
+    over those sets equal the engine's (the unconstrained ones do not)."""
+    import json
+
+    xgr = pytest.importorskip("xgrammar")
+    tag = xgr.get_model_structural_tag(
+        "qwen_3", tools=TOOLS, tool_choice="required", reasoning="disabled",
+        parallel_tool_calls=False, max_whitespace_cnt=2,
+    ).model_dump_json()  # fmt: skip
+    params = SamplingParams(n=6, max_tokens=96, temperature=1.0, seed=11, structural_tag=tag)
+    res = run(loop, engine.generate(PROMPTS[0], params))
+    worst, gap, calls = 0.0, 0.0, 0
+    for r in res:
+        assert r.allowed is not None
+        assert r.allowed.rows.shape == r.token_ids.shape
+        assert r.allowed.allows(r.token_ids).all()
+        tokens = r.token_ids.tolist()
+        masked = torch_lp(State.dirs[0], PROMPTS[0], tokens, allowed=r.allowed)
+        free = torch_lp(State.dirs[0], PROMPTS[0], tokens)
+        worst = max(worst, float(np.max(np.abs(masked - r.logprobs))))
+        gap = max(gap, float(np.max(np.abs(free - r.logprobs))))
+        assert r.text.startswith('<tool_call>\n{"name": "'), r.text
+        if r.finish_reason == "stop":  # a whole call: parses, names a tool, fits its schema
+            body = r.text.removeprefix("<tool_call>\n").split("\n</tool_call>")[0]
+            call = json.loads(body)
+            assert call["name"] in ("run", "submit")
+            if call["name"] == "run":
+                assert set(call["arguments"]) == {"command"}
+            calls += 1
+    print(f"\nmetric grammar_logprob_mismatch_max_abs = {worst:.3e} (unmasked: {gap:.2f})")
+    assert worst < LOGPROB_TOL
+    assert gap > 0.1  # the masks matter: without them the trainer sees another policy
+    assert calls >= 1
+    plain = run(loop, engine.generate(PROMPTS[0], SamplingParams(n=1, max_tokens=8, seed=1)))
+    assert plain[0].allowed is None
+
+
 def test_inflight_update_keep(loop, engine, tmp_path, tmp_path_factory) -> None:
     """pause('keep') mid-generation, load v1 through shared memory, resume: the running
     samples complete, and their tokens switch from version 0 to 1 at one position."""

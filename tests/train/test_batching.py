@@ -136,3 +136,35 @@ def test_gdpo_normalises_each_reward_component_and_uses_only_the_named_ones(traj
     only_tests = adv(components=["reward/tests"])
     assert np.allclose(only_tests, gdpo_advantages(matrices, components=["reward/tests"])[0])
     assert not np.allclose(only_tests, adv())  # the format component changed the advantages
+
+
+def test_grammar_masks_travel_from_trajectories_into_the_batch_and_its_slices(traj_factory) -> None:
+    """Each constrained trajectory's allowed sets land in the batch's one table at its own
+    rows (offset), padding and unconstrained trajectories at -1; the GRPO driver's row slices
+    keep them aligned."""
+    from dockyard.core.experience import AllowedTokens
+    from dockyard.train.algorithms.grpo import _row_slices
+
+    def sets(words: list[int], n_prompt: int) -> AllowedTokens:
+        part = AllowedTokens.from_bitmasks(np.array([[w] for w in words], np.int32))
+        return AllowedTokens.concat([(n_prompt, None), (len(words), part)])  # type: ignore[return-value]
+
+    short, long_, free = (traj_factory("g", r, resp_len=n) for r, n in ((1, 2), (0, 4), (1, 3)))
+    short.allowed = sets([0b10, 0b100], 3)
+    long_.allowed = sets([0b1, 0b1, 0b110, 0b1000], 3)
+    b = build_batch([Group("g", [short, long_, free])], BatchOptions())
+    assert b.allowed is not None
+    assert b.allowed.rows.shape == b.input_ids.shape == (3, 7)
+    assert (b.allowed.rows[:, :3] == -1).all()  # prompts
+    assert (b.allowed.rows[0, 5:] == -1).all()  # padding
+    assert (b.allowed.rows[2] == -1).all()  # an unconstrained trajectory
+    words = b.allowed.table[b.allowed.rows[:2, 3:], 0]
+    assert words[0, :2].tolist() == [0b10, 0b100]
+    assert words[1].tolist() == [0b1, 0b1, 0b110, 0b1000]
+    first, second = _row_slices(b, 2)
+    assert first.allowed is not None
+    assert second.allowed is not None
+    np.testing.assert_array_equal(
+        np.concatenate([first.allowed.rows, second.allowed.rows]), b.allowed.rows
+    )
+    assert build_batch([Group("g", [free])], BatchOptions()).allowed is None

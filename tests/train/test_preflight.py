@@ -567,3 +567,31 @@ def test_context_parallelism_on_a_model_it_cannot_split_is_refused(tmp_path, tok
     assert "policy.dtensor_cfg.context_parallel_size=2 cannot run here: the model has " in got
     assert "sliding-window attention layers" in got
     assert "context_parallel" not in problems_of(tmp_path, windowed, cp[0], load=True)
+
+
+def test_the_tool_call_grammar_is_checked_before_anything_starts(tmp_path, model) -> None:
+    """What the grammar cannot run beside is named before a process starts: at the schema (an
+    engine that does not constrain, the JAX trainer, context parallelism, an external scaffold)
+    and at pre-flight (an environment without tools, a format xgrammar does not know)."""
+    on = "policy.generation.tool_call_grammar.enabled=true"
+    terminal = ["~env.math", "+env.terminal={type: terminal}", "data.dataset_name=terminal"]
+    assert problems_of(tmp_path, model, on, *terminal) == problems_of(tmp_path, model, *terminal)
+    assert "env.math (MathEnvironment) has no tools to call" in problems_of(tmp_path, model, on)
+    unknown = problems_of(tmp_path, model, on, *terminal,
+                          "policy.generation.tool_call_grammar.format=hermes9")  # fmt: skip
+    assert "tool_call_grammar.format 'hermes9': Unknown format type" in unknown
+    assert "qwen_3" in unknown  # the formats it knows
+    schema = schema_problems(
+        tmp_path, model, on, *terminal, "policy.generation.backend=transformers"
+    )
+    assert "tool_call_grammar.enabled needs backend: vllm" in schema
+    cp = schema_problems(tmp_path, model, on, *terminal, "cluster.trainer_ranks=2",
+                         "policy.dtensor_cfg.context_parallel_size=2")  # fmt: skip
+    assert "tool_call_grammar.enabled with policy.dtensor_cfg.context_parallel_size" in cp
+    scaffold = schema_problems(tmp_path, model, on, *terminal[:2],
+                               "+env.terminal.scaffold={type: mini_swe_agent}",
+                               "data.dataset_name=terminal")  # fmt: skip
+    assert "tool_call_grammar.enabled with env.terminal.scaffold" in scaffold
+    jax = schema_problems(tmp_path, model, on, *terminal, "policy.jax_cfg.enabled=true",
+                          "policy.dtensor_cfg.enabled=false")  # fmt: skip
+    assert "tool_call_grammar.enabled with policy.jax_cfg.enabled" in jax

@@ -237,6 +237,43 @@ def test_plain_multi_turn_rollout_is_the_text_of_the_conversation(base_tok: Any)
     assert engine.prompts[1] == base_tok.encode(text[: -len("42")], add_special_tokens=False)
 
 
+class EndlessEnv(TwoTurnEnv):
+    """Never ends on its own; its verdict when the rollout's turn limit comes first."""
+
+    def __init__(self, verdict: bool) -> None:
+        super().__init__()
+        self.verdict = verdict
+
+    async def step(self, state: dict[str, Any], response: str) -> StepResult:
+        state["turn"] += 1
+        return StepResult(observation="go on", done=False)
+
+    async def finish(self, state: dict[str, Any], response: str) -> StepResult | None:
+        if not self.verdict:
+            return None
+        return StepResult(rewards={"reward/tests": 1.0}, metadata={"cut_after": state["turn"]})
+
+
+@pytest.mark.parametrize("verdict", [True, False], ids=["finish", "no-finish"])
+def test_the_rollouts_turn_limit_asks_the_environment_for_its_verdict(base_tok, verdict) -> None:
+    """An episode the rollout's ``max_turns`` ends before the environment did is scored by the
+    environment's ``finish`` (the tests run on what the policy left), not left unscored."""
+    r = prompt_renderer(_cfg(chat_template="plain"), base_tok)
+    task = {"text": "What is 7 times 6"}
+    env = EndlessEnv(verdict)
+    g = asyncio.run(
+        rollout_group(ScriptedEngine(base_tok), env, r, task, "u", SamplingParams(n=2), 3)
+    )
+    for t in g.trajectories:
+        assert t.metadata["turns"] == 3
+        if verdict:
+            assert t.rewards == {"reward/tests": 1.0}
+            assert t.metadata["cut_after"] == 3
+        else:  # an environment without a verdict before its end: the last step stands
+            assert t.rewards == {}
+            assert "cut_after" not in t.metadata
+
+
 def _base_model(tmp_path: Path) -> Path:
     """The tiny model with its tokenizer's chat template removed (like a base model's)."""
     from dockyard.torch.testing import build_tiny_model

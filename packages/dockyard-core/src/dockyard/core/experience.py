@@ -15,6 +15,66 @@ import numpy as np
 
 
 @dataclass
+class AllowedTokens:
+    """The token sets a grammar allowed at each position of a sequence (grammar-constrained
+    decoding: the sampled distribution is the policy's, renormalised over the allowed set).
+
+    Attributes:
+        table: ``[M, W] int32`` distinct allowed-token bitmasks, xgrammar's layout: bit ``j`` of
+            word ``w`` set means token ``32 w + j`` is allowed; ``W = ceil(V / 32)``.
+        rows: ``[..., T] int32``, the table row that constrained each token (aligned with the
+            tokens: row ``rows[t]`` describes the choice of token ``t``); -1 where nothing did.
+    """
+
+    table: np.ndarray
+    rows: np.ndarray
+
+    @staticmethod
+    def from_bitmasks(bitmasks: np.ndarray) -> AllowedTokens:
+        """``[L, W] int32`` one bitmask per token -> the distinct rows and their indices."""
+        bitmasks = np.asarray(bitmasks, dtype=np.int32)
+        if bitmasks.shape[0] == 0:
+            return AllowedTokens(bitmasks.reshape(0, bitmasks.shape[-1]), np.zeros(0, np.int32))
+        table, rows = np.unique(bitmasks, axis=0, return_inverse=True)
+        return AllowedTokens(table.astype(np.int32), rows.reshape(-1).astype(np.int32))
+
+    @staticmethod
+    def concat(parts: list[tuple[int, AllowedTokens | None]]) -> AllowedTokens | None:
+        """One sequence's allowed tokens from consecutive pieces ``(length, part)``: a piece
+        with ``None`` was not constrained (its rows are -1). None when no piece has any."""
+        have = [p for _, p in parts if p is not None]
+        if not have:
+            return None
+        width = have[0].table.shape[1]
+        tables, rows, offset = [], [], 0
+        for n, p in parts:
+            if p is None:
+                rows.append(np.full(n, -1, np.int32))
+                continue
+            if p.table.shape[1] != width or len(p.rows) != n:
+                raise ValueError(
+                    f"allowed-token piece of {len(p.rows)} rows x {p.table.shape[1]} words "
+                    f"does not fit {n} tokens x {width} words"
+                )
+            tables.append(p.table)
+            rows.append(np.where(p.rows >= 0, p.rows + offset, -1).astype(np.int32))
+            offset += p.table.shape[0]
+        return AllowedTokens(np.concatenate(tables).astype(np.int32), np.concatenate(rows))
+
+    def take(self, index: Any) -> AllowedTokens:
+        """The sequences ``index`` of a batch's sets (``rows[index]``; the table is shared)."""
+        return AllowedTokens(self.table, self.rows[index])
+
+    def allows(self, token_ids: np.ndarray) -> np.ndarray:
+        """``[..., T] bool``: whether each token is in its allowed set (True where unconstrained)."""
+        ids = np.asarray(token_ids, dtype=np.int64)
+        r = np.maximum(self.rows, 0)
+        words = self.table[r, ids // 32] if self.table.size else np.zeros(ids.shape, np.int32)
+        bit = (words.astype(np.int64) >> (ids % 32)) & 1
+        return (self.rows < 0) | (bit == 1)
+
+
+@dataclass
 class Trajectory:
     """One sampled completion or multi-turn episode.
 
@@ -32,6 +92,8 @@ class Trajectory:
         infra_error: True when the score could not be computed (sandbox down, engine crashed):
             the trainer masks such a trajectory out instead of scoring it 0.
         metadata: environment metadata (verdict, timings, ``tests_tampered``...).
+        allowed: the grammar's allowed tokens per position (``rows [T]``) where decoding was
+            constrained (tool calls under their schemas); None otherwise.
     """
 
     prompt_id: str
@@ -43,6 +105,7 @@ class Trajectory:
     finish_reason: str = "stop"
     infra_error: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    allowed: AllowedTokens | None = None
 
     @property
     def reward(self) -> float:
@@ -91,6 +154,9 @@ class Batch:
         prev_logprobs: ``[B, T] float32`` or None, trainer logprobs before the update.
         ref_logprobs: ``[B, T] float32`` or None, reference-policy logprobs.
         extras: further per-sequence or per-token arrays keyed by name (``[B]`` or ``[B, T]``).
+        allowed: the grammar's allowed tokens (``rows [B, T]``) where generation was
+            constrained: the trainer's logprobs are then taken over the allowed set, as the
+            engine sampled. None: unconstrained.
     """
 
     input_ids: np.ndarray
@@ -101,6 +167,7 @@ class Batch:
     prev_logprobs: np.ndarray | None = None
     ref_logprobs: np.ndarray | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
+    allowed: AllowedTokens | None = None
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -19,6 +19,9 @@ class BaseEnvironment(Environment):
     """
 
     name: str = "base"
+    calls_tools: bool = False
+    """The policy acts through tool calls (``self.tools``, a ToolRegistry): the pre-flight
+    refuses a tool-call grammar for an environment without them."""
 
     def __init__(
         self,
@@ -35,6 +38,12 @@ class BaseEnvironment(Environment):
         the pre-flight (``dockyard train``, ``config check --deep``) calls it before anything
         starts. Override it where an option names a file or folder the environment reads."""
         return []
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The specs of ``self.tools`` (a :class:`~dockyard.envs.tools.ToolRegistry`) where the
+        environment has one."""
+        tools = getattr(self, "tools", None)
+        return tools.specs() if tools is not None else []
 
     async def aclose(self) -> None:
         """Release connections held for the running event loop (sandbox clients)."""

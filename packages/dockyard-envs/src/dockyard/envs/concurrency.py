@@ -59,3 +59,10 @@ class ConcurrencyLimited(Environment):
 
     async def close(self, state: dict[str, Any]) -> None:
         await self.env.close(state)
+
+    async def finish(self, state: dict[str, Any], response: str) -> StepResult | None:
+        async with self._sem():
+            return await self.env.finish(state, response)
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        return self.env.tool_specs()

@@ -118,6 +118,7 @@ class ExpressionAgentEnvironment(BaseEnvironment):
     """
 
     name = "expression_agent"
+    calls_tools = True
 
     def __init__(
         self,
@@ -219,6 +220,12 @@ class ExpressionAgentEnvironment(BaseEnvironment):
             )
         step.done = True
         return step
+
+    async def finish(self, state: dict[str, Any], response: str) -> StepResult:
+        """The rollout's turn limit came first: the verdict on what was submitted (nothing
+        submitted: 0)."""
+        state["done"] = True
+        return self._shape(await self._final(state), response)
 
     async def close(self, state: dict[str, Any]) -> None:
         return None

@@ -141,6 +141,7 @@ class JaxPolicyWorker(PolicyWorker):
         return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
 
     def _logprobs(self, params: Any, batch: Batch) -> np.ndarray:
+        _unconstrained(batch)
         return self._per_token(self._logprob_fn, params, batch)
 
     def _per_token(self, fn: Any, params: Any, batch: Batch) -> np.ndarray:
@@ -265,8 +266,18 @@ def _fit(a: np.ndarray, width: int) -> np.ndarray:
     return np.pad(a, pad)
 
 
+def _unconstrained(batch: Batch) -> None:
+    if batch.allowed is not None:
+        raise ValueError(
+            "this batch was generated under a grammar (policy.generation.tool_call_grammar); "
+            "the JAX trainer does not take logprobs over allowed-token sets: use the torch "
+            "trainer"
+        )
+
+
 def _batch_fields(batch: Batch) -> dict[str, np.ndarray]:
     """The arrays the loss sees (``[B, T]`` per token or ``[B]`` per sequence), float32."""
+    _unconstrained(batch)
     out: dict[str, np.ndarray] = {}
     for name in _TOKEN_FIELDS:
         value = getattr(batch, name)

@@ -25,9 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from dockyard.torch.logprobs import AllowedMasks
 
 # A batch is laid out as trees only when that saves at least this share of its tokens: below it
 # the padded / packed layouts (no custom mask) are as cheap.
@@ -149,17 +153,24 @@ def gather_aligned(x: torch.Tensor, tree: TreeRow, width: int) -> torch.Tensor:
 
 
 def tree_logprobs(
-    logits: torch.Tensor, tree: TreeRow, width: int, temperature: float = 1.0
+    logits: torch.Tensor,
+    tree: TreeRow,
+    width: int,
+    temperature: float = 1.0,
+    allowed: AllowedMasks | None = None,
 ) -> torch.Tensor:
     """``[N, V]`` logits of a tree row -> ``[n, width] float32`` logprobs of each sequence's
     tokens (0 at t = 0 and on padding): ``z[src, y_t] − logsumexp z[src]``, ``z = logits / τ``,
-    the log-normaliser computed once per node."""
+    the log-normaliser computed once per node; over its allowed set where ``allowed`` (rows
+    ``[n, ≥ width]`` in micro-batch order) constrains a token."""
     z = logits.float()
     if temperature != 1.0:
         z = z / temperature
     seq, col, src, dst = _sources(tree, z.device)
     target = torch.as_tensor(tree.input_ids, device=z.device)[dst]
     picked = z[src, target] - torch.logsumexp(z, dim=-1)[src]
+    if allowed is not None:
+        picked = allowed.renormalise(picked, z, target, allowed.rows[seq, col], src=src)
     out = z.new_zeros((len(tree.where), width))
     return out.index_put((seq, col), picked)
 

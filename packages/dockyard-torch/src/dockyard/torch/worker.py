@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dockyard.core.experience import Batch
+from dockyard.core.experience import AllowedTokens, Batch
 from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
 from dockyard.core.rl.metrics import add_metric, final_metrics, merge_metrics
 from dockyard.torch import checkpoint as ckpt
@@ -48,7 +48,7 @@ from dockyard.torch.context_parallel import (
     split_rows,
 )
 from dockyard.torch.export import bucketed, iter_hf_tensors
-from dockyard.torch.logprobs import position_entropy, token_logprobs, unpack
+from dockyard.torch.logprobs import AllowedMasks, position_entropy, token_logprobs, unpack
 from dockyard.torch.model import (
     compute_dtype,
     init_distributed,
@@ -59,6 +59,7 @@ from dockyard.torch.model import (
 from dockyard.torch.moe import MoE, moe_blocks
 from dockyard.torch.optim import build_optimizer
 from dockyard.torch.packing import (
+    PackedRow,
     dynamic_batches,
     ffd_pack,
     fixed_batches,
@@ -130,6 +131,7 @@ class TorchPolicyWorker(PolicyWorker):
         self.optimizer, self.scheduler = build_optimizer(params, cfg.optimizer, cfg.scheduler)
         self._step = 0
         self._tree = False  # this batch's layout (:meth:`_layout`)
+        self._allowed: AllowedTokens | None = None  # its grammar masks
         self._ids = np.zeros((0, 0), dtype=np.int64)
 
     def _load_model(self, trainable: bool) -> torch.nn.Module:
@@ -273,9 +275,22 @@ class TorchPolicyWorker(PolicyWorker):
         total = int(lengths[rows].sum())
         return total > 0 and tree_tokens(ids, lengths, rows) <= (1 - MIN_SAVING) * total
 
-    def _layout(self, ids: np.ndarray, lengths: np.ndarray, rows: list[int]) -> None:
-        """Choose this batch's layout (trees or not) before planning its micro-batches."""
+    def _layout(
+        self,
+        ids: np.ndarray,
+        lengths: np.ndarray,
+        rows: list[int],
+        allowed: AllowedTokens | None = None,
+    ) -> None:
+        """Choose this batch's layout (trees or not) before planning its micro-batches;
+        ``allowed``: the batch's grammar masks (any layout but context parallelism)."""
         self._ids = ids
+        self._allowed = allowed
+        if allowed is not None and self.dist.cp_size > 1:
+            raise ValueError(
+                "this batch was generated under a grammar (policy.generation.tool_call_grammar) "
+                "and its allowed-token masks follow whole rows: set context_parallel_size to 1"
+            )
         self._tree = self._use_tree(ids, lengths, rows)
 
     def _num_microbatches(self, plan: list[list[int]]) -> int:
@@ -320,19 +335,38 @@ class TorchPolicyWorker(PolicyWorker):
 
     def _mb_logprobs(self, model, ids, lengths, idx) -> torch.Tensor:
         """``[b, T_mb]`` logprobs of micro-batch ``idx``, 0 at t = 0 and on padding."""
-        return self._logprobs_of(self._forward(model, ids, lengths, idx), lengths[idx])
+        return self._logprobs_of(self._forward(model, ids, lengths, idx), lengths, idx)
 
-    def _logprobs_of(self, fwd: tuple[torch.Tensor, int, Any], lens: np.ndarray) -> torch.Tensor:
-        """``[b, T_mb]`` logprobs from :meth:`_forward`'s output (``lens``: the rows' lengths)."""
+    def _logprobs_of(
+        self, fwd: tuple[torch.Tensor, int, Any], lengths: np.ndarray, idx: list[int]
+    ) -> torch.Tensor:
+        """``[b, T_mb]`` logprobs of micro-batch ``idx`` from :meth:`_forward`'s output; over
+        each token's allowed set where the batch was generated under a grammar."""
         logits, width, (row, input_ids) = fwd
+        lens = lengths[idx]
         tau = self.cfg.generation_temperature
+        masks = self._masks(idx, width, row, logits.shape[-1])
         if isinstance(row, TreeRow):
-            return tree_logprobs(logits[0], row, width, tau)
+            return tree_logprobs(logits[0], row, width, tau, masks)
         if isinstance(row, CPChunk):
             return next_token_logprobs(logits, row, tau) * self._valid(width, lens)
         if row is not None:
-            return unpack(token_logprobs(logits, input_ids, tau)[0], row, width)
-        return token_logprobs(logits, input_ids, tau) * self._valid(width, lens)
+            return unpack(token_logprobs(logits, input_ids, tau, masks)[0], row, width)
+        return token_logprobs(logits, input_ids, tau, masks) * self._valid(width, lens)
+
+    def _masks(self, idx: list[int], width: int, row: Any, vocab: int) -> AllowedMasks | None:
+        """Micro-batch ``idx``'s grammar masks laid out like its tokens (None: unconstrained):
+        rows ``[b, width]`` (padded, a tree's sequences) or ``[1, N]`` (packed; a sequence's
+        first token, scored by the previous sequence's logits and dropped, unconstrained)."""
+        if self._allowed is None:
+            return None
+        rows = np.asarray(self._allowed.rows)[idx, :width]
+        if isinstance(row, PackedRow):
+            parts = [r[:n].copy() for r, n in zip(rows, row.lengths, strict=True)]
+            for part in parts:
+                part[:1] = -1
+            rows = np.concatenate(parts)[None]
+        return AllowedMasks(self._allowed.table, rows, vocab, self.device)
 
     def _valid(self, width: int, lens: np.ndarray) -> torch.Tensor:
         """``[b, width]`` 1.0 on each row's tokens, 0.0 on its padding."""
@@ -407,7 +441,7 @@ class TorchPolicyWorker(PolicyWorker):
         B, T = ids.shape
         out = np.zeros((B, T), dtype=np.float32)
         mine = self._rows(ids, lengths)
-        self._layout(ids, lengths, mine)
+        self._layout(ids, lengths, mine, batch.allowed)
         plan = self._plan(lengths, mine, train=False)
         n_mb = self._num_microbatches(plan)
         model.eval()
@@ -565,7 +599,7 @@ class TorchPolicyWorker(PolicyWorker):
                 counts.zero_()
             dist.all_reduce(counts)
         n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
-        self._layout(ids, lengths, mine)
+        self._layout(ids, lengths, mine, batch.allowed)
         plan = self._plan(lengths, mine, train=train, group=group)
         n_mb = self._num_microbatches(plan)
         # FSDP2 averages over its ranks; the loss is a share of the global one: scale back up
@@ -580,7 +614,7 @@ class TorchPolicyWorker(PolicyWorker):
             idx = plan[i]
             fwd = self._forward(self.model, ids, lengths, idx)
             forwarded += fwd[0].shape[0] * fwd[0].shape[1] * self.dist.cp_size
-            lp = self._logprobs_of(fwd, lengths[idx])
+            lp = self._logprobs_of(fwd, lengths, idx)
             width = lp.shape[1]
             mb = {
                 k: self._tensor(v[idx][:, :width] if v.ndim == 2 else v[idx])

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dockyard.core.experience import Batch, Group, Trajectory
+from dockyard.core.experience import AllowedTokens, Batch, Group, Trajectory
 from dockyard.core.rl import compute_advantages, dynamic_sampling_keep, overlong_penalty
 
 OVERLONG = "reward/overlong"
@@ -148,7 +148,28 @@ def build_batch(groups: list[Group], opts: BatchOptions, pad_id: int = 0) -> Bat
             "truncated": truncated,
             "min_version": np.array([t.min_version for t in trajs], dtype=np.int64),
         },
+        allowed=batch_allowed(trajs, T),
     )
+
+
+def batch_allowed(trajs: list[Trajectory], width: int) -> AllowedTokens | None:
+    """The trajectories' grammar masks as one table with ``rows [B, width]`` (-1 where a
+    token was not constrained, and on padding); None when no trajectory was constrained."""
+    if all(t.allowed is None for t in trajs):
+        return None
+    flat = AllowedTokens.concat(
+        [(width, _padded(t.allowed, len(t), width)) if t.allowed is not None else (width, None)
+         for t in trajs]
+    )  # fmt: skip
+    assert flat is not None
+    return AllowedTokens(flat.table, flat.rows.reshape(len(trajs), width))
+
+
+def _padded(allowed: AllowedTokens, n: int, width: int) -> AllowedTokens:
+    if len(allowed.rows) != n:
+        raise ValueError(f"a trajectory of {n} tokens has {len(allowed.rows)} grammar rows")
+    rows = np.concatenate([allowed.rows, np.full(width - n, -1, np.int32)])
+    return AllowedTokens(allowed.table, rows)
 
 
 def trainer_view(batch: Batch) -> Batch:
@@ -161,4 +182,5 @@ def trainer_view(batch: Batch) -> Batch:
         gen_logprobs=batch.gen_logprobs,
         prev_logprobs=batch.prev_logprobs,
         ref_logprobs=batch.ref_logprobs,
+        allowed=batch.allowed,
     )

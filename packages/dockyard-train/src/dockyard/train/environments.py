@@ -36,6 +36,16 @@ def needs_sandbox(name: str, env_cfg: EnvConfig) -> bool:
     return registry.needs_sandbox(env_type(name, env_cfg))
 
 
+def tool_less(name: str, env_cfg: EnvConfig) -> str | None:
+    """The class name of ``env.<name>`` where it says it calls no tools (``calls_tools =
+    False``); None where it calls them, or does not say (a third party's factory)."""
+    try:
+        cls = registry.env_factory(env_type(name, env_cfg))
+    except (ValueError, LookupError):
+        return None  # the names check reports it
+    return cls.__name__ if getattr(cls, "calls_tools", None) is False else None
+
+
 def needs_judge(name: str, env_cfg: EnvConfig) -> bool:
     """Whether ``env.<name>`` grades with the LLM judge (its registry flag)."""
     return registry.needs_judge(env_type(name, env_cfg))

@@ -72,6 +72,12 @@ def rollout_metrics(groups: list[Group], step: int, max_age: int) -> dict[str, f
             out[f"{c}/mean"] = float(v.mean())
             out[f"{c}/std"] = float(v.std())
         out["pass_rate"] = float(np.mean([passed(t) for t in valid]))
+        # a tool environment's invalid actions (bad JSON, unknown tools, schema errors, turns
+        # without a call, calls the token budget cut) per trajectory
+        invalid = [t.metadata["invalid_actions"] for t in valid if "invalid_actions" in t.metadata]
+        if invalid:
+            out["invalid_actions/mean"] = float(np.mean(invalid))
+            out["invalid_actions/max"] = float(np.max(invalid))
     lengths = np.array([response_length(t) for t in trajs]) if trajs else np.zeros(1)
     out["response_length/mean"] = float(lengths.mean())
     out["response_length/max"] = float(lengths.max())

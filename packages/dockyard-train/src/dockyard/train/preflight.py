@@ -27,6 +27,8 @@ extras     every optional dependency the config turns on is installed (the messa
            the reward plot
 engine     a registered third-party engine (``policy.generation.backend`` under the
            entry-point group ``dockyard.engines``) imports here
+grammar    ``policy.generation.tool_call_grammar``: xgrammar is installed and knows the
+           ``format``; every environment calls tools
 trainer    a registered third-party trainer backend (``policy.trainer_backend`` under
            ``dockyard.trainers``) imports here and maps the run's sections
 sandbox    a sandboxed environment without ``sandbox_urls`` needs bubblewrap here
@@ -71,8 +73,10 @@ from dockyard.train.environments import (
     needs_judge,
     needs_sandbox,
     option_problems,
+    tool_less,
     unknown_names,
 )
+from dockyard.train.grammar import grammar_problems
 from dockyard.train.models import resolve_model
 from dockyard.train.runtime.cluster import LOCAL_IS_ONE_NODE
 
@@ -456,6 +460,23 @@ def check_engine(cfg: MasterConfig, load: bool) -> list[str]:
     return []
 
 
+def check_grammar(cfg: MasterConfig, load: bool) -> list[str]:
+    """``policy.generation.tool_call_grammar``: xgrammar knows the ``format``, and each
+    environment the policy acts in calls tools (a class that says ``calls_tools = False``)."""
+    g = cfg.policy.generation.tool_call_grammar
+    if not g.enabled:
+        return []
+    problems = grammar_problems(g)
+    for name, env_cfg in cfg.env.items():
+        if (cls := tool_less(name, env_cfg)) is not None:
+            problems.append(
+                f"policy.generation.tool_call_grammar.enabled: env.{name} ({cls}) has no "
+                "tools to call; the grammar constrains tool calls (terminal, harbor, "
+                "swe_agent, expression_agent...): turn it off"
+            )
+    return problems
+
+
 def check_trainer(cfg: MasterConfig, load: bool) -> list[str]:
     """A third-party trainer backend (``policy.trainer_backend`` registered under
     ``dockyard.trainers``) loads here, and its config mapping takes the run's sections."""
@@ -577,6 +598,7 @@ CHECKS: dict[str, Callable[[Any, bool], list[str]]] = {
     "files": check_files,
     "extras": check_extras,
     "engine": check_engine,
+    "grammar": check_grammar,
     "trainer": check_trainer,
     "sandbox": check_sandbox,
     "transport": check_transport,

@@ -4,7 +4,8 @@ Single-turn (``max_turns = 1``): one ``generate(n=G)`` call, then G concurrent `
 (the trainer's environment runs at most ``env.<name>.max_concurrency`` of them at once over all
 groups in flight: ``dockyard.envs.concurrency``; ``env_s`` includes the wait for a turn).
 Multi-turn: each of the G episodes alternates ``generate(n=1)`` and ``env.step`` until the
-environment says ``done`` or ``max_turns`` policy turns were taken; the environment's
+environment says ``done`` or ``max_turns`` policy turns were taken (then ``env.finish`` gives
+the environment's verdict on the episode as it stands: tests run, never a silent 0); the environment's
 observation is appended (the environment's role-``tool`` messages where it gives them in
 ``metadata["tool_messages"]``, rendered by the chat template; else a user turn), its tokens
 masked out of the loss. Prompts and
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dockyard.core.experience import Group, Trajectory
+from dockyard.core.experience import AllowedTokens, Group, Trajectory
 from dockyard.core.interfaces.environment import Environment, StepResult
 from dockyard.core.interfaces.generation import GenerationResult, SamplingParams
 from dockyard.train.prompts import PromptRenderer
@@ -51,17 +52,20 @@ def _trajectory(
     turns: int,
 ) -> Trajectory:
     ids, mask, lps, vers = [], [], [], []
+    allowed: list[tuple[int, AllowedTokens | None]] = []  # grammar-constrained turns' sets
     for prompt_ids, gen in pieces:
         ids.append(np.asarray(prompt_ids, dtype=np.int64))
         mask.append(np.zeros(len(prompt_ids), dtype=bool))
         lps.append(np.zeros(len(prompt_ids), dtype=np.float32))
         vers.append(np.full(len(prompt_ids), -1, dtype=np.int32))
+        allowed.append((len(prompt_ids), None))
         if gen is not None:
             n = len(gen.token_ids)
             ids.append(np.asarray(gen.token_ids, dtype=np.int64))
             mask.append(np.ones(n, dtype=bool))
             lps.append(np.asarray(gen.logprobs, dtype=np.float32))
             vers.append(np.asarray(gen.policy_versions, dtype=np.int32))
+            allowed.append((n, gen.allowed))
     return Trajectory(
         prompt_id=uid,
         token_ids=np.concatenate(ids),
@@ -72,6 +76,7 @@ def _trajectory(
         finish_reason=finish_reason,
         infra_error=bool(result.infra_error),
         metadata={**result.metadata, "env_s": env_s, "turns": turns},
+        allowed=AllowedTokens.concat(allowed),
     )
 
 
@@ -153,7 +158,12 @@ async def _episode(
             finish, turns = gen.finish_reason, turn + 1
             result, s = await _score(env, env.step(state, gen.text))
             env_s += s
-            if result.done or result.infra_error or turn == max_turns - 1:
+            if result.done or result.infra_error:
+                break
+            if turn == max_turns - 1:  # our turn limit came first: the environment's verdict
+                final, s = await _score(env, env.finish(state, gen.text))
+                env_s += s
+                result = final if final is not None else result
                 break
             eos_id = renderer.tokenizer.eos_token_id
             eos_seen = bool(len(gen.token_ids)) and int(gen.token_ids[-1]) == eos_id

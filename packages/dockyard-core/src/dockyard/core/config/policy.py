@@ -158,6 +158,23 @@ class SglangConfig(ConfigModel):
     """Number of server replicas."""
 
 
+class ToolCallGrammarConfig(ConfigModel):
+    enabled: bool = False
+    """Decode the policy's tool calls under a grammar: each call's name is one of the environment's tools and its arguments follow that tool's JSON schema (vLLM structured outputs, an xgrammar structural tag). The trainer's logprobs are taken over the same allowed sets, so they equal the engine's: the policy trained is the masked, renormalised one that sampled. Needs ``backend: vllm``, an environment with tools and the torch trainer (any row layout; not with context parallelism)."""
+    format: str = "qwen_3"
+    """The model's tool-call syntax: a key of xgrammar's ``get_model_structural_tag`` (``qwen_3``: Hermes-style ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, what Qwen2.5/Qwen3 and dockyard's tool environments use; ``llama``, ``qwen_3_coder``, ``deepseek_v3_1``, ``harmony``, ...)."""
+    reasoning: Literal["disabled", "enabled", "auto"] = "disabled"
+    """The model's reasoning block before the calls (``<think>...</think>`` for Qwen3): ``disabled`` (none), ``enabled`` (required), ``auto`` (optional)."""
+    require_call: bool = True
+    """Every turn ends in a tool call (xgrammar's ``tool_choice: required``); false lets a turn be text only (``auto``)."""
+    parallel_tool_calls: bool = False
+    """Allow several calls in one turn; false stops the turn after its first call."""
+    max_whitespace: PositiveInt | None = 2
+    """The most consecutive whitespace characters inside a call's JSON (a small model's runaway indentation otherwise fills the token budget); null: unbounded."""
+    max_string_length: PositiveInt | None = None
+    """A ``maxLength`` for every string argument whose schema sets none, in the grammar only (the tools' own validation is unchanged): a young policy's strings then close before ``max_new_tokens`` cuts the call (a cut call is an invalid action, ``truncated``). It narrows what the policy can write (a file's content too); null: the schemas as they are."""
+
+
 BUILTIN_ENGINES = ("vllm", "transformers", "sglang")
 BUILTIN_TRAINERS = ("torch", "jax")
 """The generation backends dockyard-serve ships (entry points of ``dockyard.engines``)."""
@@ -182,6 +199,8 @@ class GenerationConfig(ConfigModel):
     """vLLM engine settings (``backend: vllm`` only)."""
     sglang_cfg: SglangConfig = Field(default_factory=SglangConfig)
     """SGLang settings (``backend: sglang`` only)."""
+    tool_call_grammar: ToolCallGrammarConfig = Field(default_factory=ToolCallGrammarConfig)
+    """Grammar-constrained tool calls (RL-safe: the trainer sees the constrained logprobs)."""
     engine_options: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of a registered third-party engine (a ``backend`` outside the built-ins; they also get the context length, the dtype and the seed). The built-ins take ``vllm_cfg`` / ``sglang_cfg``."""
 
@@ -201,6 +220,12 @@ class GenerationConfig(ConfigModel):
                     f"policy.generation.{key} is set but policy.generation.backend is "
                     f"{self.backend!r}: set backend: {owner} or remove {key}"
                 )
+        if self.tool_call_grammar.enabled and self.backend != "vllm":
+            raise ValueError(
+                f"policy.generation.tool_call_grammar.enabled needs backend: vllm (its "
+                f"structured outputs), not {self.backend!r}: set backend: vllm or turn the "
+                "grammar off"
+            )
         if self.engine_options and self.backend in BUILTIN_ENGINES:
             raise ValueError(
                 f"policy.generation.engine_options is for a registered third-party engine, not "

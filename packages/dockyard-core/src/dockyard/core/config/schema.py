@@ -99,6 +99,8 @@ class MasterConfig(ConfigModel):
         cp = p.dtensor_cfg.context_parallel_size
         if p.dtensor_cfg.enabled and cp > 1:
             errors += _context_parallel_checks(self, cp)
+        if p.generation.tool_call_grammar.enabled:
+            errors += _grammar_checks(self)
         errors += _length_checks(self) + _async_checks(self)
         if errors:
             raise ValueError("\n".join(errors))
@@ -137,6 +139,31 @@ def _context_parallel_checks(cfg: MasterConfig, cp: int) -> list[str]:
             f"{key} with policy.shared_prefix=true: a prefix tree is one row; set "
             "shared_prefix to null or false"
         )
+    return errors
+
+
+def _grammar_checks(cfg: MasterConfig) -> list[str]:
+    """What ``policy.generation.tool_call_grammar.enabled`` cannot run beside: the torch
+    worker takes its logprobs over each token's allowed set (padded, packed or prefix-tree
+    rows; not split by context parallelism)."""
+    p, key = cfg.policy, "policy.generation.tool_call_grammar.enabled"
+    errors = []
+    if p.jax_cfg.enabled:
+        errors.append(
+            f"{key} with policy.jax_cfg.enabled: the JAX trainer does not take logprobs over "
+            "the grammar's allowed tokens yet; use the torch trainer (policy.dtensor_cfg)"
+        )
+    if p.dtensor_cfg.enabled and p.dtensor_cfg.context_parallel_size > 1:
+        errors.append(
+            f"{key} with policy.dtensor_cfg.context_parallel_size > 1: the allowed-token "
+            "masks follow whole rows; set context_parallel_size to 1"
+        )
+    for name, env in cfg.env.items():
+        if env.scaffold is not None:
+            errors.append(
+                f"{key} with env.{name}.scaffold: an external scaffold's requests carry its "
+                "own decoding settings; turn the grammar or the scaffold off"
+            )
     return errors
 
 

@@ -47,3 +47,16 @@ class Environment(ABC):
 
     async def close(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Multi-turn: release what the episode holds (sandbox sessions...)."""
+
+    async def finish(self, state: dict[str, Any], response: str) -> StepResult | None:
+        """Multi-turn: the rollout's turn limit (``grpo.max_rollout_turns``) ends the episode
+        before the environment did, ``response`` its last turn: the verdict on the episode as
+        it stands (run the tests now). None where the environment has none before its own end
+        (the last step's result then stands)."""
+        return None
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools the policy may call, as OpenAI function specs (``{"type": "function",
+        "function": {"name", "description", "parameters"}}``); empty for an environment
+        without tools. Grammar-constrained decoding of tool calls is built from these."""
+        return []

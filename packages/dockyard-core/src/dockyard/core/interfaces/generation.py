@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dockyard.core.experience import AllowedTokens
 from dockyard.core.interfaces.transport import WeightReceiver
 
 
@@ -25,6 +26,11 @@ class SamplingParams:
     regex: str | None = None
     """Structured output: the completion must match this regular expression in full (vLLM's
     guided decoding, SGLang's ``regex``); an engine that cannot constrain raises ValueError."""
+    structural_tag: str | None = None
+    """Structured output: an xgrammar structural tag (JSON), e.g. free text then tool calls
+    whose arguments follow each tool's JSON schema (vLLM's ``structural_tag``). The engine
+    returns the allowed-token sets it sampled under (:attr:`GenerationResult.allowed`); an
+    engine that cannot constrain raises ValueError."""
 
 
 @dataclass
@@ -40,6 +46,8 @@ class GenerationResult:
         cached_prompt_tokens: prompt tokens the engine reused from its prefix cache instead of
             computing them (vLLM's ``num_cached_tokens``; the transformers engine's shared
             group prefill); 0 where the engine does not say.
+        allowed: under :attr:`SamplingParams.structural_tag`, the token set the grammar
+            allowed at each generated position (``rows [L]``); None when unconstrained.
     """
 
     token_ids: np.ndarray
@@ -48,6 +56,7 @@ class GenerationResult:
     finish_reason: str
     policy_versions: np.ndarray
     cached_prompt_tokens: int = 0
+    allowed: AllowedTokens | None = None
 
 
 class GenerationEngine(ABC):

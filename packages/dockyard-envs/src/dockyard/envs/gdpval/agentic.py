@@ -87,8 +87,7 @@ class GdpvalAgenticEnvironment(TerminalEnvironment):
                     files[d] = None
         except (SandboxUnavailable, httpx.HTTPError) as e:
             return infra_failure(f"sandbox: {type(e).__name__}: {e}", task_id=task.get("id"))
-        end = "submit" if state["submitted"] else (
-            "max_turns" if state["turn"] >= self.max_turns else "token_budget")  # fmt: skip
+        end = self._end_reason(state)
         graded = await grade(task, files, self.judge, self.parse_limits)
         step = rubric_step(graded, self.reward.mode, task_id=task.get("id"), turns=state["turn"],
                            end_reason=end, invalid_actions=state["invalid_actions"],

@@ -198,11 +198,7 @@ class HarborEnvironment(TerminalEnvironment):
         return self._harbor_step(state, result)
 
     def _harbor_step(self, state: dict[str, Any], result: Any) -> StepResult:
-        end = (
-            "submit"
-            if state["submitted"]
-            else ("max_turns" if state["turn"] >= self.max_turns else "token_budget")
-        )
+        end = self._end_reason(state)
         step = verdict_to_step(
             result, self.reward.mode, task_id=state["task"].get("id"), turns=state["turn"], end_reason=end,
             invalid_actions=state["invalid_actions"], invalid_kinds=state["invalid_kinds"],

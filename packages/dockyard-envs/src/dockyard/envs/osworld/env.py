@@ -159,6 +159,11 @@ class OSWorldEnvironment(BaseEnvironment):
         text, meta = self.observation(state)
         return StepResult(rewards={}, done=False, observation=text, metadata=meta)
 
+    async def finish(self, state: dict[str, Any], response: str) -> StepResult:
+        """The rollout's turn limit came first: the task's evaluator decides on the desktop as
+        the agent left it."""
+        return await self._finish(state, response)
+
     async def _finish(self, state: dict[str, Any], response: str) -> StepResult:
         state["done"] = True
         task = state["task"]

@@ -133,8 +133,7 @@ class ProgramBenchEnvironment(TerminalEnvironment):
             result = await self._client_for(state).finish(state["session_id"], req)
         except (SandboxUnavailable, httpx.HTTPError) as e:
             return infra_failure(f"finish: {e}", turn=state["turn"])
-        end = "submit" if state["submitted"] else (
-            "max_turns" if state["turn"] >= self.max_turns else "token_budget")  # fmt: skip
+        end = self._end_reason(state)
         step = judge.verdict(
             result, ops, self.reward.mode, task_id=task.get("id"), turns=state["turn"],
             end_reason=end, invalid_actions=state["invalid_actions"],

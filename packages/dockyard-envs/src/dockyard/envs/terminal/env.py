@@ -136,6 +136,7 @@ class TerminalEnvironment(BaseEnvironment):
     """Multi-turn terminal tasks in sandbox sessions (see the module docstring)."""
 
     name = "terminal"
+    calls_tools = True
 
     def __init__(
         self,
@@ -262,14 +263,28 @@ class TerminalEnvironment(BaseEnvironment):
             metadata={"tool_messages": [o.message() for o in outcomes], "turn": state["turn"]},
         )
 
+    async def finish(self, state: dict[str, Any], response: str) -> StepResult:
+        """The rollout's turn limit came first: the held-out tests decide now (``end_reason``
+        ``rollout_turns``)."""
+        state["done"] = True
+        if state["infra_error"]:
+            return infra_failure(state["infra_error"], turn=state["turn"])
+        state["cut"] = True
+        return self._shape(await self._finish(state), response)
+
+    def _end_reason(self, state: dict[str, Any]) -> str:
+        """Why the episode ended: ``submit``, ``max_turns``, ``token_budget`` or
+        ``rollout_turns`` (the rollout's own turn limit: :meth:`finish`)."""
+        if state.get("cut"):
+            return "rollout_turns"
+        if state["submitted"]:
+            return "submit"
+        return "max_turns" if state["turn"] >= self.max_turns else "token_budget"
+
     async def _finish(self, state: dict[str, Any]) -> StepResult:
         task = state["task"]
         result = await self.finish_result(state)
-        end = (
-            "submit"
-            if state["submitted"]
-            else ("max_turns" if state["turn"] >= self.max_turns else "token_budget")
-        )
+        end = self._end_reason(state)
         step = verdict_to_step(
             result, self.reward.mode, task_id=task.get("id"), turns=state["turn"], end_reason=end,
             invalid_actions=state["invalid_actions"], invalid_kinds=state["invalid_kinds"],

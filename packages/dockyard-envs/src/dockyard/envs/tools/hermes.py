@@ -69,14 +69,16 @@ class ParsedTurn:
 
 
 def _loads_lenient(text: str) -> Any:
+    """JSON with a code fence, trailing commas, or raw control characters inside strings (the
+    same characters escaped are valid; grammar-constrained decoding admits them raw)."""
     body = text.strip()
     m = _FENCE.match(body)
     if m:
         body = m.group(1).strip()
     try:
-        return json.loads(body)
+        return json.loads(body, strict=False)
     except json.JSONDecodeError:
-        return json.loads(_TRAILING_COMMA.sub(r"\1", body))
+        return json.loads(_TRAILING_COMMA.sub(r"\1", body), strict=False)
 
 
 def _parse_one(raw: str) -> ParsedCall | ParseError:

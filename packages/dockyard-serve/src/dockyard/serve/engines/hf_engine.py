@@ -175,9 +175,10 @@ class TransformersEngine(GenerationEngine):
             raise RuntimeError("TransformersEngine is not started: await engine.start() first")
         if params.n < 1:
             raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
-        if params.regex:
+        if params.regex or params.structural_tag:
+            what = "regex" if params.regex else "structural_tag"
             raise ValueError(
-                "SamplingParams.regex: the transformers engine does not constrain its output; "
+                f"SamplingParams.{what}: the transformers engine does not constrain its output; "
                 "use the vLLM engine (backend 'vllm') for structured output"
             )
         prompt = [int(t) for t in prompt_token_ids]

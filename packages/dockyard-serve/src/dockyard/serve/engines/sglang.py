@@ -79,6 +79,11 @@ def sampling_params_json(p: SamplingParams, max_tokens: int, seed: int | None) -
         out["sampling_seed"] = seed
     if p.regex:
         out["regex"] = p.regex
+    if p.structural_tag:
+        raise ValueError(
+            "SamplingParams.structural_tag: the SGLang engine does not return the allowed-token "
+            "sets its grammar applied (the trainer needs them); use the vLLM engine"
+        )
     return out
 
 

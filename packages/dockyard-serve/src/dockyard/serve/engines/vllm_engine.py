@@ -43,6 +43,7 @@ from dockyard.core.interfaces import (
     WeightReceiver,
     WeightSyncError,
 )
+from dockyard.serve.engines.grammar import GrammarReplay
 from dockyard.serve.engines.versions import finish_reason, versions_from_spans
 from dockyard.serve.transports.shm import ShmReceiver, ShmSender
 
@@ -134,6 +135,21 @@ def _cpu_engine_args(model: str, kw: dict[str, Any], fraction: float) -> dict[st
     return kw
 
 
+def _constrained(p: SamplingParams) -> bool:
+    return bool(p.regex or p.structural_tag)
+
+
+def _structured(make: Any, p: SamplingParams) -> Any:
+    """vLLM's ``StructuredOutputsParams`` for ``p`` (None when unconstrained)."""
+    if p.regex and p.structural_tag:
+        raise ValueError("SamplingParams: set regex or structural_tag, not both")
+    if p.regex:
+        return make(regex=p.regex)
+    if p.structural_tag:
+        return make(structural_tag=p.structural_tag)
+    return None
+
+
 def _on_cpu() -> bool:
     # lazy: vllm is optional in dockyard-serve (the vllm extras) and takes ~3 s to import
     from vllm.platforms import current_platform
@@ -177,6 +193,7 @@ class VLLMEngine(GenerationEngine):
         self._abort_epoch = 0
         self.last_update: dict[str, Any] = {}
         self.tokens_generated = 0  # all samples, all time (progress for callers and tests)
+        self._grammar: GrammarReplay | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> VLLMEngine:
@@ -265,8 +282,26 @@ class VLLMEngine(GenerationEngine):
             seed=seed,
             logprobs=0,
             output_kind=RequestOutputKind.DELTA,
-            structured_outputs=StructuredOutputsParams(regex=p.regex) if p.regex else None,
+            structured_outputs=_structured(StructuredOutputsParams, p),
         )
+
+    def _replay(self) -> GrammarReplay:
+        """The grammar replay over this engine's tokenizer and vocabulary (built once)."""
+        if self._grammar is None:
+            llm = self._require()
+            self._grammar = GrammarReplay(llm.get_tokenizer(), llm.model_config.get_vocab_size())
+        return self._grammar
+
+    def _stop_token_ids(self, params: SamplingParams) -> list[int]:
+        """The request's stop tokens as vLLM's matcher gets them (``all_stop_token_ids``: the
+        request's, the tokenizer's EOS and the generation config's EOS ids)."""
+        llm = self._require()
+        vp = self._vllm_params(params, params.max_tokens, None)
+        vp.update_from_generation_config(
+            llm.input_processor.generation_config_fields,
+            llm.input_processor.renderer.get_eos_token_id(),
+        )
+        return sorted(vp.all_stop_token_ids)
 
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams
@@ -317,7 +352,7 @@ class VLLMEngine(GenerationEngine):
             reason = finish_reason(c.finish_reason)
             # An abort caused by pause("abort") is re-queued as a continuation; a constrained
             # sample starts over (its grammar state cannot resume from a token prefix).
-            if reason == "abort" and self._abort_epoch != epoch and params.regex:
+            if reason == "abort" and self._abort_epoch != epoch and _constrained(params):
                 tokens, logprobs, versions, text = [], [], [], ""
                 continue
             if reason == "abort" and self._abort_epoch != epoch and len(tokens) < params.max_tokens:
@@ -328,6 +363,10 @@ class VLLMEngine(GenerationEngine):
         lp = np.asarray(logprobs, dtype=np.float32)
         if lp.shape[0] != len(tokens):  # vLLM returned no logprobs (should not happen)
             lp = np.resize(lp, len(tokens)).astype(np.float32)
+        allowed = None
+        if params.structural_tag:  # the sets the sampler drew from, for the trainer's logprobs
+            replay, stops = self._replay(), self._stop_token_ids(params)
+            allowed = await asyncio.to_thread(replay.allowed, params.structural_tag, tokens, stops)
         return GenerationResult(
             token_ids=np.asarray(tokens, dtype=np.int64),
             logprobs=lp,
@@ -337,6 +376,7 @@ class VLLMEngine(GenerationEngine):
             if versions
             else np.zeros(0, np.int32),
             cached_prompt_tokens=cached,
+            allowed=allowed,
         )
 
     # -- weight updates -------------------------------------------------------------------

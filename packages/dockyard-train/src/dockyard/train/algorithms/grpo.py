@@ -681,10 +681,11 @@ def _row_slices(batch: Any, n: int) -> list[Any]:
         arrays = {
             f.name: None if (a := getattr(batch, f.name)) is None else a[rows]
             for f in dataclasses.fields(batch)
-            if f.name != "extras"
+            if f.name not in ("extras", "allowed")
         }
+        allowed = None if batch.allowed is None else batch.allowed.take(rows)
         return dataclasses.replace(
-            batch, **arrays, extras={k: v[rows] for k, v in batch.extras.items()}
+            batch, **arrays, extras={k: v[rows] for k, v in batch.extras.items()}, allowed=allowed
         )
 
     return [part(rows) for rows in np.array_split(np.arange(len(batch.input_ids)), n)]

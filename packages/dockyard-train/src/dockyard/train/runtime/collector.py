@@ -31,6 +31,7 @@ from dockyard.core.interfaces.generation import SamplingParams
 from dockyard.train.batching import passed
 from dockyard.train.data import TaskLoader
 from dockyard.train.environments import build_environment
+from dockyard.train.grammar import tool_call_structural_tag
 from dockyard.train.judge import env_judge
 from dockyard.train.prompts import PromptRenderer
 from dockyard.train.rollout import rollout_group
@@ -407,6 +408,16 @@ class CollectorHost(Collector):
             stop=list(g.stop_strings),
             stop_token_ids=list(g.stop_token_ids),
         )
+        scaffold = _scaffold(c.env, env)
+        if g.tool_call_grammar.enabled:
+            if scaffold is not None:
+                raise ValueError(
+                    "policy.generation.tool_call_grammar with an external scaffold "
+                    f"(env.{c.env_name}.scaffold): the scaffold's requests carry its own "
+                    "decoding settings; turn one of them off"
+                )
+            tag = tool_call_structural_tag(g.tool_call_grammar, env.tool_specs())
+            params = replace(params, structural_tag=tag)
         super().__init__(
             [RemoteEngine(e) for e in engines],
             env,
@@ -418,7 +429,7 @@ class CollectorHost(Collector):
             max_turns=c.max_rollout_turns,
             max_groups_in_flight=c.max_groups_in_flight,
             reward_weights=_weights(c.env),
-            scaffold=_scaffold(c.env, env),
+            scaffold=scaffold,
         )
 
     async def validate(
