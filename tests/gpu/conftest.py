@@ -117,15 +117,16 @@ def numerics_batch():
     return random_batch(8, 128, vocab_size=SMALL_MODEL["vocab_size"], seed=11, prompt_len=16)
 
 
-def _hf_fp32_logprobs(path: Path, batch: Any, device: str) -> Any:
-    """``[B, T] float32``: plain transformers in float32 on ``device``, one unpadded sequence
-    at a time (0 at t = 0 and on padding)."""
+def _hf_fp32_logprobs(path: Path, batch: Any, device: str, dtype: str = "float32") -> Any:
+    """``[B, T] float32``: plain transformers in float32 (or ``dtype``: transformers' own
+    bf16 forward is the yardstick of bf16 rounding on a model) on ``device``, one unpadded
+    sequence at a time (0 at t = 0 and on padding)."""
     import numpy as np
     import torch
     from transformers import AutoModelForCausalLM
 
     assert torch.get_float32_matmul_precision() == "highest"  # no TF32 in the reference
-    model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
     model = model.to(device).eval()
     out = np.zeros(batch.input_ids.shape, dtype=np.float32)
     with torch.no_grad():
@@ -139,7 +140,8 @@ def _hf_fp32_logprobs(path: Path, batch: Any, device: str) -> Any:
 
 @pytest.fixture(scope="session")
 def hf_logprobs():
-    """``hf_logprobs(path, batch, device) -> [B, T] float32``: the HF fp32 reference."""
+    """``hf_logprobs(path, batch, device, dtype="float32") -> [B, T] float32``: the HF fp32
+    reference (or HF in ``dtype``)."""
     return _hf_fp32_logprobs
 
 

@@ -38,6 +38,17 @@ FAMILY_BASE: dict[str, dict[str, Any]] = {
                   "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                   "head_dim": 16, "mlp_only_layers": [0], "max_position_embeddings": 64},
+    # Gated DeltaNet and gated full attention interleaved; two value heads per key head; RoPE on
+    # a quarter of each head; experts + the shared expert in layers 1-3, layer 0 dense
+    "qwen3_next": {"vocab_size": 96, "hidden_size": 64, "intermediate_size": 96,
+                   "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "head_dim": 16, "layer_types": ["linear_attention", "full_attention",
+                                                   "linear_attention", "full_attention"],
+                   "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                   "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+                   "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
+                   "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+                   "mlp_only_layers": [0], "max_position_embeddings": 64},
 }  # fmt: skip
 
 
@@ -52,6 +63,7 @@ def build_hf_model(path: Path, family: str, seed: int = 0, **overrides: Any):
         "gemma2": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM),
         "gemma3_text": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM),
         "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM),
+        "qwen3_next": (transformers.Qwen3NextConfig, transformers.Qwen3NextForCausalLM),
     }
     config_cls, model_cls = classes[family]
     config = config_cls(**{**FAMILY_BASE[family], **overrides})
@@ -136,14 +148,14 @@ def served_logprobs():
 
     testing = pytest.importorskip("dockyard.torch.testing")
 
-    def serve(worker: Any, source: Path, batch: Any) -> list[list[float]]:
+    def serve(worker: Any, source: Path, batch: Any, dtype: str = "float32") -> list[list[float]]:
         folder = Path(worker.export_hf(tempfile.mkdtemp(prefix="dockyard-jax-export-")))
         for f in source.glob("*token*"):  # vLLM reads the tokenizer from the model folder
             shutil.copy(f, folder / f.name)
         prompts = [batch.input_ids[b, : int(batch.attention_mask[b].sum())].tolist()
                    for b in range(batch.input_ids.shape[0])]  # fmt: skip
         try:
-            return testing.vllm_prompt_logprobs(folder, prompts)
+            return testing.vllm_prompt_logprobs(folder, prompts, dtype)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

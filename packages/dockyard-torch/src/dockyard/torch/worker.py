@@ -357,7 +357,8 @@ class TorchPolicyWorker(PolicyWorker):
     def _masks(self, idx: list[int], width: int, row: Any, vocab: int) -> AllowedMasks | None:
         """Micro-batch ``idx``'s grammar masks laid out like its tokens (None: unconstrained):
         rows ``[b, width]`` (padded, a tree's sequences) or ``[1, N]`` (packed; a sequence's
-        first token, scored by the previous sequence's logits and dropped, unconstrained)."""
+        first token, scored by the previous sequence's logits and dropped, unconstrained). Only
+        the sets the micro-batch uses go to the device."""
         if self._allowed is None:
             return None
         rows = np.asarray(self._allowed.rows)[idx, :width]
@@ -366,7 +367,11 @@ class TorchPolicyWorker(PolicyWorker):
             for part in parts:
                 part[:1] = -1
             rows = np.concatenate(parts)[None]
-        return AllowedMasks(self._allowed.table, rows, vocab, self.device)
+        used = np.unique(rows[rows >= 0])
+        if used.size == 0:
+            return None
+        rows = np.where(rows >= 0, np.searchsorted(used, rows), -1)
+        return AllowedMasks(np.asarray(self._allowed.table)[used], rows, vocab, self.device)
 
     def _valid(self, width: int, lens: np.ndarray) -> torch.Tensor:
         """``[b, width]`` 1.0 on each row's tokens, 0.0 on its padding."""

@@ -1,4 +1,5 @@
-"""Flax NNX Qwen2 / Qwen3 / Llama / Gemma 2 / Gemma 3 / Qwen3-MoE with Hugging Face weight parity."""
+"""Flax NNX Qwen2 / Qwen3 / Llama / Gemma 2 / Gemma 3 / Qwen3-MoE / Qwen3-Next with Hugging Face
+weight parity."""
 
 from dockyard.jax.models.config import ModelConfig, RopeConfig
 from dockyard.jax.models.hf import (

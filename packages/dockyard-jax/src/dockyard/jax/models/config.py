@@ -1,5 +1,5 @@
 """Model configuration read from a Hugging Face ``config.json`` (Qwen2, Qwen3, Llama, Gemma 2,
-Gemma 3's text model, Qwen3-MoE).
+Gemma 3's text model, Qwen3-MoE, Qwen3-Next).
 
 Only what the forward pass needs is kept; the raw dict is kept too so that an exported model
 writes back the very ``config.json`` it was loaded from. RoPE parameters are read in both the
@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FAMILIES = ("qwen2", "qwen3", "llama", "gemma2", "gemma3_text", "qwen3_moe")
+FAMILIES = ("qwen2", "qwen3", "llama", "gemma2", "gemma3_text", "qwen3_moe", "qwen3_next")
 GEMMA = ("gemma2", "gemma3_text")
 LAYER_TYPES = ("full_attention", "sliding_attention")
+NEXT_LAYER_TYPES = ("full_attention", "linear_attention")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
 
@@ -62,6 +63,11 @@ class ModelConfig:
     (``c · tanh(x / c)``: Gemma 2). Gemma 3 has Qwen3's per-head q/k norm.
     Qwen3-MoE (``num_experts`` > 0): Qwen3's attention, and in its sparse layers
     (``is_moe``) a router choosing ``num_experts_per_tok`` of the experts per token.
+    Qwen3-Next: ``layer_types`` mixes ``linear_attention`` (Gated DeltaNet: ``linear_*``
+    sizes, a causal depthwise conv of ``linear_conv_kernel_dim``) with ``full_attention``
+    layers whose queries carry an output gate (``attn_output_gate``) and whose RoPE turns only
+    the first ``partial_rotary_factor`` of each head; every norm is the ``(1 + w)`` kind
+    (``unit_offset_norm``), and its experts sit beside a gated ``shared_expert``.
     """
 
     family: str
@@ -93,6 +99,14 @@ class ModelConfig:
     norm_topk_prob: bool = False
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    shared_expert_intermediate_size: int = 0  # Qwen3-Next: 0 without a shared expert
+    partial_rotary_factor: float = 1.0
+    attn_output_gate: bool = False
+    linear_num_key_heads: int = 0  # Qwen3-Next's Gated DeltaNet layers
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
     hf_config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def is_moe(self, layer: int) -> bool:
@@ -105,6 +119,20 @@ class ModelConfig:
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.layer_types) and self.layer_types[layer] == "sliding_attention"
+
+    def is_linear(self, layer: int) -> bool:
+        """Whether ``layer`` mixes tokens with Gated DeltaNet (Qwen3-Next)."""
+        return bool(self.layer_types) and self.layer_types[layer] == "linear_attention"
+
+    @property
+    def unit_offset_norm(self) -> bool:
+        """Norms scale by ``1 + w`` in float32 (Gemma, Qwen3-Next)."""
+        return self.gemma or self.family == "qwen3_next"
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many of each head's dimensions RoPE turns (the rest pass through)."""
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @property
     def num_kv_groups(self) -> int:
@@ -124,7 +152,7 @@ class ModelConfig:
         want = "gelu_pytorch_tanh" if gemma else "silu"
         if (act or want) != want:
             raise ValueError(f"config.json: hidden_act={act!r} is not supported (only {want!r})")
-        if family in ("qwen2", "qwen3", "qwen3_moe") and d.get("use_sliding_window"):
+        if family in ("qwen2", "qwen3", "qwen3_moe", "qwen3_next") and d.get("use_sliding_window"):
             raise ValueError(
                 "config.json: use_sliding_window=true is not supported by dockyard.jax; "
                 "set it to false (Qwen2/Qwen3 checkpoints train with full attention)"
@@ -143,7 +171,9 @@ class ModelConfig:
         attn_bias = bool(d.get("attention_bias", False))
         layers = int(d["num_hidden_layers"])
         gemma_keys = _gemma_from_hf(d, layers) if gemma else {}
-        moe_keys = _moe_from_hf(d) if family == "qwen3_moe" else {}
+        sparse = family == "qwen3_moe" or (family == "qwen3_next" and d.get("num_experts"))
+        moe_keys = _moe_from_hf(d) if sparse else {}
+        next_keys = _next_from_hf(d, layers) if family == "qwen3_next" else {}
         return cls(
             family=family,
             vocab_size=int(d["vocab_size"]),
@@ -155,14 +185,15 @@ class ModelConfig:
             head_dim=head_dim,
             max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-            rope=_rope_from_hf(d, gemma_keys.pop("rope_full", None)),
+            rope=_rope_from_hf(d, gemma_keys.pop("rope_full", None), family == "qwen3_next"),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", gemma)),
             qkv_bias=True if family == "qwen2" else attn_bias,
             o_bias=False if family == "qwen2" else attn_bias,
             mlp_bias=bool(d.get("mlp_bias", False)) if family == "llama" else False,
-            qk_norm=family in ("qwen3", "gemma3_text", "qwen3_moe"),
+            qk_norm=family in ("qwen3", "gemma3_text", "qwen3_moe", "qwen3_next"),
             **gemma_keys,
             **moe_keys,
+            **next_keys,
             hf_config=dict(d),
         )
 
@@ -175,8 +206,42 @@ class ModelConfig:
         return cls.from_hf_dict(json.loads(p.read_text()))
 
 
+def _next_from_hf(d: dict[str, Any], layers: int) -> dict[str, Any]:
+    """Qwen3-Next's fields of :class:`ModelConfig` (its MoE fields: :func:`_moe_from_hf`)."""
+    types = tuple(d.get("layer_types") or ())
+    if not types:  # as transformers' Qwen3NextConfig: every full_attention_interval-th is full
+        interval = int(d.get("full_attention_interval") or 4)
+        types = tuple(
+            "linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)
+        )
+    if len(types) != layers or set(types) - set(NEXT_LAYER_TYPES):
+        raise ValueError(
+            f"config.json: layer_types must name {layers} layers, each one of "
+            f"{', '.join(NEXT_LAYER_TYPES)}"
+        )
+    k_heads, v_heads = int(d["linear_num_key_heads"]), int(d["linear_num_value_heads"])
+    if v_heads % k_heads:
+        raise ValueError(
+            f"config.json: linear_num_value_heads={v_heads} is not a multiple of "
+            f"linear_num_key_heads={k_heads}"
+        )
+    params = d.get("rope_parameters") or {}
+    partial = params.get("partial_rotary_factor", d.get("partial_rotary_factor", 0.25))
+    return {
+        "layer_types": types,
+        "attn_output_gate": True,
+        "partial_rotary_factor": float(partial),
+        "shared_expert_intermediate_size": int(d.get("shared_expert_intermediate_size") or 0),
+        "linear_num_key_heads": k_heads,
+        "linear_num_value_heads": v_heads,
+        "linear_key_head_dim": int(d["linear_key_head_dim"]),
+        "linear_value_head_dim": int(d["linear_value_head_dim"]),
+        "linear_conv_kernel_dim": int(d.get("linear_conv_kernel_dim") or 4),
+    }
+
+
 def _moe_from_hf(d: dict[str, Any]) -> dict[str, Any]:
-    """Qwen3-MoE's fields of :class:`ModelConfig`."""
+    """Qwen3-MoE's (and Qwen3-Next's) fields of :class:`ModelConfig`."""
     experts = int(d.get("num_experts") or d.get("num_local_experts") or 0)  # (transformers 5)
     k = int(d.get("num_experts_per_tok") or 0)
     if experts < 1 or not 1 <= k <= experts:
@@ -236,7 +301,9 @@ def _gemma_from_hf(d: dict[str, Any], layers: int) -> dict[str, Any]:
     return out
 
 
-def _rope_from_hf(d: dict[str, Any], params_override: dict[str, Any] | None = None) -> RopeConfig:
+def _rope_from_hf(
+    d: dict[str, Any], params_override: dict[str, Any] | None = None, partial_ok: bool = False
+) -> RopeConfig:
     if params_override is not None:
         d = {**d, "rope_parameters": params_override}
     params = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
@@ -257,10 +324,8 @@ def _rope_from_hf(d: dict[str, Any], params_override: dict[str, Any] | None = No
             f"config.json: rope_parameters.factor is required for rope_type={rope_type!r}"
         )
     partial = float(params.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0)))
-    if partial != 1.0:
-        raise ValueError(
-            "config.json: partial_rotary_factor != 1 is not supported by these families"
-        )
+    if partial != 1.0 and not partial_ok:
+        raise ValueError("config.json: partial_rotary_factor != 1 is supported for qwen3_next only")
     factor = params.get("factor")
     if factor is None:  # yarn without factor: max_position_embeddings / original
         factor = d.get("max_position_embeddings", 1) / orig if orig else 1.0

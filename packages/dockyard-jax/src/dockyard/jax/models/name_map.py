@@ -54,18 +54,33 @@ def name_map(cfg: ModelConfig) -> list[NameMapEntry]:
 
     for i in range(cfg.num_hidden_layers):
         hf, p = f"model.layers.{i}", ("model", "layers", i)
-        for name in ("q_proj", "k_proj", "v_proj"):
-            linear(f"{hf}.self_attn.{name}", (*p, "self_attn", name), cfg.qkv_bias)
-        linear(f"{hf}.self_attn.o_proj", (*p, "self_attn", "o_proj"), cfg.o_bias)
-        if cfg.qk_norm:
-            norm(f"{hf}.self_attn.q_norm", (*p, "self_attn", "q_norm"))
-            norm(f"{hf}.self_attn.k_norm", (*p, "self_attn", "k_norm"))
+        if cfg.is_linear(i):  # Qwen3-Next's Gated DeltaNet
+            la, lp = f"{hf}.linear_attn", (*p, "linear_attn")
+            linear(f"{la}.in_proj_qkvz", (*lp, "in_proj_qkvz"), False)
+            linear(f"{la}.in_proj_ba", (*lp, "in_proj_ba"), False)
+            rows.append(NameMapEntry(f"{la}.conv1d.weight", (*lp, "conv1d", "weight"), False))
+            rows.append(NameMapEntry(f"{la}.dt_bias", (*lp, "dt_bias"), False))
+            rows.append(NameMapEntry(f"{la}.A_log", (*lp, "A_log"), False))
+            norm(f"{la}.norm", (*lp, "norm"))
+            linear(f"{la}.out_proj", (*lp, "out_proj"), False)
+        else:
+            for name in ("q_proj", "k_proj", "v_proj"):
+                linear(f"{hf}.self_attn.{name}", (*p, "self_attn", name), cfg.qkv_bias)
+            linear(f"{hf}.self_attn.o_proj", (*p, "self_attn", "o_proj"), cfg.o_bias)
+            if cfg.qk_norm:
+                norm(f"{hf}.self_attn.q_norm", (*p, "self_attn", "q_norm"))
+                norm(f"{hf}.self_attn.k_norm", (*p, "self_attn", "k_norm"))
         if cfg.is_moe(i):
             linear(f"{hf}.mlp.gate", (*p, "mlp", "gate"), False)
             for e in range(cfg.num_experts):
                 for name in ("gate_proj", "up_proj", "down_proj"):
                     rows.append(NameMapEntry(f"{hf}.mlp.experts.{e}.{name}.weight",
                                              (*p, "mlp", "experts", name), True, e))  # fmt: skip
+            if cfg.shared_expert_intermediate_size:
+                for name in ("gate_proj", "up_proj", "down_proj"):
+                    linear(f"{hf}.mlp.shared_expert.{name}", (*p, "mlp", "shared_expert", name),
+                           False)  # fmt: skip
+                linear(f"{hf}.mlp.shared_expert_gate", (*p, "mlp", "shared_expert_gate"), False)
         else:
             for name in ("gate_proj", "up_proj", "down_proj"):
                 linear(f"{hf}.mlp.{name}", (*p, "mlp", name), cfg.mlp_bias)

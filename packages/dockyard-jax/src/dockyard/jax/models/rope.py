@@ -93,7 +93,7 @@ def rope_frequencies(
     right-padding a batch does not change its frequencies (HF counts padding too; the two agree
     whenever the longest sequence fills the batch, as in the trainers' trimmed micro-batches).
     """
-    r, dim = cfg.rope, cfg.head_dim
+    r, dim = cfg.rope, cfg.rotary_dim
     if r.rope_type == "default":
         return jnp.asarray(_default_inv_freq(r.theta, dim)), 1.0
     if r.rope_type == "linear":
@@ -116,7 +116,8 @@ def rope_frequencies(
 def rope_cos_sin(
     cfg: ModelConfig, positions: jnp.ndarray, valid: jnp.ndarray | None = None
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """``cos, sin: [B, T, head_dim] float32`` for ``positions: [B, T]`` int."""
+    """``cos, sin: [B, T, rotary_dim] float32`` for ``positions: [B, T]`` int (``rotary_dim``
+    is ``head_dim`` but in Qwen3-Next, whose RoPE turns a part of each head)."""
     inv_freq, scaling = rope_frequencies(cfg, positions, valid)
     freqs = positions[..., None].astype(jnp.float32) * inv_freq
     emb = jnp.concatenate([freqs, freqs], axis=-1)
@@ -129,7 +130,12 @@ def rotate_half(x: jnp.ndarray) -> jnp.ndarray:
 
 
 def apply_rope(x: jnp.ndarray, cos: jnp.ndarray, sin: jnp.ndarray) -> jnp.ndarray:
-    """Rotate ``x: [B, T, heads, head_dim]`` by ``cos, sin: [B, T, head_dim]``."""
+    """Rotate ``x: [B, T, heads, head_dim]`` by ``cos, sin: [B, T, d]``: its first ``d``
+    dimensions (all of them but with a partial rotary factor); the rest pass through."""
     cos = cos[:, :, None, :].astype(x.dtype)
     sin = sin[:, :, None, :].astype(x.dtype)
-    return x * cos + rotate_half(x) * sin
+    d = cos.shape[-1]
+    if d == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    turned = x[..., :d] * cos + rotate_half(x[..., :d]) * sin
+    return jnp.concatenate([turned, x[..., d:]], axis=-1)

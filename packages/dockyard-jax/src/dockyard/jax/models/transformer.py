@@ -1,5 +1,6 @@
-"""Flax NNX decoder-only transformer covering Qwen2, Qwen3, Llama, Gemma 2 / 3 (text) and
-Qwen3-MoE (its sparse layers: :class:`SparseMoE`).
+"""Flax NNX decoder-only transformer covering Qwen2, Qwen3, Llama, Gemma 2 / 3 (text),
+Qwen3-MoE (its sparse layers: :class:`SparseMoE`) and Qwen3-Next (its Gated DeltaNet layers:
+:mod:`dockyard.jax.models.gated_delta`).
 
 Attribute names mirror the Hugging Face modules (``model.layers[i].self_attn.q_proj`` …) so the
 name map in :mod:`dockyard.jax.models.name_map` is a plain table. Linear kernels are stored
@@ -22,6 +23,10 @@ with ``N(x) = (1 + w) ⊙ x / sqrt(mean(x²) + ε)`` in float32, the embedding t
 scores scaled by ``query_pre_attn_scalar^-½`` and soft-capped (``c·tanh(s/c)``) where configured,
 a sliding layer's key s visible to query t only if ``t − s < sliding_window``, and the final
 logits soft-capped where configured.
+
+Qwen3-Next's layer has Qwen3's pre-norm shape with ``1 + w`` norms; its token mixer is either
+Gated DeltaNet (``linear_attn``) or attention whose queries carry a gate per head
+(``o = (softmax(q kᵀ) v) ⊙ σ(gate)``) and whose RoPE turns a part of each head.
 """
 
 from __future__ import annotations
@@ -33,53 +38,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dockyard.jax.models.config import ModelConfig
+from dockyard.jax.models.gated_delta import GatedDeltaNet
+from dockyard.jax.models.layers import INIT, Embed, Linear, RMSNorm
 from dockyard.jax.models.rope import apply_rope, rope_cos_sin
-
-_INIT = nnx.initializers.normal(0.02)
-
-
-class Linear(nnx.Module):
-    """``y = x @ kernel + bias``; ``kernel: [in, out]``."""
-
-    def __init__(self, d_in: int, d_out: int, *, bias: bool, rngs: nnx.Rngs):
-        self.kernel = nnx.Param(_INIT(rngs.params(), (d_in, d_out), jnp.float32))
-        self.bias = nnx.Param(jnp.zeros((d_out,), jnp.float32)) if bias else None
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = x @ self.kernel[...].astype(x.dtype)
-        if self.bias is not None:
-            y = y + self.bias[...].astype(x.dtype)
-        return y
-
-
-class Embed(nnx.Module):
-    """Token embedding ``[vocab, hidden]``."""
-
-    def __init__(self, vocab: int, dim: int, *, rngs: nnx.Rngs):
-        self.embedding = nnx.Param(_INIT(rngs.params(), (vocab, dim), jnp.float32))
-
-    def __call__(self, ids: jax.Array, dtype: jnp.dtype) -> jax.Array:
-        return jnp.take(self.embedding[...].astype(dtype), ids, axis=0)
-
-
-class RMSNorm(nnx.Module):
-    """``w ⊙ x / sqrt(mean(x²) + ε)`` over the last axis, normalised in float32; Gemma's
-    (``offset``): ``(1 + w) ⊙ …``, all in float32 before the cast back."""
-
-    def __init__(self, dim: int, eps: float, offset: bool = False):
-        init = jnp.zeros if offset else jnp.ones
-        self.scale = nnx.Param(init((dim,), jnp.float32))
-        self.eps = eps
-        self.offset = offset
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x32 = x.astype(jnp.float32)
-        var = jnp.mean(x32 * x32, axis=-1, keepdims=True)
-        if self.offset:
-            normed32 = x32 * jax.lax.rsqrt(var + self.eps)
-            return (normed32 * (1.0 + self.scale[...].astype(jnp.float32))).astype(x.dtype)
-        normed = (x32 * jax.lax.rsqrt(var + self.eps)).astype(x.dtype)
-        return self.scale[...].astype(x.dtype) * normed
 
 
 def _softcap(x: jax.Array, cap: float | None) -> jax.Array:
@@ -90,13 +51,14 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         h, hd = cfg.hidden_size, cfg.head_dim
         self.cfg = cfg
-        self.q_proj = Linear(h, cfg.num_attention_heads * hd, bias=cfg.qkv_bias, rngs=rngs)
+        q_out = cfg.num_attention_heads * hd * (2 if cfg.attn_output_gate else 1)
+        self.q_proj = Linear(h, q_out, bias=cfg.qkv_bias, rngs=rngs)
         self.k_proj = Linear(h, cfg.num_key_value_heads * hd, bias=cfg.qkv_bias, rngs=rngs)
         self.v_proj = Linear(h, cfg.num_key_value_heads * hd, bias=cfg.qkv_bias, rngs=rngs)
         self.o_proj = Linear(cfg.num_attention_heads * hd, h, bias=cfg.o_bias, rngs=rngs)
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, cfg.gemma)
-            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, cfg.gemma)
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, cfg.unit_offset_norm)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, cfg.unit_offset_norm)
         else:
             self.q_norm = self.k_norm = None
 
@@ -105,7 +67,10 @@ class Attention(nnx.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         hd, nq, nkv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
-        q = self.q_proj(x).reshape(B, T, nq, hd)
+        q, gate = self.q_proj(x), None
+        if cfg.attn_output_gate:  # per head [q | gate] (Qwen3-Next)
+            q, gate = jnp.split(q.reshape(B, T, nq, 2 * hd), 2, axis=-1)
+        q = q.reshape(B, T, nq, hd)
         k = self.k_proj(x).reshape(B, T, nkv, hd)
         v = self.v_proj(x).reshape(B, T, nkv, hd)
         if self.q_norm is not None and self.k_norm is not None:
@@ -119,14 +84,16 @@ class Attention(nnx.Module):
         scores = jnp.where(mask[:, :, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v).reshape(B, T, nq * hd)
+        if gate is not None:
+            out = out * jax.nn.sigmoid(gate.reshape(B, T, nq * hd))
         return self.o_proj(out)
 
 
 class MLP(nnx.Module):
     """SwiGLU: ``W_down(silu(W_gate x) ⊙ W_up x)``; Gemma's GeGLU: tanh-approximated GELU."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        h, i, b = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, intermediate: int | None = None):
+        h, i, b = cfg.hidden_size, intermediate or cfg.intermediate_size, cfg.mlp_bias
         self.gate_proj = Linear(h, i, bias=b, rngs=rngs)
         self.up_proj = Linear(h, i, bias=b, rngs=rngs)
         self.down_proj = Linear(i, h, bias=b, rngs=rngs)
@@ -144,9 +111,9 @@ class Experts(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
-        self.gate_proj = nnx.Param(_INIT(rngs.params(), (e, h, i), jnp.float32))
-        self.up_proj = nnx.Param(_INIT(rngs.params(), (e, h, i), jnp.float32))
-        self.down_proj = nnx.Param(_INIT(rngs.params(), (e, i, h), jnp.float32))
+        self.gate_proj = nnx.Param(INIT(rngs.params(), (e, h, i), jnp.float32))
+        self.up_proj = nnx.Param(INIT(rngs.params(), (e, h, i), jnp.float32))
+        self.down_proj = nnx.Param(INIT(rngs.params(), (e, i, h), jnp.float32))
 
 
 class SparseMoE(nnx.Module):
@@ -157,13 +124,21 @@ class SparseMoE(nnx.Module):
     ``grouped`` (the default): the N·k (token, expert) assignments sorted by expert, each
     projection one grouped GEMM over them (``jax.lax.ragged_dot``: one matmul per expert's
     contiguous rows), then unsorted and gated; otherwise every expert on every token, gated by
-    a dense [N, E] matrix that is zero off the top k (``E/k`` times the FLOPs). Equal, tested."""
+    a dense [N, E] matrix that is zero off the top k (``E/k`` times the FLOPs). Equal, tested.
+
+    Qwen3-Next adds a shared expert every token goes through, behind a sigmoid gate:
+    ``y += σ(x w_s) · shared_expert(x)``."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, grouped: bool = True):
         self.cfg = cfg
         self.gate = Linear(cfg.hidden_size, cfg.num_experts, bias=False, rngs=rngs)
         self.experts = Experts(cfg, rngs=rngs)
         self.grouped = grouped
+        shared = cfg.shared_expert_intermediate_size
+        self.shared_expert = MLP(cfg, rngs=rngs, intermediate=shared) if shared else None
+        self.shared_expert_gate = (
+            Linear(cfg.hidden_size, 1, bias=False, rngs=rngs) if shared else None
+        )
 
     def route(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``(gates [N, k] in x's dtype, experts [N, k] int)`` of the tokens ``x: [N, H]``."""
@@ -197,15 +172,19 @@ class SparseMoE(nnx.Module):
             u = jnp.einsum("nh,ehi->eni", x, wu)
             out = jnp.einsum("eni,eih->enh", jax.nn.silu(g) * u, wd)
             y = jnp.einsum("enh,ne->nh", out, dense)
+        if self.shared_expert is not None and self.shared_expert_gate is not None:
+            y = y + jax.nn.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return y.reshape(shape)
 
 
 class DecoderLayer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0):
         h, eps, gemma = cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma
-        self.input_layernorm = RMSNorm(h, eps, gemma)
-        self.self_attn = Attention(cfg, rngs=rngs)
-        self.post_attention_layernorm = RMSNorm(h, eps, gemma)
+        self.input_layernorm = RMSNorm(h, eps, cfg.unit_offset_norm)
+        linear = cfg.is_linear(layer)
+        self.self_attn = None if linear else Attention(cfg, rngs=rngs)
+        self.linear_attn = GatedDeltaNet(cfg, rngs=rngs) if linear else None
+        self.post_attention_layernorm = RMSNorm(h, eps, cfg.unit_offset_norm)
         self.mlp = SparseMoE(cfg, rngs=rngs) if cfg.is_moe(layer) else MLP(cfg, rngs=rngs)
         if gemma:
             self.pre_feedforward_layernorm = RMSNorm(h, eps, True)
@@ -213,11 +192,20 @@ class DecoderLayer(nnx.Module):
         else:
             self.pre_feedforward_layernorm = self.post_feedforward_layernorm = None
 
-    def __call__(self, h: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array):
+    def mix(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array, ctx) -> jax.Array:
+        """The token mixer: attention, or Gated DeltaNet with ``ctx = (valid, segments)``."""
+        if self.linear_attn is not None:
+            return self.linear_attn(x, *ctx)
+        assert self.self_attn is not None
+        return self.self_attn(x, cos, sin, mask)
+
+    def __call__(
+        self, h: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array, ctx=(None, None)
+    ):
         if self.pre_feedforward_layernorm is None or self.post_feedforward_layernorm is None:
-            h = h + self.self_attn(self.input_layernorm(h), cos, sin, mask)
+            h = h + self.mix(self.input_layernorm(h), cos, sin, mask, ctx)
             return h + self.mlp(self.post_attention_layernorm(h))
-        a = self.self_attn(self.input_layernorm(h), cos, sin, mask)
+        a = self.mix(self.input_layernorm(h), cos, sin, mask, ctx)
         h = h + self.post_attention_layernorm(a)
         m = self.mlp(self.pre_feedforward_layernorm(h))
         return h + self.post_feedforward_layernorm(m)
@@ -229,7 +217,7 @@ class Backbone(nnx.Module):
         self.layers = nnx.List(
             [DecoderLayer(cfg, rngs=rngs, layer=i) for i in range(cfg.num_hidden_layers)]
         )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.unit_offset_norm)
 
 
 class CausalLM(nnx.Module):
@@ -256,16 +244,19 @@ class CausalLM(nnx.Module):
 
         Query t attends to key s iff ``s <= t`` and ``attention_mask[b, s]``; with
         ``position_ids`` given, additionally only within the same segment (positions restart at
-        0 for each packed sequence: a key is visible iff ``s > t - 1 - position_ids[b, t]``).
+        0 for each packed sequence: a key is visible iff ``s > t - 1 - position_ids[b, t]``;
+        Gated DeltaNet layers restart their state and convolution where a position is 0).
         """
         B, T = input_ids.shape
         if attention_mask is None:
             attention_mask = jnp.ones((B, T), bool)
         causal = jnp.tril(jnp.ones((T, T), bool))[None]
         mask = causal & attention_mask[:, None, :].astype(bool)
+        segments = None
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
         else:
+            segments = jnp.cumsum(position_ids == 0, axis=1)
             start = jnp.arange(T)[None, :] - position_ids  # index where each token's segment begins
             mask = mask & (jnp.arange(T)[None, None, :] >= start[:, :, None])
         mask = mask[:, None]  # [B, 1, T, T]
@@ -282,9 +273,10 @@ class CausalLM(nnx.Module):
         h = self.model.embed_tokens(input_ids, self.dtype)
         if cfg.gemma:  # the normaliser in the activations' dtype, as transformers rounds it
             h = h * jnp.asarray(cfg.hidden_size**0.5, h.dtype)
+        ctx = (valid, segments)
         for i, layer in enumerate(self.model.layers):
             sliding = cfg.is_sliding(i)
-            h = layer(h, *(local if sliding else rope), window_mask if sliding else mask)
+            h = layer(h, *(local if sliding else rope), window_mask if sliding else mask, ctx)
         h = self.model.norm(h)
         if self.lm_head is None:
             logits = h @ self.model.embed_tokens.embedding[...].astype(h.dtype).T
