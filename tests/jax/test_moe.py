@@ -75,6 +75,31 @@ def test_routing_is_not_vacuous(hf_model_factory, make_batch) -> None:
     assert float(jnp.abs(apply(one, params, ids, mask) - base).max()) > 1e-3
 
 
+def test_router_metrics_equal_the_torch_workers(tmp_path) -> None:
+    """The JAX step reports the torch worker's router metrics, from the same routing: on the
+    same model and batch (padding excluded from the loads) the per-expert loads and the
+    imbalance agree, and the loads count k assignments per real token and layer."""
+    from dockyard.core.rl import PolicyLoss
+    from dockyard.jax.models.hf import apply_with_router_load
+    from dockyard.torch.worker import TorchPolicyWorker
+
+    path = testing.build_tiny_model(tmp_path / "model", family="qwen3_moe")
+    config = {"model_name": str(path), "precision": "float32", "train_micro_batch_size": 4,
+              "logprob_batch_size": 4, "reference_policy": False}  # fmt: skip
+    batch = testing.random_batch(8, 24, seed=4)
+    jax_worker = JaxPolicyWorker(config)
+    mine = jax_worker.train_step(batch, PolicyLoss())
+    theirs = TorchPolicyWorker(config).train_step(batch, PolicyLoss())
+    keys = [k for k in theirs if k.startswith("moe/") and "bias" not in k]
+    assert len(keys) == 8 + 3
+    for key in keys:
+        assert mine[key] == pytest.approx(theirs[key], abs=1e-6), key
+    ids, mask = jnp.asarray(batch.input_ids), jnp.asarray(batch.attention_mask, bool)
+    _, load = apply_with_router_load(jax_worker.graphdef, jax_worker.params, ids, mask)
+    assert load is not None
+    assert np.asarray(load).sum(axis=1).tolist() == [2.0 * int(mask.sum())] * 2  # k = 2
+
+
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_jax_worker_trains_qwen3_moe_and_vllm_serves_its_weights(

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from dockyard.jax.models.hf import apply
+from dockyard.jax.models.hf import apply, apply_with_router_load
 from dockyard.jax.optim import clip_by_global_norm
 
 _CACHE: dict[Any, Any] = {}
@@ -110,14 +110,15 @@ def make_grad_fn(
     temperature: float,
     grad_shardings: Any = None,
 ) -> Callable[..., tuple[Any, jax.Array, dict[str, jax.Array]]]:
-    """``fn(params, ids, mask, fields) -> (grads, loss, scalar metrics)`` for one micro-batch.
+    """``fn(params, ids, mask, fields) -> (grads, loss, scalar metrics, router load)`` for one
+    micro-batch (load: ``[MoE layers, E]`` assignments of its real tokens, None when dense).
 
     ``fields``: the loss's batch (``loss_mask``, ``advantages``, ..., ``num_loss_tokens``).
     ``grad_shardings``: constrain gradients to the parameters' shardings (reduce-scatter).
     """
 
     def loss_of(params: Any, ids: jax.Array, mask: jax.Array, fields: dict[str, Any]):
-        logits = apply(graphdef, params, ids, mask)
+        logits, load = apply_with_router_load(graphdef, params, ids, mask)
         lp = jnp.where(mask, token_logprobs(logits, ids, temperature), 0.0)
         loss, metrics = loss_fn(lp, fields)
         scalars = {
@@ -125,15 +126,15 @@ def make_grad_fn(
             for k, v in metrics.items()
             if isinstance(v, int | float | jax.Array) and jnp.ndim(v) == 0
         }
-        return jnp.asarray(loss, jnp.float32), scalars
+        return jnp.asarray(loss, jnp.float32), (scalars, load)
 
     def fn(params: Any, ids: jax.Array, mask: jax.Array, fields: dict[str, Any]):
-        (loss, metrics), grads = jax.value_and_grad(loss_of, has_aux=True)(
+        (loss, (metrics, load)), grads = jax.value_and_grad(loss_of, has_aux=True)(
             params, ids, mask, fields
         )
         if grad_shardings is not None:
             grads = jax.lax.with_sharding_constraint(grads, grad_shardings)
-        return grads, loss, metrics
+        return grads, loss, metrics, load
 
     key = ("grad", graphdef, loss_key(loss_fn), temperature, _tree_key(grad_shardings))
     return _memo(key, lambda: jax.jit(fn))

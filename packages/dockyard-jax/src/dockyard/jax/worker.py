@@ -29,7 +29,7 @@ import optax
 from dockyard.core.config.optim import lr_factor
 from dockyard.core.experience import Batch
 from dockyard.core.interfaces.policy import LossFn, PolicyWorker, TrainMetrics
-from dockyard.core.rl.metrics import add_metric, final_metrics
+from dockyard.core.rl.metrics import add_metric, final_metrics, router_metrics
 from dockyard.jax import checkpoint as ckpt
 from dockyard.jax import sharding as shd
 from dockyard.jax.config import JaxPolicyConfig
@@ -198,7 +198,7 @@ class JaxPolicyWorker(PolicyWorker):
             self.graphdef, loss_fn, self.cfg.generation_temperature, self.shardings
         )
         counts = {"num_loss_tokens": jnp.float32(n_tok), "num_sequences": jnp.float32(n_seq)}
-        grads = None
+        grads, load = None, None
         sums: dict[str, float] = {}
         forwarded = 0  # padding included; JAX forwards every row whole (no prefix trees)
         for idx in self._chunks(B, self.cfg.train_micro_batch_size):
@@ -207,8 +207,11 @@ class JaxPolicyWorker(PolicyWorker):
             forwarded += ids.shape[0] * ids.shape[1]
             mb = {k: self._put(_fit(v[idx], width) if v.ndim == 2 else v[idx])
                   for k, v in fields.items()}  # fmt: skip
-            g, loss, metrics = grad_fn(self.params, ids, mask, {**mb, **counts})
+            g, loss, metrics, mb_load = grad_fn(self.params, ids, mask, {**mb, **counts})
             grads = g if grads is None else tree_add(grads, g)
+            if mb_load is not None:
+                mb_load = np.asarray(mb_load, np.float64)
+                load = mb_load if load is None else load + mb_load
             w = float(loss_mask[idx].sum())
             add_metric(sums, "loss", float(loss), w)
             for key, val in metrics.items():
@@ -230,6 +233,8 @@ class JaxPolicyWorker(PolicyWorker):
             tokens_per_s=float(lengths.sum()) / max(elapsed, 1e-9),
             step_time_s=elapsed,
         )
+        if load is not None:
+            out.update(router_metrics(load.tolist()))  # dropless: nothing dropped
         return out
 
     # ------------------------------------------------------- weights and state

@@ -11,6 +11,8 @@ normalised by the whole batch's counts).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def _kind(key: str) -> str:
     if key == "loss":
@@ -56,3 +58,27 @@ def final_metrics(acc: dict[str, float], num_loss_tokens: float) -> dict[str, fl
     """The step's metrics: weighted sums divided by the step's loss tokens."""
     n = max(num_loss_tokens, 1.0)
     return {k: v / n if _kind(k) == "mean" else v for k, v in acc.items()}
+
+
+def router_metrics(load: Sequence[Sequence[float]], dropped: float = 0.0) -> dict[str, float]:
+    """A Mixture-of-Experts step's router metrics from its per-expert loads ``load [layers, E]``
+    (assignments, all ranks) and the assignments ``dropped`` by a capacity (0: dropless):
+
+    * ``moe/expert_load/<i>``: expert ``i``'s share of the step's assignments, averaged over the
+      layers (the shares sum to 1 over ``i``);
+    * ``moe/load_imbalance``: ``max_i c_i / c̄`` averaged over the layers (1: balanced);
+    * ``moe/dropped_tokens`` and ``moe/dropped_frac`` (of all assignments).
+    """
+    rows = [[float(c) for c in layer] for layer in load]
+    shares = [[c / max(sum(r), 1.0) for c in r] for r in rows]
+    experts = len(rows[0]) if rows else 0
+    out = {
+        f"moe/expert_load/{i}": sum(s[i] for s in shares) / max(len(rows), 1)
+        for i in range(experts)
+    }
+    out["moe/load_imbalance"] = sum(max(r) / max(sum(r) / len(r), 1e-12) for r in rows) / max(
+        len(rows), 1
+    )
+    out["moe/dropped_tokens"] = float(dropped)
+    out["moe/dropped_frac"] = float(dropped) / max(sum(sum(r) for r in rows), 1.0)
+    return out

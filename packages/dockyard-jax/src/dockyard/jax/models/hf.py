@@ -20,7 +20,7 @@ from safetensors.numpy import save_file
 
 from dockyard.jax.models.config import ModelConfig
 from dockyard.jax.models.name_map import NNXPath, check_names, iter_hf_tensors, name_map
-from dockyard.jax.models.transformer import CausalLM
+from dockyard.jax.models.transformer import CausalLM, SparseMoE
 
 Params = dict[str, Any]
 ShardingFn = Callable[[tuple[str | int, ...], tuple[int, ...]], Any]
@@ -49,6 +49,25 @@ def apply(
     """``logits [B, T, V] float32`` of the model ``(graphdef, params)``."""
     model = nnx.merge(graphdef, nnx.State(params))
     return model(input_ids, attention_mask, position_ids)
+
+
+def apply_with_router_load(
+    graphdef: nnx.GraphDef,
+    params: Params,
+    input_ids: jax.Array,
+    attention_mask: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array | None]:
+    """``(logits, load)``: :func:`apply`'s logits and, for a Mixture-of-Experts model, each
+    sparse layer's per-expert assignments of the real tokens, ``load [layers, E]`` float32
+    (None for a dense model)."""
+    model = nnx.merge(graphdef, nnx.State(params))
+    sparse = [layer.mlp for layer in model.model.layers if isinstance(layer.mlp, SparseMoE)]
+    if not sparse:
+        return model(input_ids, attention_mask), None
+    for moe in sparse:
+        moe.record_load = True
+    logits, sown = nnx.capture(model, nnx.Intermediate)(input_ids, attention_mask)
+    return logits, jnp.stack(jax.tree.leaves(nnx.to_pure_dict(sown)))
 
 
 def _set(tree: Params, path: tuple[str | int, ...], value: Any) -> None:

@@ -127,13 +127,19 @@ class SparseMoE(nnx.Module):
     a dense [N, E] matrix that is zero off the top k (``E/k`` times the FLOPs). Equal, tested.
 
     Qwen3-Next adds a shared expert every token goes through, behind a sigmoid gate:
-    ``y += σ(x w_s) · shared_expert(x)``."""
+    ``y += σ(x w_s) · shared_expert(x)``.
+
+    With ``record_load`` set, each call sows the per-expert load (``expert_load [E]``: the
+    assignments of the real tokens, ``valid``) as an ``nnx.Intermediate``:
+    :func:`~dockyard.jax.models.hf.apply_with_router_load` captures them for the step's router
+    metrics."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, grouped: bool = True):
         self.cfg = cfg
         self.gate = Linear(cfg.hidden_size, cfg.num_experts, bias=False, rngs=rngs)
         self.experts = Experts(cfg, rngs=rngs)
         self.grouped = grouped
+        self.record_load = False
         shared = cfg.shared_expert_intermediate_size
         self.shared_expert = MLP(cfg, rngs=rngs, intermediate=shared) if shared else None
         self.shared_expert_gate = (
@@ -148,10 +154,15 @@ class SparseMoE(nnx.Module):
             top = top / jnp.sum(top, axis=-1, keepdims=True)
         return top.astype(x.dtype), idx
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, valid: jax.Array | None = None) -> jax.Array:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         gates, idx = self.route(x)
+        if self.record_load:
+            n = idx.shape[0]
+            real = jnp.ones(n) if valid is None else valid.reshape(-1).astype(jnp.float32)
+            chosen = jax.nn.one_hot(idx, self.cfg.num_experts, dtype=jnp.float32)
+            self.sow(nnx.Intermediate, "expert_load", jnp.einsum("nke,n->e", chosen, real))
         wg, wu, wd = (getattr(self.experts, n)[...].astype(x.dtype)
                       for n in ("gate_proj", "up_proj", "down_proj"))  # fmt: skip
         if self.grouped:
@@ -204,7 +215,8 @@ class DecoderLayer(nnx.Module):
     ):
         if self.pre_feedforward_layernorm is None or self.post_feedforward_layernorm is None:
             h = h + self.mix(self.input_layernorm(h), cos, sin, mask, ctx)
-            return h + self.mlp(self.post_attention_layernorm(h))
+            x = self.post_attention_layernorm(h)
+            return h + (self.mlp(x, ctx[0]) if isinstance(self.mlp, SparseMoE) else self.mlp(x))
         a = self.mix(self.input_layernorm(h), cos, sin, mask, ctx)
         h = h + self.post_attention_layernorm(a)
         m = self.mlp(self.pre_feedforward_layernorm(h))

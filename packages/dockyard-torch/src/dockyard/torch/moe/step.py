@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dockyard.core.rl.metrics import router_metrics
 from dockyard.torch.moe.block import MoEBlock
 from dockyard.torch.moe.install import moe_blocks
 from dockyard.torch.moe.routing import bias_update
@@ -75,13 +76,7 @@ class MoE:
         return self._metrics(load, dropped)
 
     def _metrics(self, load: torch.Tensor, dropped: float) -> dict[str, float]:
-        total = load.sum(dim=1, keepdim=True).clamp_min(1.0)
-        share = (load / total).mean(dim=0)  # [E]
-        mean = load.mean(dim=1).clamp_min(1e-12)
-        out = {f"moe/expert_load/{i}": float(v) for i, v in enumerate(share.tolist())}
-        out["moe/load_imbalance"] = float((load.max(dim=1).values / mean).mean())
-        out["moe/dropped_tokens"] = dropped
-        out["moe/dropped_frac"] = dropped / max(float(load.sum()), 1.0)
+        out = router_metrics(load.tolist(), dropped)
         if self._aux_n:
             out["moe/aux_loss"] = self._aux_sum
             self._aux_sum, self._aux_n = 0.0, 0
