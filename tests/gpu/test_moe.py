@@ -101,3 +101,47 @@ def test_bf16_moe_worker_matches_hf_fp32(
     assert worst < 0.2
     assert np.isfinite(m["loss"])
     assert m["moe/dropped_tokens"] == 0
+
+
+def test_jax_bf16_moe_worker_matches_hf_fp32_and_balances(
+    jax_gpu, device, numerics_batch, hf_logprobs, logprob_errors, gpu_report
+) -> None:
+    """The JAX worker in bf16 on the same small Qwen3-MoE (grouped ragged_dot experts, bias 0
+    at the start) against HF fp32; two steps with every balancing option on (aux-loss-free
+    bias, aux loss, capacity 1.25) report their router metrics, and with more than one device
+    JAX sees, expert parallelism over all of them equals one device's logprobs."""
+    import jax
+
+    from dockyard.jax import JaxPolicyWorker
+    from dockyard.jax.sharding import make_mesh
+    from dockyard.torch.testing import build_tiny_model
+
+    path = build_tiny_model(**SMALL_MOE)
+    want = hf_logprobs(path, numerics_batch, "cpu")
+    moe = {"router_bias_update_rate": 1e-3, "router_load_balancing_type": "aux_loss",
+           "aux_loss_coeff": 1e-3, "expert_capacity_factor": 1.25}  # fmt: skip
+    cfg = {"model_name": str(path), "precision": "bfloat16", "reference_policy": False,
+           "logprob_batch_size": 4, "pad_to_multiple": 64, "moe": moe}  # fmt: skip
+    devices = jax.devices()
+    worker = JaxPolicyWorker(cfg, mesh=make_mesh(1, 1, devices[:1]))
+    got = worker.get_logprobs(numerics_batch)
+    mean, worst = logprob_errors(got, want, numerics_batch)
+    metrics = [worker.train_step(numerics_batch, PolicyLoss()) for _ in range(2)]
+    report = {"mean_abs": mean, "max_abs": worst, "devices": len(devices),
+              "load_imbalance": [m["moe/load_imbalance"] for m in metrics],
+              "dropped_frac": [m["moe/dropped_frac"] for m in metrics],
+              "aux_loss": [m["moe/aux_loss"] for m in metrics],
+              "step_s": [m["step_time_s"] for m in metrics]}  # fmt: skip
+    ep = len(devices)
+    if ep > 1 and SMALL_MOE["num_experts"] % ep == 0:
+        parallel = JaxPolicyWorker({**cfg, "moe": {**moe, "expert_parallel_size": ep}},
+                                   mesh=make_mesh(ep, 1, devices))  # fmt: skip
+        single = JaxPolicyWorker(cfg, mesh=make_mesh(1, 1, devices[:1]))
+        diff = np.abs(parallel.get_logprobs(numerics_batch) - single.get_logprobs(numerics_batch))
+        report["ep_max_abs_vs_one_device"] = float(diff.max())
+        assert report["ep_max_abs_vs_one_device"] < 5e-2  # bf16 sums in another order
+    gpu_report("jax_moe_bf16", report)
+    assert mean < 2e-2
+    assert worst < 0.2
+    assert all(np.isfinite(m["loss"]) and m["moe/aux_loss"] > 0 for m in metrics)
+    assert metrics[1]["moe/expert_bias_absmean"] > 0

@@ -25,6 +25,7 @@ def _master(**policy: Any):
             "dtensor_cfg": {"enabled": False},
             "jax_cfg": {"enabled": True, "fsdp_size": 2, "tensor_parallel_size": 2},
             "generation": {"temperature": 0.7},
+            "moe": {"router_load_balancing_type": "aux_loss", "expert_capacity_factor": 1.5},
             **policy,
         },
         "loss_fn": {"type": "clipped_pg", "reference_policy_kl_penalty": 0.02},
@@ -54,6 +55,7 @@ def test_every_key_is_mapped() -> None:
         optimizer={"lr": 2e-6, "weight_decay": 0.1, "betas": (0.8, 0.95), "eps": 1e-6},
         scheduler={"name": "linear", "warmup_steps": 3, "total_steps": 40, "min_lr_ratio": 0.2},
         mesh={"fsdp_size": 2, "tensor_parallel_size": 2},
+        moe={"router_load_balancing_type": "aux_loss", "expert_capacity_factor": 1.5},
     )
 
 

@@ -115,7 +115,9 @@ def test_jax_worker_trains_qwen3_next_and_vllm_serves_its_weights(
     path = testing.build_tiny_model(tmp_path / "model", family="qwen3_next")
     worker = JaxPolicyWorker({"model_name": str(path), "precision": "float32",
                               "train_micro_batch_size": 4, "logprob_batch_size": 4,
-                              "reference_policy": False, "optimizer": {"lr": 1e-2}})  # fmt: skip
+                              "reference_policy": False, "optimizer": {"lr": 1e-2},
+                              # the engine routes without the aux-loss-free bias
+                              "moe": {"router_enable_expert_bias": False}})  # fmt: skip
     names = ("model.layers.0.linear_attn.A_log", "model.layers.0.linear_attn.conv1d.weight",
              "model.layers.0.linear_attn.in_proj_qkvz.weight")  # fmt: skip
     start = {k: v for b in worker.export_weights(1 << 30) for k, v in b.items()}

@@ -109,6 +109,19 @@ def test_capacity_keeps_each_experts_most_probable_assignments():
     assert torch.all(r.gates[~r.keep] == 0)
 
 
+def test_capacity_counts_real_tokens_only():
+    """Padding takes no slot: the real tokens keep what they keep alone, padding is dropped
+    and not counted as dropped."""
+    torch.manual_seed(3)
+    logits = torch.randn(50, 8) * 2
+    real = torch.arange(50) < 30
+    alone = route(logits[:30], 2, None, True, capacity_factor=0.75)
+    padded = route(logits, 2, None, True, capacity_factor=0.75, real=real)
+    assert torch.equal(padded.keep[:30], alone.keep)
+    assert not padded.keep[30:].any()
+    assert int(padded.dropped) == int(alone.dropped) > 0
+
+
 def test_switch_aux_loss_formula_and_gradient():
     torch.manual_seed(2)
     w = torch.randn(8, 16, dtype=torch.float64, requires_grad=True)

@@ -569,6 +569,32 @@ def test_context_parallelism_on_a_model_it_cannot_split_is_refused(tmp_path, tok
     assert "context_parallel" not in problems_of(tmp_path, windowed, cp[0], load=True)
 
 
+def test_expert_parallelism_is_checked_before_anything_starts(tmp_path, tokenizer_dir) -> None:
+    """``policy.moe.expert_parallel_size`` against the layout (schema: torch's data-parallel
+    ranks, JAX's fsdp axis, tensor parallelism 1) and the model's experts (pre-flight)."""
+    pytest.importorskip("transformers")
+    dense = write_model(tmp_path / "dense", tokenizer_dir)
+    ep2 = ("cluster.trainer_ranks=2", "policy.moe.expert_parallel_size=2")
+    wrong = schema_problems(tmp_path, dense, "cluster.trainer_ranks=4", ep2[1])
+    assert "policy.moe.expert_parallel_size=2: it must equal the data-parallel ranks" in wrong
+    assert "= 4)" in wrong
+    tp = schema_problems(tmp_path, dense, *ep2, "policy.dtensor_cfg.tensor_parallel_size=2")
+    assert "tensor_parallel_size must be 1 (is 2)" in tp
+    jax = ("policy.jax_cfg.enabled=true", "policy.dtensor_cfg.enabled=false")
+    fsdp = schema_problems(tmp_path, dense, ep2[1], *jax, "policy.jax_cfg.fsdp_size=4")
+    assert "it must equal policy.jax_cfg.fsdp_size (4)" in fsdp
+    assert "expert_parallel" not in schema_problems(tmp_path, dense, ep2[1], *jax)
+    assert "dense model); set it to 1" in problems_of(tmp_path, dense, *ep2, load=True)
+    moe = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 6,
+               "num_experts_per_tok": 2, "moe_intermediate_size": 32, "head_dim": 16}  # fmt: skip
+    six = write_model(tmp_path / "moe", tokenizer_dir, **moe)
+    assert "expert_parallel" not in problems_of(tmp_path, six, *ep2, load=True)
+    four = ("cluster.trainer_ranks=4", "policy.moe.expert_parallel_size=4")
+    assert "does not divide the policy model's 6 experts" in problems_of(
+        tmp_path, six, *four, load=True
+    )
+
+
 def test_the_tool_call_grammar_is_checked_before_anything_starts(tmp_path, model) -> None:
     """What the grammar cannot run beside is named before a process starts: at the schema (an
     engine that does not constrain, the JAX trainer, context parallelism, an external scaffold)

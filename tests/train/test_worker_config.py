@@ -23,6 +23,18 @@ def test_maps_the_policy_keys() -> None:
     assert w["optimizer"]["lr"] == cfg.policy.optimizer.lr
 
 
+def test_the_moe_section_reaches_the_torch_worker() -> None:
+    cfg = load_config(QUICKSTART, ["policy.moe.router_enable_expert_bias=false",
+                                   "policy.moe.aux_loss_coeff=0.01",
+                                   "policy.moe.router_load_balancing_type=aux_loss"])  # fmt: skip
+    w = torch_worker_config(cfg)
+    assert w["moe"]["router_enable_expert_bias"] is False
+    assert w["moe"]["aux_loss_coeff"] == 0.01
+    torch_config = pytest.importorskip("dockyard.torch.config")
+    parsed = torch_config.TorchPolicyConfig(**w)  # the worker accepts what the driver sends
+    assert parsed.moe == cfg.policy.moe
+
+
 @pytest.mark.parametrize(("override", "key"), [("policy.precision=float16", "policy.precision")])
 def test_refuses_what_it_cannot_honour(override: str, key: str) -> None:
     cfg = load_config(QUICKSTART, [override])

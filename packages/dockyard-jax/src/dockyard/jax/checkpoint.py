@@ -56,15 +56,20 @@ def save_checkpoint(
     *,
     tokenizer_name: str | None = None,
     chat_template: str | None = None,
+    router_bias: Any = None,
 ) -> None:
     """Write ``params`` and ``opt_state`` (orbax) and the trainer state (JSON) to ``path``, and
     to ``hf/`` ``model_name``'s config files with the tokenizer of ``tokenizer_name`` (default:
-    ``model_name``) and ``chat_template`` applied (:func:`set_chat_template`)."""
+    ``model_name``) and ``chat_template`` applied (:func:`set_chat_template`). A
+    Mixture-of-Experts model's aux-loss-free ``router_bias [MoE layers, E]`` goes into the
+    trainer state (:func:`load_router_bias`): it steers routing, it is not a weight."""
     final = Path(path).absolute()
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     meta = {"step": int(step), "model_name": model_name, "extra_state": extra_state or {}}
+    if router_bias is not None:  # float32 values: exact through JSON's doubles
+        meta["router_bias"] = np.asarray(router_bias, np.float32).tolist()
     (tmp / "trainer_state.json").write_text(json.dumps(meta, indent=2, default=_jsonable))
     if model_name is not None:
         _copy_files(Path(model_name), tmp / "hf", _MODEL_FILES)
@@ -96,6 +101,13 @@ def load_checkpoint(
     restored = checkpointer.restore(root / "state", target)
     checkpointer.close()
     return restored["params"], restored["opt_state"], int(meta["step"]), meta["extra_state"]
+
+
+def load_router_bias(path: str | Path) -> np.ndarray | None:
+    """The ``router_bias`` :func:`save_checkpoint` saved (None: a dense model's checkpoint)."""
+    meta = json.loads((Path(path).absolute() / "trainer_state.json").read_text())
+    bias = meta.get("router_bias")
+    return None if bias is None else np.asarray(bias, np.float32)
 
 
 def _copy_files(source: Path, dest: Path, names: tuple[str, ...]) -> None:

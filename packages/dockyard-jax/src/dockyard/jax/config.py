@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dockyard.core.config.loss import LossConfig
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
-from dockyard.core.config.policy import PolicyConfig, read_chat_template
+from dockyard.core.config.policy import MoEConfig, PolicyConfig, read_chat_template
 
 
 class _Strict(BaseModel):
@@ -70,6 +70,11 @@ class JaxPolicyConfig(_Strict):
         "cosine need total_steps)",
     )
     mesh: MeshConfig = Field(default_factory=MeshConfig)
+    moe: MoEConfig = Field(
+        default_factory=MoEConfig,
+        description="Mixture-of-Experts models (Qwen3-MoE, Qwen3-Next) only (core policy.moe); "
+        "expert_parallel_size: 1 or the fsdp axis",
+    )
 
     @classmethod
     def from_sections(
@@ -118,6 +123,7 @@ class JaxPolicyConfig(_Strict):
                 fsdp_size=p.jax_cfg.fsdp_size,
                 tensor_parallel_size=p.jax_cfg.tensor_parallel_size,
             ),
+            moe=p.moe,
         )
 
     def to_dict(self) -> dict[str, Any]:

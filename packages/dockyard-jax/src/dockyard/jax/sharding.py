@@ -14,11 +14,15 @@ q/k/v/gate/up ``kernel``   ``[in, out]``           (fsdp, tensor)
 o/down ``kernel``          ``[in, out]``           (tensor, fsdp)
 column ``bias``            ``[out]``               (tensor,)
 embedding                  ``[vocab, hidden]``     (tensor, fsdp)
+experts' stacked weights   ``[E, in, out]``        (fsdp, None, None)
 ``lm_head.kernel``         ``[hidden, vocab]``     (fsdp, tensor)
 norms, row ``bias``        ``[d]``                 replicated
 =========================  ======================  ===========
 
-A dimension that the axis size does not divide is left unsharded on that axis (never an error),
+A Mixture-of-Experts layer's experts are split over ``fsdp`` by expert: with
+``policy.moe.expert_parallel_size`` equal to the axis each device runs its own experts
+(:func:`dockyard.jax.models.moe.experts_parallel`: the tokens move, the experts never do),
+otherwise XLA's partitioner chooses what to move. A dimension that the axis size does not divide is left unsharded on that axis (never an error),
 so any tiny model runs on any mesh. Sharding changes where numbers live, not the maths: the
 sharded step equals the single-device step (a test holds it to fp32 tolerance).
 """
@@ -34,6 +38,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 FSDP, TENSOR = "fsdp", "tensor"
 _COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 _ROW = ("o_proj", "down_proj")
+_EXPERTS = ("gate_proj", "up_proj", "down_proj")
 
 
 def make_mesh(fsdp_size: int = -1, tensor_parallel_size: int = 1, devices=None) -> Mesh:
@@ -61,6 +66,8 @@ def param_spec(path: tuple[Any, ...], shape: tuple[int, ...], mesh: Mesh) -> Par
     leaf, owner = names[-1], names[-2] if len(names) > 1 else ""
     if leaf == "embedding":
         axes: tuple[Any, ...] = (TENSOR, FSDP)
+    elif owner == "experts" and leaf in _EXPERTS:
+        axes = (FSDP, None, None)
     elif leaf == "kernel" and owner in _ROW:
         axes = (TENSOR, FSDP)
     elif leaf == "kernel":  # column-parallel projections and lm_head

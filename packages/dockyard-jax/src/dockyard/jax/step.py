@@ -24,6 +24,7 @@ import optax
 from flax import nnx
 
 from dockyard.jax.models.hf import apply, apply_with_router_load
+from dockyard.jax.models.moe import RouterOptions
 from dockyard.jax.optim import clip_by_global_norm
 
 _CACHE: dict[Any, Any] = {}
@@ -67,41 +68,50 @@ def token_logprobs(logits: jax.Array, input_ids: jax.Array, temperature: float) 
     return jnp.pad(lp, ((0, 0), (1, 0)))
 
 
-def make_logprob_fn(graphdef: nnx.GraphDef, temperature: float) -> Callable[..., jax.Array]:
-    """``fn(params, ids [b, T], mask [b, T]) -> [b, T]`` logprobs, 0 where ``mask`` is False."""
+def make_logprob_fn(
+    graphdef: nnx.GraphDef, temperature: float, router: RouterOptions | None = None
+) -> Callable[..., jax.Array]:
+    """``fn(params, ids [b, T], mask [b, T], bias=None) -> [b, T]`` logprobs, 0 where ``mask``
+    is False (``router`` / ``bias``: a Mixture-of-Experts model's routing, :func:`apply`)."""
 
-    def fn(params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
-        logits = apply(graphdef, params, ids, mask)
+    def fn(params: Any, ids: jax.Array, mask: jax.Array, bias: Any = None) -> jax.Array:
+        logits = apply(graphdef, params, ids, mask, router=router, bias=bias)
         return jnp.where(mask, token_logprobs(logits, ids, temperature), 0.0)
 
-    return _memo(("logprobs", graphdef, temperature), lambda: jax.jit(fn))
+    return _memo(("logprobs", graphdef, temperature, router), lambda: jax.jit(fn))
 
 
-def make_entropy_fn(graphdef: nnx.GraphDef, temperature: float) -> Callable[..., jax.Array]:
-    """``fn(params, ids, mask) -> [b, T] float32``: the entropy (nats) of the distribution of
-    each token at temperature τ, aligned like the logprobs (0 at t = 0 and where ``mask`` is
-    False)."""
+def make_entropy_fn(
+    graphdef: nnx.GraphDef, temperature: float, router: RouterOptions | None = None
+) -> Callable[..., jax.Array]:
+    """``fn(params, ids, mask, bias=None) -> [b, T] float32``: the entropy (nats) of the
+    distribution of each token at temperature τ, aligned like the logprobs (0 at t = 0 and where
+    ``mask`` is False)."""
 
-    def fn(params: Any, ids: jax.Array, mask: jax.Array) -> jax.Array:
-        z = apply(graphdef, params, ids, mask)[:, :-1].astype(jnp.float32) / temperature
+    def fn(params: Any, ids: jax.Array, mask: jax.Array, bias: Any = None) -> jax.Array:
+        logits = apply(graphdef, params, ids, mask, router=router, bias=bias)
+        z = logits[:, :-1].astype(jnp.float32) / temperature
         h = jax.nn.logsumexp(z, axis=-1) - jnp.sum(jax.nn.softmax(z, axis=-1) * z, axis=-1)
         return jnp.where(mask, jnp.pad(h, ((0, 0), (1, 0))), 0.0)
 
-    return _memo(("entropy", graphdef, temperature), lambda: jax.jit(fn))
+    return _memo(("entropy", graphdef, temperature, router), lambda: jax.jit(fn))
 
 
-def make_topk_fn(graphdef: nnx.GraphDef, k: int) -> Callable[..., tuple[jax.Array, jax.Array]]:
-    """``fn(params, ids, mask) -> (values [b, T, k] float32, indices [b, T, k] int32)``."""
+def make_topk_fn(
+    graphdef: nnx.GraphDef, k: int, router: RouterOptions | None = None
+) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """``fn(params, ids, mask, bias=None) -> (values [b, T, k] float32, indices [b, T, k]
+    int32)``."""
 
-    def fn(params: Any, ids: jax.Array, mask: jax.Array):
-        logits = apply(graphdef, params, ids, mask)[:, :-1]
+    def fn(params: Any, ids: jax.Array, mask: jax.Array, bias: Any = None):
+        logits = apply(graphdef, params, ids, mask, router=router, bias=bias)[:, :-1]
         values, indices = jax.lax.top_k(logits, k)
         values = jnp.pad(values, ((0, 0), (1, 0), (0, 0)))
         indices = jnp.pad(indices, ((0, 0), (1, 0), (0, 0)))
         keep = mask[..., None]
         return jnp.where(keep, values, 0.0), jnp.where(keep, indices, 0)
 
-    return _memo(("topk", graphdef, k), lambda: jax.jit(fn))
+    return _memo(("topk", graphdef, k, router), lambda: jax.jit(fn))
 
 
 def make_grad_fn(
@@ -109,16 +119,24 @@ def make_grad_fn(
     loss_fn: Callable[[Any, Mapping[str, Any]], tuple[Any, dict[str, Any]]],
     temperature: float,
     grad_shardings: Any = None,
-) -> Callable[..., tuple[Any, jax.Array, dict[str, jax.Array]]]:
-    """``fn(params, ids, mask, fields) -> (grads, loss, scalar metrics, router load)`` for one
-    micro-batch (load: ``[MoE layers, E]`` assignments of its real tokens, None when dense).
+    router: RouterOptions | None = None,
+    aux_loss_coeff: float = 0.0,
+) -> Callable[..., tuple[Any, jax.Array, dict[str, jax.Array], jax.Array | None]]:
+    """``fn(params, ids, mask, fields, bias=None, aux_weight=0) -> (grads, loss, scalar
+    metrics, router stats)`` for one micro-batch (stats: ``[MoE layers, E + 2]`` of its real
+    tokens, :func:`~dockyard.jax.models.moe.router_stats`; None when dense).
 
     ``fields``: the loss's batch (``loss_mask``, ``advantages``, ..., ``num_loss_tokens``).
     ``grad_shardings``: constrain gradients to the parameters' shardings (reduce-scatter).
+    ``router`` / ``bias``: the routing (:func:`apply`). ``aux_loss_coeff`` α > 0: the gradient
+    is that of ``loss + α · aux_weight · mean over layers of L_aux`` (the Switch loss;
+    ``aux_weight``: this micro-batch's share of the step's loss tokens), as the torch worker's;
+    ``loss`` stays the core loss.
     """
 
-    def loss_of(params: Any, ids: jax.Array, mask: jax.Array, fields: dict[str, Any]):
-        logits, load = apply_with_router_load(graphdef, params, ids, mask)
+    def loss_of(params, ids, mask, fields, bias, aux_weight):
+        logits, stats = apply_with_router_load(graphdef, params, ids, mask, router=router,
+                                               bias=bias)  # fmt: skip
         lp = jnp.where(mask, token_logprobs(logits, ids, temperature), 0.0)
         loss, metrics = loss_fn(lp, fields)
         scalars = {
@@ -126,17 +144,22 @@ def make_grad_fn(
             for k, v in metrics.items()
             if isinstance(v, int | float | jax.Array) and jnp.ndim(v) == 0
         }
-        return jnp.asarray(loss, jnp.float32), (scalars, load)
+        loss = jnp.asarray(loss, jnp.float32)
+        total = loss
+        if stats is not None and aux_loss_coeff > 0:
+            total = loss + aux_loss_coeff * aux_weight * jnp.mean(stats[:, -1])
+        return total, (loss, scalars, stats)
 
-    def fn(params: Any, ids: jax.Array, mask: jax.Array, fields: dict[str, Any]):
-        (loss, (metrics, load)), grads = jax.value_and_grad(loss_of, has_aux=True)(
-            params, ids, mask, fields
+    def fn(params, ids, mask, fields, bias=None, aux_weight=0.0):
+        (_, (loss, metrics, stats)), grads = jax.value_and_grad(loss_of, has_aux=True)(
+            params, ids, mask, fields, bias, jnp.float32(aux_weight)
         )
         if grad_shardings is not None:
             grads = jax.lax.with_sharding_constraint(grads, grad_shardings)
-        return grads, loss, metrics, load
+        return grads, loss, metrics, None if stats is None else jax.lax.stop_gradient(stats)
 
-    key = ("grad", graphdef, loss_key(loss_fn), temperature, _tree_key(grad_shardings))
+    key = ("grad", graphdef, loss_key(loss_fn), temperature, _tree_key(grad_shardings), router,
+           aux_loss_coeff)  # fmt: skip
     return _memo(key, lambda: jax.jit(fn))
 
 

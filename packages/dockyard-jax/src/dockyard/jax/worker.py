@@ -34,7 +34,14 @@ from dockyard.jax import checkpoint as ckpt
 from dockyard.jax import sharding as shd
 from dockyard.jax.config import JaxPolicyConfig
 from dockyard.jax.models.config import ModelConfig
-from dockyard.jax.models.hf import abstract_model, iter_hf_weights, load_hf_params, save_hf
+from dockyard.jax.models.hf import (
+    abstract_model,
+    iter_hf_weights,
+    load_hf_params,
+    num_sparse_layers,
+    save_hf,
+)
+from dockyard.jax.models.moe import RouterOptions, bias_update, check_expert_parallel
 from dockyard.jax.optim import build_optimizer
 from dockyard.jax.step import (
     make_entropy_fn,
@@ -93,6 +100,7 @@ class JaxPolicyWorker(PolicyWorker):
                                                                    "bfloat16")  # fmt: skip
         self.compute_dtype = jnp.dtype(precision)
         self.graphdef, _ = abstract_model(self.model_cfg, self.compute_dtype)
+        self._init_router()
         self.params = load_hf_params(
             self.model_cfg, cfg.model_name, sharding=shd.param_sharding(self.mesh)
         )
@@ -111,12 +119,48 @@ class JaxPolicyWorker(PolicyWorker):
         self.opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(self.params)
         self._step = 0
         tau = cfg.generation_temperature
-        self._logprob_fn = make_logprob_fn(self.graphdef, tau)
+        self._logprob_fn = make_logprob_fn(self.graphdef, tau, self.router)
         self._update_fn = make_update_fn(
             self.tx, cfg.max_grad_norm, (self.shardings, self.opt_shardings,
                                          shd.replicated(self.mesh))
         )  # fmt: skip
         self._topk_fns: dict[int, Any] = {}
+
+    def _init_router(self) -> None:
+        """A Mixture-of-Experts model's routing (``policy.moe``): the static options, the
+        aux-loss-free bias ``[MoE layers, E]`` (0 at the start; the reference keeps 0) and the
+        expert-parallel layout (experts split over the ``fsdp`` axis)."""
+        moe, n = self.cfg.moe, num_sparse_layers(self.model_cfg)
+        self.router: RouterOptions | None = None
+        self.router_bias: jax.Array | None = None
+        self.ref_router_bias: jax.Array | None = None
+        if not n:
+            return
+        ep = moe.expert_parallel_size
+        check_expert_parallel(self.model_cfg.num_experts, ep, dict(self.mesh.shape))
+        self.router = RouterOptions(
+            capacity_factor=moe.expert_capacity_factor,
+            grouped=moe.grouped_gemm,
+            mesh=self.mesh if ep > 1 else None,
+            axis=shd.FSDP,
+        )
+        zeros = np.zeros((n, self.model_cfg.num_experts), np.float32)
+        self.router_bias = self.ref_router_bias = jax.device_put(zeros, shd.replicated(self.mesh))
+
+    def _update_router_bias(self, load: np.ndarray) -> None:
+        moe = self.cfg.moe
+        if self.router_bias is None or not moe.router_enable_expert_bias:
+            return
+        if moe.router_bias_update_rate > 0:
+            new = np.asarray(self.router_bias) + bias_update(load, moe.router_bias_update_rate)
+            self.router_bias = jax.device_put(new, shd.replicated(self.mesh))
+
+    def _bias(self) -> jax.Array | None:
+        """The bias the routing uses (None when off: then 0)."""
+        return self.router_bias if self.cfg.moe.router_enable_expert_bias else None
+
+    def _ref_bias(self) -> jax.Array | None:
+        return self.ref_router_bias if self.cfg.moe.router_enable_expert_bias else None
 
     # ----------------------------------------------------------------- helpers
     @property
@@ -140,50 +184,51 @@ class JaxPolicyWorker(PolicyWorker):
     def _chunks(self, n: int, size: int) -> list[np.ndarray]:
         return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]
 
-    def _logprobs(self, params: Any, batch: Batch) -> np.ndarray:
+    def _logprobs(self, params: Any, batch: Batch, bias: Any) -> np.ndarray:
         _unconstrained(batch)
-        return self._per_token(self._logprob_fn, params, batch)
+        return self._per_token(self._logprob_fn, params, batch, bias)
 
-    def _per_token(self, fn: Any, params: Any, batch: Batch) -> np.ndarray:
-        """``[B, T] float32`` from ``fn(params, ids, mask) -> [b, width]``, chunk by chunk."""
+    def _per_token(self, fn: Any, params: Any, batch: Batch, bias: Any) -> np.ndarray:
+        """``[B, T] float32`` from ``fn(params, ids, mask, bias) -> [b, width]``, chunk by
+        chunk."""
         B, T = batch.shape
         lengths = np.asarray(batch.attention_mask, dtype=bool).sum(axis=1)
         out = np.zeros((B, T), np.float32)
         for idx in self._chunks(B, self.cfg.logprob_batch_size):
             ids, mask = self._micro(batch, idx, self._width(lengths[idx]))
-            out[idx] = _fit(np.asarray(fn(params, ids, mask)), T)
+            out[idx] = _fit(np.asarray(fn(params, ids, mask, bias)), T)
         return out
 
     # -------------------------------------------------------------- interface
     def get_logprobs(self, batch: Batch) -> np.ndarray:
         """``[B, T] float32`` logprobs of ``batch.input_ids`` (alignment: :mod:`.step`)."""
-        return self._logprobs(self.params, batch)
+        return self._logprobs(self.params, batch, self._bias())
 
     def get_reference_logprobs(self, batch: Batch) -> np.ndarray:
         """Logprobs under the initial weights (the frozen reference)."""
         if self.ref_params is None:
             raise RuntimeError("no reference policy: this worker was built with "
                                "reference_policy=false")  # fmt: skip
-        return self._logprobs(self.ref_params, batch)
+        return self._logprobs(self.ref_params, batch, self._ref_bias())
 
     def get_topk_logits(self, batch: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(values [B, T, k] float32, indices [B, T, k] int64)``, aligned like logprobs."""
         B, T = batch.shape
         lengths = np.asarray(batch.attention_mask, dtype=bool).sum(axis=1)
-        fn = self._topk_fns.setdefault(k, make_topk_fn(self.graphdef, k))
+        fn = self._topk_fns.setdefault(k, make_topk_fn(self.graphdef, k, self.router))
         values = np.zeros((B, T, k), np.float32)
         indices = np.zeros((B, T, k), np.int64)
         for idx in self._chunks(B, self.cfg.logprob_batch_size):
             ids, mask = self._micro(batch, idx, self._width(lengths[idx]))
-            v, j = fn(self.params, ids, mask)
+            v, j = fn(self.params, ids, mask, self._bias())
             values[idx] = _fit(np.asarray(v), T)
             indices[idx] = _fit(np.asarray(j), T)
         return values, indices
 
     def get_token_entropy(self, batch: Batch) -> np.ndarray:
         """``[B, T] float32`` entropy of each token's distribution (as the torch worker's)."""
-        fn = make_entropy_fn(self.graphdef, self.cfg.generation_temperature)
-        return self._per_token(fn, self.params, batch)
+        fn = make_entropy_fn(self.graphdef, self.cfg.generation_temperature, self.router)
+        return self._per_token(fn, self.params, batch, self._bias())
 
     def train_step(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         """One optimizer step over ``batch``; metrics as the torch worker reports them."""
@@ -194,11 +239,12 @@ class JaxPolicyWorker(PolicyWorker):
         n_tok = float(loss_mask.sum())
         n_seq = float((loss_mask.sum(axis=1) > 0).sum())
         fields = _batch_fields(batch)
-        grad_fn = make_grad_fn(
-            self.graphdef, loss_fn, self.cfg.generation_temperature, self.shardings
-        )
+        moe = self.cfg.moe
+        aux_coeff = moe.aux_loss_coeff if moe.router_load_balancing_type == "aux_loss" else 0.0
+        grad_fn = make_grad_fn(self.graphdef, loss_fn, self.cfg.generation_temperature,
+                               self.shardings, self.router, aux_coeff)  # fmt: skip
         counts = {"num_loss_tokens": jnp.float32(n_tok), "num_sequences": jnp.float32(n_seq)}
-        grads, load = None, None
+        grads, stats, aux = None, None, 0.0
         sums: dict[str, float] = {}
         forwarded = 0  # padding included; JAX forwards every row whole (no prefix trees)
         for idx in self._chunks(B, self.cfg.train_micro_batch_size):
@@ -207,12 +253,14 @@ class JaxPolicyWorker(PolicyWorker):
             forwarded += ids.shape[0] * ids.shape[1]
             mb = {k: self._put(_fit(v[idx], width) if v.ndim == 2 else v[idx])
                   for k, v in fields.items()}  # fmt: skip
-            g, loss, metrics, mb_load = grad_fn(self.params, ids, mask, {**mb, **counts})
-            grads = g if grads is None else tree_add(grads, g)
-            if mb_load is not None:
-                mb_load = np.asarray(mb_load, np.float64)
-                load = mb_load if load is None else load + mb_load
             w = float(loss_mask[idx].sum())
+            g, loss, metrics, mb_stats = grad_fn(self.params, ids, mask, {**mb, **counts},
+                                                 self._bias(), w / max(n_tok, 1.0))  # fmt: skip
+            grads = g if grads is None else tree_add(grads, g)
+            if mb_stats is not None:  # [layers, E + 2]: loads, drops, aux loss
+                mb_stats = np.asarray(mb_stats, np.float64)
+                aux += float(mb_stats[:, -1].mean()) * w / max(n_tok, 1.0)
+                stats = mb_stats if stats is None else stats + mb_stats
             add_metric(sums, "loss", float(loss), w)
             for key, val in metrics.items():
                 # counts (num_tokens: this micro-batch's weight) are not averaged, as in torch
@@ -233,8 +281,20 @@ class JaxPolicyWorker(PolicyWorker):
             tokens_per_s=float(lengths.sum()) / max(elapsed, 1e-9),
             step_time_s=elapsed,
         )
-        if load is not None:
-            out.update(router_metrics(load.tolist()))  # dropless: nothing dropped
+        if stats is not None:
+            out.update(self._end_moe_step(stats, aux, aux_coeff > 0))
+        return out
+
+    def _end_moe_step(self, stats: np.ndarray, aux: float, with_aux: bool) -> dict[str, float]:
+        """The aux-loss-free bias update from the step's loads, and the router metrics the
+        torch worker reports (``dockyard.torch.moe.step``)."""
+        load, dropped = stats[:, :-2], float(stats[:, -2].sum())
+        self._update_router_bias(load)
+        out = router_metrics(load.tolist(), dropped)
+        if with_aux:
+            out["moe/aux_loss"] = aux
+        if self.cfg.moe.router_enable_expert_bias and self.router_bias is not None:
+            out["moe/expert_bias_absmean"] = float(np.abs(np.asarray(self.router_bias)).mean())
         return out
 
     # ------------------------------------------------------- weights and state
@@ -254,12 +314,16 @@ class JaxPolicyWorker(PolicyWorker):
     def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
         ckpt.save_checkpoint(path, self.params, self.opt_state, self._step, extra_state,
                              self.cfg.model_name, tokenizer_name=self.cfg.tokenizer_name,
-                             chat_template=self.cfg.chat_template)  # fmt: skip
+                             chat_template=self.cfg.chat_template,
+                             router_bias=self.router_bias)  # fmt: skip
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         self.params, self.opt_state, self._step, extra = ckpt.load_checkpoint(
             path, self.params, self.opt_state
         )
+        bias = ckpt.load_router_bias(path)
+        if self.router_bias is not None and bias is not None:
+            self.router_bias = jax.device_put(bias, shd.replicated(self.mesh))
         return extra
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dockyard.core.config.loss import LossConfig, TeacherConfig
 from dockyard.core.config.optim import OptimizerConfig, SchedulerConfig
-from dockyard.core.config.policy import PolicyConfig, read_chat_template
+from dockyard.core.config.policy import MoEConfig, PolicyConfig, read_chat_template
 
 
 class _Strict(BaseModel):
@@ -66,45 +66,6 @@ class FSDPConfig(_Strict):
         False,
         description="keep parameter shards, gradients and optimizer state in CPU memory "
         "(FSDP2 CPUOffloadPolicy; the step runs on CPU); on a CPU device they are there already",
-    )
-
-
-class MoEConfig(_Strict):
-    """Mixture-of-Experts routing and expert layout (Qwen3-MoE; :mod:`dockyard.torch.moe`).
-
-    Key names follow Megatron-LM's ``moe_*`` options (NeMo-RL's ``megatron_cfg``) without the
-    prefix. The two balancing mechanisms are independent: DeepSeek-V3's aux-loss-free bias
-    (``router_enable_expert_bias``, on by default) and the Switch auxiliary loss
-    (``router_load_balancing_type: aux_loss`` with ``aux_loss_coeff`` α)."""
-
-    grouped_gemm: bool = Field(
-        True,
-        description="experts as one grouped GEMM over the tokens sorted by expert "
-        "(torch.nn.functional.grouped_mm); false: a loop of one GEMM per expert",
-    )
-    router_enable_expert_bias: bool = Field(
-        True,
-        description="DeepSeek-V3 aux-loss-free balancing: a per-expert bias b added to the "
-        "scores for the top-k choice only (gates use the unbiased scores)",
-    )
-    router_bias_update_rate: float = Field(
-        1e-3, ge=0, description="γ: after each step b_i += γ·sign(mean load − load_i)"
-    )
-    router_load_balancing_type: Literal["none", "aux_loss"] = Field(
-        "none", description="aux_loss: add α·L_aux (Switch Transformer) to the training loss"
-    )
-    aux_loss_coeff: float = Field(1e-3, ge=0, description="α of the auxiliary loss")
-    expert_capacity_factor: float | None = Field(
-        None,
-        gt=0,
-        description="None: dropless; else each expert takes at most ⌈f·N·k/E⌉ of a forward's "
-        "N·k assignments (highest router probability first) and drops the rest",
-    )
-    expert_parallel_size: int = Field(
-        1,
-        ge=1,
-        description="ep: ranks the experts are split over (all-to-all token dispatch); must "
-        "be 1 or the number of data-parallel ranks, with tensor_parallel_size 1",
     )
 
 
@@ -175,7 +136,8 @@ class TorchPolicyConfig(_Strict):
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig)
     fsdp: FSDPConfig = Field(default_factory=FSDPConfig)
     moe: MoEConfig = Field(
-        default_factory=MoEConfig, description="Mixture-of-Experts models (Qwen3-MoE) only"
+        default_factory=MoEConfig,
+        description="Mixture-of-Experts models (Qwen3-MoE) only (core policy.moe)",
     )
     tensor_parallel_size: int = Field(
         1,
@@ -245,6 +207,7 @@ class TorchPolicyConfig(_Strict):
             dynamic_batching=p.dynamic_batching.model_dump(),
             shared_prefix=p.shared_prefix is not False,
             fsdp={"cpu_offload": p.dtensor_cfg.cpu_offload},
+            moe=p.moe,
             lora={
                 "enabled": p.lora.enabled,
                 "rank": p.lora.rank,

@@ -240,7 +240,7 @@ def model_folder_problems(cfg: MasterConfig, key: str, folder: Path, load: bool)
         except Exception as e:  # transformers raises ValueError, OSError, KeyError...
             return [f"{key}: transformers cannot read {config_json}: {_first_line(e)}"]
         if key == "policy.model_name":
-            problems = _context_parallel_problems(cfg, hf)
+            problems = _context_parallel_problems(cfg, hf) + _expert_problems(cfg, hf)
     return _positions_problems(cfg, data, config_json) + problems
 
 
@@ -258,6 +258,21 @@ def _context_parallel_problems(cfg: MasterConfig, hf: Any) -> list[str]:
         check_context_parallel(hf, d.context_parallel_size, tp=1, moe=moe, packing=False)
     except ValueError as e:
         return [f"policy.dtensor_cfg.{e}"]
+    return []
+
+
+def _expert_problems(cfg: MasterConfig, hf: Any) -> list[str]:
+    """``policy.moe.expert_parallel_size`` against the policy model's experts."""
+    ep = cfg.policy.moe.expert_parallel_size
+    if ep == 1:
+        return []
+    experts = int(getattr(hf, "num_experts", 0) or getattr(hf, "num_local_experts", 0) or 0)
+    if not experts:
+        return [f"policy.moe.expert_parallel_size={ep}: the policy model has no experts (a "
+                "dense model); set it to 1"]  # fmt: skip
+    if experts % ep:
+        return [f"policy.moe.expert_parallel_size={ep} does not divide the policy model's "
+                f"{experts} experts"]  # fmt: skip
     return []
 
 

@@ -234,6 +234,36 @@ class GenerationConfig(ConfigModel):
         return self
 
 
+class MoEConfig(ConfigModel):
+    """Mixture-of-Experts routing and expert layout (Qwen3-MoE, Qwen3-Next), read by both
+    trainers. Key names follow Megatron-LM's ``moe_*`` options (NeMo-RL's ``megatron_cfg``)
+    without the prefix. The two balancing mechanisms are independent: DeepSeek-V3's
+    aux-loss-free bias (``router_enable_expert_bias``, on by default) and the Switch auxiliary
+    loss (``router_load_balancing_type: aux_loss`` with ``aux_loss_coeff`` α)."""
+
+    grouped_gemm: bool = True
+    """Experts as a grouped GEMM over the tokens sorted by expert (torch ``grouped_mm``; JAX:
+    tiles of one expert's rows, one GEMM each); false: a loop of one GEMM per expert (torch) or
+    every expert on every token (JAX)."""
+    router_enable_expert_bias: bool = True
+    """DeepSeek-V3 aux-loss-free balancing: a per-expert bias b added to the scores for the
+    top-k choice only (gates use the unbiased scores). The bias is checkpointed, never exported:
+    the engine serves the model's own routing (b = 0)."""
+    router_bias_update_rate: float = Field(default=1e-3, ge=0)
+    """γ: after each step b_i += γ·sign(mean load − load_i)."""
+    router_load_balancing_type: Literal["none", "aux_loss"] = "none"
+    """aux_loss: add α·L_aux (Switch Transformer, per layer) to the training loss."""
+    aux_loss_coeff: float = Field(default=1e-3, ge=0)
+    """α of the auxiliary loss."""
+    expert_capacity_factor: float | None = Field(default=None, gt=0)
+    """None: dropless; else each expert takes at most ⌈f·N·k/E⌉ of a forward's N·k
+    assignments of real tokens (highest router probability first; padding never takes a
+    slot) and drops the rest."""
+    expert_parallel_size: PositiveInt = 1
+    """ep: ranks (torch) or ``fsdp`` devices (JAX) the experts are split over; 1 or the
+    number of data-parallel ranks / the ``fsdp`` axis, with tensor parallelism 1."""
+
+
 class PolicyConfig(ConfigModel):
     model_name: str = "Qwen/Qwen2.5-0.5B-Instruct"
     """Hugging Face model name or local folder of the policy (and the frozen reference)."""
@@ -265,6 +295,8 @@ class PolicyConfig(ConfigModel):
     """JAX / Flax NNX trainer."""
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     """Low-rank adapters."""
+    moe: MoEConfig = Field(default_factory=MoEConfig)
+    """Mixture-of-Experts routing, balancing and expert parallelism (MoE models only)."""
     sequence_packing: SequencePackingConfig = Field(default_factory=SequencePackingConfig)
     """Sequence packing of training and logprob micro-batches (torch trainer)."""
     dynamic_batching: DynamicBatchingConfig = Field(default_factory=DynamicBatchingConfig)

@@ -101,6 +101,8 @@ class MasterConfig(ConfigModel):
             errors += _context_parallel_checks(self, cp)
         if p.generation.tool_call_grammar.enabled:
             errors += _grammar_checks(self)
+        if p.moe.expert_parallel_size > 1:
+            errors += _expert_parallel_checks(self, p.moe.expert_parallel_size)
         errors += _length_checks(self) + _async_checks(self)
         if errors:
             raise ValueError("\n".join(errors))
@@ -111,6 +113,33 @@ class MasterConfig(ConfigModel):
         if self.data.env_name is not None:
             return self.data.env_name
         return next(iter(self.env)) if len(self.env) == 1 else None
+
+
+def _expert_parallel_checks(cfg: MasterConfig, ep: int) -> list[str]:
+    """The layouts ``policy.moe.expert_parallel_size = ep > 1`` runs on: the torch trainer's
+    data-parallel ranks, the JAX trainer's whole ``fsdp`` axis; tensor parallelism 1. (That
+    ``ep`` divides the model's experts is the pre-flight's model check.)"""
+    p, key = cfg.policy, f"policy.moe.expert_parallel_size={ep}"
+    if p.jax_cfg.enabled:
+        j, problems = p.jax_cfg, []
+        if j.tensor_parallel_size != 1:
+            problems.append(
+                f"policy.jax_cfg.tensor_parallel_size must be 1 (is {j.tensor_parallel_size})"
+            )
+        if j.fsdp_size not in (-1, ep):
+            problems.append(f"it must equal policy.jax_cfg.fsdp_size ({j.fsdp_size})")
+        fix = "set it to 1 or to the fsdp axis"
+    else:
+        d = p.dtensor_cfg
+        world, tp, cp = cfg.cluster.trainer_ranks, d.tensor_parallel_size, d.context_parallel_size
+        dp, problems = world // (tp * cp), []
+        if tp != 1:
+            problems.append(f"policy.dtensor_cfg.tensor_parallel_size must be 1 (is {tp})")
+        if ep != dp:
+            problems.append(f"it must equal the data-parallel ranks (cluster.trainer_ranks / "
+                            f"(tp × cp) = {dp})")  # fmt: skip
+        fix = "set it to 1 or to the data-parallel ranks"
+    return [f"{key}: " + "; ".join(problems) + f" — {fix}"] if problems else []
 
 
 def _context_parallel_checks(cfg: MasterConfig, cp: int) -> list[str]:

@@ -19,6 +19,7 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from dockyard.jax.models.config import ModelConfig
+from dockyard.jax.models.moe import RouterOptions
 from dockyard.jax.models.name_map import NNXPath, check_names, iter_hf_tensors, name_map
 from dockyard.jax.models.transformer import CausalLM, SparseMoE
 
@@ -45,9 +46,14 @@ def apply(
     input_ids: jax.Array,
     attention_mask: jax.Array | None = None,
     position_ids: jax.Array | None = None,
+    *,
+    router: RouterOptions | None = None,
+    bias: jax.Array | None = None,
 ) -> jax.Array:
-    """``logits [B, T, V] float32`` of the model ``(graphdef, params)``."""
-    model = nnx.merge(graphdef, nnx.State(params))
+    """``logits [B, T, V] float32`` of the model ``(graphdef, params)``. A Mixture-of-Experts
+    model routes with ``router`` (capacity, grouped experts, expert parallelism; None: the
+    defaults) and the aux-loss-free ``bias [MoE layers, E]`` (None: 0)."""
+    model = _merged(graphdef, params, router, bias, record=False)
     return model(input_ids, attention_mask, position_ids)
 
 
@@ -56,18 +62,42 @@ def apply_with_router_load(
     params: Params,
     input_ids: jax.Array,
     attention_mask: jax.Array | None = None,
+    *,
+    router: RouterOptions | None = None,
+    bias: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
-    """``(logits, load)``: :func:`apply`'s logits and, for a Mixture-of-Experts model, each
-    sparse layer's per-expert assignments of the real tokens, ``load [layers, E]`` float32
-    (None for a dense model)."""
-    model = nnx.merge(graphdef, nnx.State(params))
-    sparse = [layer.mlp for layer in model.model.layers if isinstance(layer.mlp, SparseMoE)]
-    if not sparse:
+    """``(logits, stats)``: :func:`apply`'s logits and, for a Mixture-of-Experts model, each
+    sparse layer's :func:`~dockyard.jax.models.moe.router_stats` of the real tokens,
+    ``stats [MoE layers, E + 2]`` float32 (loads, drops, aux loss; None for a dense model)."""
+    model = _merged(graphdef, params, router, bias, record=True)
+    if not _sparse(model):
         return model(input_ids, attention_mask), None
-    for moe in sparse:
-        moe.record_load = True
     logits, sown = nnx.capture(model, nnx.Intermediate)(input_ids, attention_mask)
     return logits, jnp.stack(jax.tree.leaves(nnx.to_pure_dict(sown)))
+
+
+def _sparse(model: CausalLM) -> list[SparseMoE]:
+    return [layer.mlp for layer in model.model.layers if isinstance(layer.mlp, SparseMoE)]
+
+
+def _merged(
+    graphdef: nnx.GraphDef,
+    params: Params,
+    router: RouterOptions | None,
+    bias: jax.Array | None,
+    record: bool,
+) -> CausalLM:
+    model = nnx.merge(graphdef, nnx.State(params))
+    for i, moe in enumerate(_sparse(model)):
+        moe.options = router or RouterOptions()
+        moe.bias = None if bias is None else nnx.data(bias[i])
+        moe.record_load = record
+    return model
+
+
+def num_sparse_layers(cfg: ModelConfig) -> int:
+    """How many of ``cfg``'s layers are Mixture-of-Experts layers."""
+    return sum(cfg.is_moe(i) for i in range(cfg.num_hidden_layers))
 
 
 def _set(tree: Params, path: tuple[str | int, ...], value: Any) -> None:

@@ -40,6 +40,15 @@ from flax import nnx
 from dockyard.jax.models.config import ModelConfig
 from dockyard.jax.models.gated_delta import GatedDeltaNet
 from dockyard.jax.models.layers import INIT, Embed, Linear, RMSNorm
+from dockyard.jax.models.moe import (
+    RouterOptions,
+    Routing,
+    experts_dense,
+    experts_grouped,
+    experts_parallel,
+    route,
+    router_stats,
+)
 from dockyard.jax.models.rope import apply_rope, rope_cos_sin
 
 
@@ -120,25 +129,31 @@ class SparseMoE(nnx.Module):
     """Qwen3-MoE's sparse MLP, as transformers computes it: router logits ``x W_r`` (``gate``),
     probabilities in float32, the top ``k`` experts per token with their probabilities as
     gates (renormalised to sum 1 with ``norm_topk_prob``), ``y = Σ_k g_k · expert_k(x)``.
+    Routing and experts: :mod:`dockyard.jax.models.moe`.
 
-    ``grouped`` (the default): the N·k (token, expert) assignments sorted by expert, each
-    projection one grouped GEMM over them (``jax.lax.ragged_dot``: one matmul per expert's
-    contiguous rows), then unsorted and gated; otherwise every expert on every token, gated by
-    a dense [N, E] matrix that is zero off the top k (``E/k`` times the FLOPs). Equal, tested.
+    ``options.grouped`` (the default): the N·k (token, expert) assignments sorted by expert and
+    cut into tiles of one expert's rows, one GEMM per tile
+    (:func:`~dockyard.jax.models.moe.experts_grouped`); otherwise every expert on every token,
+    gated by a dense [N, E] matrix that is zero off the top k (``E/k`` times the FLOPs). Equal,
+    tested. ``options.mesh``: the experts split over its ``fsdp`` axis (expert
+    parallelism).
 
     Qwen3-Next adds a shared expert every token goes through, behind a sigmoid gate:
     ``y += σ(x w_s) · shared_expert(x)``.
 
-    With ``record_load`` set, each call sows the per-expert load (``expert_load [E]``: the
-    assignments of the real tokens, ``valid``) as an ``nnx.Intermediate``:
-    :func:`~dockyard.jax.models.hf.apply_with_router_load` captures them for the step's router
-    metrics."""
+    What the worker sets on a merged model before a call (:func:`~dockyard.jax.models.hf.apply`):
+    ``options`` (:class:`~dockyard.jax.models.moe.RouterOptions`), ``bias [E]`` (the
+    aux-loss-free bias; None: 0) and ``record_load``: each call then sows
+    ``router_stats [E + 2]`` (:func:`~dockyard.jax.models.moe.router_stats`: loads, drops, aux
+    loss of the real tokens, ``valid``) as an ``nnx.Intermediate``, which
+    :func:`~dockyard.jax.models.hf.apply_with_router_load` captures."""
 
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, grouped: bool = True):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
         self.gate = Linear(cfg.hidden_size, cfg.num_experts, bias=False, rngs=rngs)
         self.experts = Experts(cfg, rngs=rngs)
-        self.grouped = grouped
+        self.options = RouterOptions()
+        self.bias: jax.Array | None = None
         self.record_load = False
         shared = cfg.shared_expert_intermediate_size
         self.shared_expert = MLP(cfg, rngs=rngs, intermediate=shared) if shared else None
@@ -146,43 +161,27 @@ class SparseMoE(nnx.Module):
             Linear(cfg.hidden_size, 1, bias=False, rngs=rngs) if shared else None
         )
 
-    def route(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``(gates [N, k] in x's dtype, experts [N, k] int)`` of the tokens ``x: [N, H]``."""
-        probs = jax.nn.softmax(self.gate(x).astype(jnp.float32), axis=-1)
-        top, idx = jax.lax.top_k(probs, self.cfg.num_experts_per_tok)
-        if self.cfg.norm_topk_prob:
-            top = top / jnp.sum(top, axis=-1, keepdims=True)
-        return top.astype(x.dtype), idx
+    def route(self, x: jax.Array, valid: jax.Array | None = None) -> Routing:
+        """The routing of the tokens ``x: [N, H]`` (``valid [N]``: the real ones)."""
+        cfg = self.cfg
+        return route(self.gate(x), cfg.num_experts_per_tok, cfg.norm_topk_prob, self.bias,
+                     self.options.capacity_factor, valid)  # fmt: skip
 
     def __call__(self, x: jax.Array, valid: jax.Array | None = None) -> jax.Array:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        gates, idx = self.route(x)
+        real = None if valid is None else valid.reshape(-1)
+        r = self.route(x, real)
         if self.record_load:
-            n = idx.shape[0]
-            real = jnp.ones(n) if valid is None else valid.reshape(-1).astype(jnp.float32)
-            chosen = jax.nn.one_hot(idx, self.cfg.num_experts, dtype=jnp.float32)
-            self.sow(nnx.Intermediate, "expert_load", jnp.einsum("nke,n->e", chosen, real))
-        wg, wu, wd = (getattr(self.experts, n)[...].astype(x.dtype)
-                      for n in ("gate_proj", "up_proj", "down_proj"))  # fmt: skip
-        if self.grouped:
-            n, k = idx.shape
-            flat = idx.reshape(-1)
-            order = jnp.argsort(flat, stable=True)
-            rows = x[order // k]  # assignment order -> its token's activations, by expert
-            sizes = jnp.bincount(flat, length=self.cfg.num_experts).astype(jnp.int32)
-            g = jax.lax.ragged_dot(rows, wg, sizes)
-            u = jax.lax.ragged_dot(rows, wu, sizes)
-            out = jax.lax.ragged_dot(jax.nn.silu(g) * u, wd, sizes)
-            unsorted = jnp.zeros_like(out).at[order].set(out).reshape(n, k, -1)
-            y = jnp.sum(unsorted * gates[..., None], axis=1)
+            self.sow(nnx.Intermediate, "router_stats", router_stats(r, self.cfg.num_experts, real))
+        w = tuple(getattr(self.experts, n)[...].astype(x.dtype)
+                  for n in ("gate_proj", "up_proj", "down_proj"))  # fmt: skip
+        opts = self.options
+        if opts.mesh is not None and opts.mesh.shape[opts.axis] > 1:
+            y = experts_parallel(x, r.experts, r.gates, w, opts)
         else:
-            dense = jnp.sum(jax.nn.one_hot(idx, self.cfg.num_experts, dtype=x.dtype)
-                            * gates[..., None], axis=1)  # fmt: skip
-            g = jnp.einsum("nh,ehi->eni", x, wg)
-            u = jnp.einsum("nh,ehi->eni", x, wu)
-            out = jnp.einsum("eni,eih->enh", jax.nn.silu(g) * u, wd)
-            y = jnp.einsum("enh,ne->nh", out, dense)
+            run = experts_grouped if opts.grouped else experts_dense
+            y = run(x, r.experts, r.gates, w, self.cfg.num_experts)
         if self.shared_expert is not None and self.shared_expert_gate is not None:
             y = y + jax.nn.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
         return y.reshape(shape)

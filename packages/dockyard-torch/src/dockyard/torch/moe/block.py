@@ -89,14 +89,16 @@ class MoEBlock(torch.nn.Module):
         b, t, h = hidden.shape
         x = hidden.reshape(-1, h)
         logits = F.linear(x, self.gate.weight)  # [N, E] (autocast's dtype)
+        real = self.tokens.real(x.shape[0])
         routing = route(
             logits,
             self.top_k,
             self.expert_bias if self.use_bias else None,
             self.norm_topk_prob,
             self.capacity_factor,
+            real,
         )
-        self._record(routing, self.tokens.real(x.shape[0]))
+        self._record(routing, real)
         dtype = logits.dtype  # what the projections compute in (autocast does not reach
         gate_up, down = self._weights(dtype)  # grouped_mm: cast here)
         ffn = expert_ffn(self.grouped)
@@ -114,15 +116,15 @@ class MoEBlock(torch.nn.Module):
         operations (it must save as many tensors as the forward did) and keeps nothing."""
         if not (self.training and torch.is_grad_enabled()):
             return
-        experts, probs, keep = routing.experts, routing.probs, routing.keep
+        experts, probs = routing.experts, routing.probs
         if real is not None:
-            experts, probs, keep = experts[real], probs[real], keep[real]
+            experts, probs = experts[real], probs[real]
         counts = torch.bincount(experts.reshape(-1), minlength=self.num_experts)
         aux = switch_aux_loss(probs, counts) if self.aux and probs.shape[0] > 0 else None
         if torch._C._current_graph_task_id() != -1:
             return  # the recompute: already counted in the forward
         self.load += counts
-        self.dropped += (~keep).sum()
+        self.dropped += routing.dropped
         if aux is not None:
             self.aux_losses.append(aux)
 

@@ -18,7 +18,9 @@ For tokens ``x [N, H]``, router weight ``W_r [E, H]`` and top-k ``k``:
   product; this is per layer, as Switch and Megatron-LM define it.
 * **Capacity** (optional, Megatron-LM's ``probs`` drop policy): expert ``i`` keeps at most
   ``C = ⌈f·N·k/E⌉`` of its assignments, highest ``s_ti`` first; dropped assignments contribute
-  nothing (the token keeps its other experts and the residual).
+  nothing (the token keeps its other experts and the residual). ``N`` counts the real tokens
+  only: padding takes no slot (it is ranked after every real assignment and always dropped),
+  so a micro-batch's padding never changes which real tokens are dropped.
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ def route(
     bias: torch.Tensor | None,
     norm_topk_prob: bool,
     capacity_factor: float | None = None,
+    real: torch.Tensor | None = None,
 ) -> Routing:
-    """Route tokens from router ``logits [N, E]`` (see the module docstring)."""
+    """Route tokens from router ``logits [N, E]`` (see the module docstring); ``real [N]``
+    bool marks the real tokens (None: all), for the capacity."""
     _n, e = logits.shape
     probs = F.softmax(logits, dim=-1, dtype=torch.float32)
     choice = probs if bias is None else probs + bias.to(probs.dtype)
@@ -66,18 +70,28 @@ def route(
     counts = torch.bincount(experts.reshape(-1), minlength=e)
     keep = torch.ones_like(experts, dtype=torch.bool)
     if capacity_factor is not None:
-        keep = _within_capacity(experts, chosen.detach(), e, capacity_factor)
+        keep = _within_capacity(experts, chosen.detach(), e, capacity_factor, real)
     gates = (gates * keep).to(logits.dtype)
-    dropped = (~keep).sum()
+    dropped = (~keep).sum() if real is None else (~keep[real]).sum()
     return Routing(experts, gates, keep, probs, counts, dropped)
 
 
 def _within_capacity(
-    experts: torch.Tensor, score: torch.Tensor, num_experts: int, factor: float
+    experts: torch.Tensor,
+    score: torch.Tensor,
+    num_experts: int,
+    factor: float,
+    real: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``[N, k]`` bool: each expert's ``⌈factor·N·k/E⌉`` highest-scored assignments."""
+    """``[N, k]`` bool: each expert's ``⌈factor·N_real·k/E⌉`` highest-scored assignments of
+    real tokens (``real [N]``, None: all real; padding is never kept)."""
     flat_e, flat_s = experts.reshape(-1), score.reshape(-1)
-    capacity = math.ceil(factor * flat_e.numel() / num_experts)
+    n_real = flat_e.numel()
+    if real is not None:
+        flat_r = real.repeat_interleave(experts.shape[1])
+        flat_s = torch.where(flat_r, flat_s, -1.0)  # scores are >= 0: padding ranks last
+        n_real = int(flat_r.sum())
+    capacity = math.ceil(factor * n_real / num_experts)
     by_score = torch.argsort(flat_s, descending=True, stable=True)
     order = by_score[torch.argsort(flat_e[by_score], stable=True)]  # expert, then score desc
     counts = torch.bincount(flat_e, minlength=num_experts)
@@ -85,6 +99,8 @@ def _within_capacity(
     rank_in_expert = torch.arange(flat_e.numel(), device=flat_e.device) - starts[flat_e[order]]
     keep = torch.empty_like(flat_e, dtype=torch.bool)
     keep[order] = rank_in_expert < capacity
+    if real is not None:
+        keep &= flat_r
     return keep.view_as(experts)
 
 
