@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from dockyard.jax.models.config import ModelConfig
-from dockyard.jax.models.layers import Linear
+from dockyard.jax.models.layers import Linear, RMSNorm
 
 
 def l2norm(x: jax.Array, eps: float = 1e-6) -> jax.Array:
@@ -176,20 +176,14 @@ class Conv1d(nnx.Module):
         self.weight = nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (dim, 1, kernel)))
 
 
-class GatedRMSNorm(nnx.Module):
+class GatedRMSNorm(RMSNorm):
     """``w ⊙ norm(x) · silu(z)`` (norm in float32, the gate in float32: ``Qwen3NextRMSNormGated``)."""
 
     def __init__(self, dim: int, eps: float):
-        self.scale = nnx.Param(jnp.ones((dim,), jnp.float32))
-        self.eps = eps
+        super().__init__(dim, eps)
 
-    def __call__(self, x: jax.Array, z: jax.Array) -> jax.Array:
-        x32 = x.astype(jnp.float32)
-        var = jnp.mean(x32 * x32, axis=-1, keepdims=True)
-        normed = self.scale[...].astype(x.dtype) * (x32 * jax.lax.rsqrt(var + self.eps)).astype(
-            x.dtype
-        )
-        return (normed * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
+    def __call__(self, x: jax.Array, z: jax.Array) -> jax.Array:  # type: ignore[override]
+        return (super().__call__(x) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
 
 
 class GatedDeltaNet(nnx.Module):
