@@ -42,12 +42,12 @@ def served_fp8(tmp_path_factory, device):
 
     from dockyard.serve.engines.vllm_engine import VLLMEngine
     from dockyard.serve.testing import tiny_model_dir
-    from dockyard.torch.fp8 import save_fp8_checkpoint
+    from dockyard.train.runtime.fp8 import fp8_start_folder
 
     root = tmp_path_factory.mktemp("fp8")
     folder = tiny_model_dir(root / "v0", hidden_size=256, num_heads=4, num_kv_heads=2,
                             intermediate_size=640)  # fmt: skip
-    fp8_folder = save_fp8_checkpoint(folder, root / "v0-fp8")
+    fp8_folder = fp8_start_folder(str(folder))  # what an engine host starts on
     torch.cuda.empty_cache()
     loop = asyncio.new_event_loop()
     engine = VLLMEngine(str(fp8_folder), dtype="bfloat16", max_model_len=512,
@@ -90,3 +90,30 @@ def test_an_fp8_push_switches_the_policy(served_fp8, tmp_path, gpu_report) -> No
                               "push_bytes": sum(a.nbytes for a in push.values())})  # fmt: skip
     assert new < FP8_LOGPROB_TOL
     assert old > 2 * new
+
+
+def test_a_trained_workers_push_through_the_runs_fp8_path(served_fp8, tmp_path, gpu_report):
+    """What a run with ``policy.generation.vllm_cfg.precision: fp8`` does at every step, minus
+    Ray: a torch worker (CUDA, bf16) trains one step, its export goes through the runtime's
+    ``fp8_buckets`` and the shm transport into the engine started on the runtime's FP8 folder;
+    the engine's samples are scored against the worker's new weights (the mismatch FP8 adds)."""
+    from dockyard.core.rl import PolicyLoss
+    from dockyard.serve.testing import shm_push
+    from dockyard.torch.testing import random_batch
+    from dockyard.torch.worker import TorchPolicyWorker
+    from dockyard.train.runtime.fp8 import fp8_buckets
+
+    loop, engine, folder = served_fp8
+    worker = TorchPolicyWorker({"model_name": str(folder), "precision": "bfloat16",
+                                "reference_policy": False, "optimizer": {"lr": 1e-3}})  # fmt: skip
+    worker.train_step(random_batch(8, 32, vocab_size=256, seed=2), PolicyLoss())
+    trained = worker.export_hf(str(tmp_path / "trained"))
+    buckets = list(fp8_buckets(worker.export_weights(1 << 26)))
+    with shm_push(str(tmp_path / "run.sock"), buckets, 2) as rx:
+        loop.run_until_complete(asyncio.wait_for(engine.update_weights(rx, 2), 300))
+    results = bf16.generate_all(loop, engine, seed=7)
+    assert all(np.all(r.policy_versions == 2) for _, r in results)
+    worst = bf16.worst_mismatch(results, trained)
+    gpu_report("fp8_run_path", {"max_abs_dlogp_vs_trained": worst,
+                                "push_bytes": sum(a.nbytes for b in buckets for a in b.values())})  # fmt: skip
+    assert worst < FP8_LOGPROB_TOL

@@ -15,7 +15,7 @@ itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,6 +46,11 @@ class EngineConfig(BaseModel):
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="the backend class's other keyword arguments"
+    )
+    weight_format: Literal["auto", "fp8"] = Field(
+        default="auto",
+        description="policy.generation.vllm_cfg.precision: fp8 = the engines start on a "
+        "block-FP8 copy of ``model`` and every push is block FP8 (the runtime does both)",
     )
 
     @classmethod
@@ -109,6 +114,7 @@ class EngineConfig(BaseModel):
             num_engines=replicas,
             gpus=float(tp) if gpus_per_node else 0.0,
             options=options,
+            weight_format=v.precision if g.backend == "vllm" else "auto",
         )
 
     def engine_kwargs(self) -> dict[str, Any]:

@@ -89,6 +89,11 @@ _SERVE = "dockyard-serve"
 EXTRAS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "torch": ("the torch trainer", ("dockyard.torch",), 'pip install "dockyard-train[torch]"'),
     "jax": ("the JAX trainer", ("dockyard.jax",), 'pip install "dockyard-train[jax]"'),
+    "fp8": (
+        "the FP8 rollout quantiser",
+        ("dockyard.torch",),
+        'pip install "dockyard-train[torch]"',
+    ),
     "vllm": (
         "the vLLM engine",
         ("vllm",),
@@ -440,6 +445,8 @@ def required_extras(cfg: MasterConfig) -> list[tuple[str, str]]:
         need.append((flag, trainer))
     if cfg.data_plane.weight_transport.type == "collective":
         need.append(("data_plane.weight_transport.type", "collective"))
+    if p.generation.vllm_cfg.precision == "fp8" and trainer != "torch":  # the FP8 quantiser
+        need.append(("policy.generation.vllm_cfg.precision", "fp8"))
     if lg.tensorboard_enabled:
         need.append(("logger.tensorboard_enabled", "tensorboard"))
     if lg.wandb_enabled:

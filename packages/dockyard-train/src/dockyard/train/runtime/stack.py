@@ -240,7 +240,7 @@ class Stack:
             EngineHost,
             lambda i: (
                 (ENGINE_FACTORY, engines.engine_kwargs()),
-                {"cpus": bound, "threads": threads},
+                {"cpus": bound, "threads": threads, "weight_format": engines.weight_format},
             ),
             max_concurrency=1000,
         )
@@ -281,7 +281,9 @@ class Stack:
                 with contextlib.suppress(Exception):  # (its error, so that Ray does not log it)
                     self.ray.get(recv, timeout=5)
                 continue
-            sent = [a.send_weights.remote(kind, tx, version, bucket) for a in self.trainer.actors]
+            fmt = self.cfg.engines.weight_format
+            sent = [a.send_weights.remote(kind, tx, version, bucket, fmt)
+                    for a in self.trainer.actors]  # fmt: skip
             try:  # whichever side fails first is reported at once, not at the other's timeout
                 answers = gather_ranks(sent, also=recv)
             except TrainerLost as e:
