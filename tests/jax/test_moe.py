@@ -26,6 +26,7 @@ from dockyard.jax.models import abstract_model, apply, load_hf_model
 from dockyard.jax.models.moe import (
     RouterOptions,
     bias_update,
+    check_expert_parallel,
     experts_dense,
     experts_grouped,
     experts_ragged,
@@ -131,6 +132,19 @@ def test_capacity_equals_the_torch_workers() -> None:
         assert np.array_equal(np.asarray(mine.keep), theirs.keep.numpy())
         assert (~theirs.keep.numpy()[real]).sum() > 0 or f > 1  # the capacity binds
         np.testing.assert_allclose(np.asarray(mine.gates), theirs.gates.numpy(), atol=1e-6)
+
+
+def test_expert_parallel_layouts_it_cannot_run_are_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match="set expert_parallel_size to 1 or 2"):
+        check_expert_parallel(8, 4, {"fsdp": 2, "tensor": 1})
+    with pytest.raises(ValueError, match=r"with tensor_parallel_size 1 \(here 2\)"):
+        check_expert_parallel(8, 2, {"fsdp": 2, "tensor": 2})
+    with pytest.raises(ValueError, match="does not divide the model's 6 experts"):
+        check_expert_parallel(6, 4, {"fsdp": 4, "tensor": 1})
+    check_expert_parallel(8, 4, {"fsdp": 4, "tensor": 1})
+    dense = testing.build_tiny_model(tmp_path / "dense", family="qwen2")
+    with pytest.raises(ValueError, match="a dense model"):
+        JaxPolicyWorker({"model_name": str(dense), "moe": {"expert_parallel_size": 2}})
 
 
 def test_bias_steers_the_choice_not_the_gates() -> None:

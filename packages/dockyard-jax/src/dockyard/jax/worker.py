@@ -134,9 +134,12 @@ class JaxPolicyWorker(PolicyWorker):
         self.router: RouterOptions | None = None
         self.router_bias: jax.Array | None = None
         self.ref_router_bias: jax.Array | None = None
-        if not n:
-            return
         ep = moe.expert_parallel_size
+        if not n:
+            if ep > 1:
+                raise ValueError(f"moe.expert_parallel_size={ep}: {self.cfg.model_name} has no "
+                                 "experts (a dense model); set it to 1")  # fmt: skip
+            return
         check_expert_parallel(self.model_cfg.num_experts, ep, dict(self.mesh.shape))
         self.router = RouterOptions(
             capacity_factor=moe.expert_capacity_factor,
