@@ -47,6 +47,7 @@ def _stack(host: str, engines: list[_Engine]) -> tuple[Stack, _Method]:
     dp = {"weight_transport": {"type": "http", "host": host, "port": 7000}}
     cfg = config_from_dict({"policy": {"model_name": "/m"}, "data_plane": dp})
     s = Stack.__new__(Stack)  # no Ray: only what push_weights uses
+    s.cfg = SimpleNamespace(engines=SimpleNamespace(weight_format="auto"))  # type: ignore[assignment]
     s.ray = SimpleNamespace(get=lambda ref: ref, exceptions=SimpleNamespace(RayActorError=OSError))
     s.weight_sync = WeightSync(
         cfg.data_plane.weight_transport,
@@ -67,7 +68,8 @@ def _no_ray_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _urls(send: _Method) -> list[str]:
-    return [tx["url"] for _, tx, _, _ in send.calls]
+    assert all(fmt == "auto" for *_, fmt in send.calls)  # the push's format reaches each rank
+    return [tx["url"] for _, tx, *_ in send.calls]
 
 
 def test_a_wildcard_host_is_reached_at_each_engines_node_ip() -> None:
