@@ -143,7 +143,7 @@ def test_grammar_masks_travel_from_trajectories_into_the_batch_and_its_slices(tr
     rows (offset), padding and unconstrained trajectories at -1; the GRPO driver's row slices
     keep them aligned."""
     from dockyard.core.experience import AllowedTokens
-    from dockyard.train.algorithms.grpo import _row_slices
+    from dockyard.train.batching import row_slices
 
     def sets(words: list[int], n_prompt: int) -> AllowedTokens:
         part = AllowedTokens.from_bitmasks(np.array([[w] for w in words], np.int32))
@@ -161,7 +161,7 @@ def test_grammar_masks_travel_from_trajectories_into_the_batch_and_its_slices(tr
     words = b.allowed.table[b.allowed.rows[:2, 3:], 0]
     assert words[0, :2].tolist() == [0b10, 0b100]
     assert words[1].tolist() == [0b1, 0b1, 0b110, 0b1000]
-    first, second = _row_slices(b, 2)
+    first, second = row_slices(b, 2)
     assert first.allowed is not None
     assert second.allowed is not None
     np.testing.assert_array_equal(

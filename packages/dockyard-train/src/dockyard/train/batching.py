@@ -14,6 +14,7 @@ keeps only groups whose valid rewards differ and draws more until it has P of th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,3 +185,20 @@ def trainer_view(batch: Batch) -> Batch:
         ref_logprobs=batch.ref_logprobs,
         allowed=batch.allowed,
     )
+
+
+def row_slices(batch: Batch, n: int) -> list[Batch]:
+    """``batch`` cut into ``n`` consecutive slices of rows (equal when ``n`` divides it)."""
+
+    def part(rows: np.ndarray) -> Batch:
+        arrays = {
+            f.name: None if (a := getattr(batch, f.name)) is None else a[rows]
+            for f in dataclasses.fields(batch)
+            if f.name not in ("extras", "allowed")
+        }
+        allowed = None if batch.allowed is None else batch.allowed.take(rows)
+        return dataclasses.replace(
+            batch, **arrays, extras={k: v[rows] for k, v in batch.extras.items()}, allowed=allowed
+        )
+
+    return [part(rows) for rows in np.array_split(np.arange(len(batch.input_ids)), n)]

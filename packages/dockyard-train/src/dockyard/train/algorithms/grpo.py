@@ -15,11 +15,12 @@ engines' logprobs comes from the loss's metrics. The asynchrony's off-policy gap
 
     for step in range(start, max_num_steps):
         heal()                                             # replace dead engines, sandboxes
-        groups  = buffer.wait_sample(P, step)              # P complete groups, age ≤ A
+        buffer.draw(P, step)                               # P complete groups, age ≤ A
                   (+ dynamic sampling: drop all-equal groups, draw more)
-        batch   = build_batch(groups)                      # shaping, masks, advantages
-        batch.ref_logprobs = trainer.get_reference_logprobs(batch)  # only if β > 0
-        metrics = trainer.train_step(batch, loss_fn)       # version step -> step + 1 (one
+        batch   = buffer.build(P, step)                    # shaping, masks, advantages: a ref
+        trainer.hold(batch)                                # every rank resolves it
+        trainer.fill_logprobs("ref")                       # only if β > 0
+        metrics = trainer.train_held(loss_fn)              # version step -> step + 1 (one
                                                            #   per train_global_batch_size)
         collector.order(P, min_version=step + 1)           # work for step t = step + 1 + A
         checkpoint(step + 1)                               # every save_period steps
@@ -28,6 +29,11 @@ engines' logprobs comes from the loss's metrics. The asynchrony's off-policy gap
         log(step + 1, metrics)                             # (+ validation every val_period
                                                            #    steps, after the last: val_at_end)
     a trainer rank lost on the way: restart every rank, rewind (start = the restore point), again
+
+The trajectories never pass through the driver (:mod:`dockyard.train.runtime.dataplane`): the
+buffer builds the batch and puts it in Ray's object store, the ranks resolve its reference, the
+rollout log's writer actor gets the groups' reference; the driver handles references and a
+summary of a few numbers.
 
 Faults (helpers in :mod:`dockyard.train.recovery`): every step the driver replaces engines
 found dead — reported by the collector, or found by the weight push, which skips a dead engine
@@ -44,7 +50,7 @@ then the run stops with the rank's error).
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -70,19 +76,12 @@ from dockyard.train.algorithms.configs import (
 from dockyard.train.algorithms.distillation import distill_problems
 from dockyard.train.algorithms.drivers import loss_driver, loss_problems
 from dockyard.train.algorithms.validation import pass_rate, pass_rate_ref, validate_distillation
-from dockyard.train.batching import (
-    build_batch,
-    informative_groups,
-    trainer_view,
-)
 from dockyard.train.data import read_jsonl
 from dockyard.train.environments import load_dataset
 from dockyard.train.export import export_hf, write_folder
 from dockyard.train.logging import MetricsLogger, plot_rewards, process_age_s, startup_line
 from dockyard.train.metrics import (
-    infra_report,
     mismatch_metrics,
-    rollout_metrics,
     train_metrics,
 )
 from dockyard.train.recovery import (
@@ -94,8 +93,8 @@ from dockyard.train.recovery import (
     restore_run,
     save_run,
 )
-from dockyard.train.rollouts import RolloutLog
 from dockyard.train.runtime.collector_config import CollectorConfig
+from dockyard.train.runtime.dataplane import RolloutWriter
 from dockyard.train.runtime.stack import Stack
 from dockyard.train.runtime.trainer import TrainerLost
 
@@ -203,28 +202,32 @@ def _step(
     timer, trainer = _Timer(), stack.trainer  # a TrainerClient: every call reaches every rank
     heal(stack, run.collector, step)
 
-    # 1. P complete groups no older than the bound (dynamic sampling draws more)
+    # 1. P complete groups no older than the bound, staged in the buffer (dynamic sampling
+    #    draws more)
     with timer("wait_generation"):
-        groups, drawn = _sample(stack, run.collector, cfg, step, P, A)
+        drawn = _sample(stack, run.collector, cfg, step, P, A)
 
-    # 2. the batch (+ reference logprobs if β > 0). π_prev is the policy being trained: with
-    #    one optimizer step per batch the loss takes stop_grad(log π) from the step's own
-    #    forward; a pass only for several
-    batch = build_batch(groups, opts)
-    n_opt = max(1, len(batch.input_ids) // cfg.policy.train_global_batch_size)
-    _logprob_passes(trainer, batch, n_opt, need_ref, timer)
+    # 2. the batch, built by the buffer and held by every rank from its ObjectRef (the data
+    #    plane, runtime/dataplane.py: the driver holds references and a summary), + reference
+    #    logprobs if β > 0. π_prev is the policy being trained: with one optimizer step per
+    #    batch the loss takes stop_grad(log π) from the step's own forward; a pass only for
+    #    several
+    refs, built = ray.get(stack.buffer.build.remote(P, step, A, opts, run.rollouts is not None))
+    trainer.hold(refs[0])
+    n_opt = max(1, built["rows"] // cfg.policy.train_global_batch_size)
+    _logprob_passes(trainer, n_opt, need_ref, timer)
 
     with timer("rollout_log"):  # logger.rollouts.trainer_logprobs, .entropy
-        run.rollout_logprobs(batch)
+        run.rollout_values()
 
     # 3. the optimizer step(s), one per train_global_batch_size: version step -> step + 1
     with timer("train"):
-        tm = _train(trainer, batch, loss_fn, n_opt)
+        tm = trainer.train_held(loss_fn, n_opt)
 
     # 4. order the work for step + 1 + A, then checkpoint (before the weights move)
     run.settle_start_validation()
     ray.get(run.collector.order.remote(P, step + 1))  # there: version ≥ step + 1
-    metrics = _step_metrics(groups, batch, tm, drawn, step, A)
+    metrics = _step_metrics(built["metrics"], tm, drawn, step)
     if run.checkpoint_due(step + 1):
         with timer("checkpoint"):
             run.checkpoint(step + 1, metrics)
@@ -235,7 +238,7 @@ def _step(
         ray.get(run.collector.set_version.remote(step + 1))
 
     # 6. log (+ validation: every grpo.val_period steps, after the last)
-    run.log(step + 1, metrics, batch, groups, timer)
+    run.log(step + 1, metrics, built, refs, timer)
 
 
 @dataclass(frozen=True)
@@ -276,16 +279,17 @@ LOOP_LOSSES: dict[str, LoopLoss] = {
 (:mod:`.drivers`)."""
 
 
-def _logprob_passes(trainer: Any, batch: Any, n_opt: int, need_ref: bool, timer: _Timer) -> None:
-    """π_prev's logprobs when the batch takes several optimizer steps (with one, the loss takes
-    stop_grad(log π) from the step's own forward), and π_ref's when the KL term needs them."""
+def _logprob_passes(trainer: Any, n_opt: int, need_ref: bool, timer: _Timer) -> None:
+    """π_prev's logprobs of the held batch when it takes several optimizer steps (with one, the
+    loss takes stop_grad(log π) from the step's own forward), and π_ref's when the KL term
+    needs them; the ranks keep them in the batch they hold."""
     if n_opt <= 1 and not need_ref:
         return
     with timer("logprobs"):
         if n_opt > 1:
-            batch.prev_logprobs = trainer.get_logprobs(trainer_view(batch))
+            trainer.fill_logprobs("prev")
         if need_ref:
-            batch.ref_logprobs = trainer.get_reference_logprobs(trainer_view(batch))
+            trainer.fill_logprobs("ref")
 
 
 def _loss_for(cfg: MasterConfig) -> tuple[Any, LoopLoss]:
@@ -345,9 +349,10 @@ class _Run:
     loss_fn: Any = None  # the loss, for a validation of its own (LoopLoss.validate)
     loss_validation: Callable[..., dict[str, float]] | None = None
     val: dict[int, dict[str, float]] = field(default_factory=dict)  # step -> val/* metrics
-    rollouts: Any = None  # the RolloutLog (logger.rollouts), else None
-    _trainer_lp: Any = None  # this step's trainer logprobs for the rollout log
-    _entropy: Any = None  # and its token entropies
+    rollouts: Any = None  # the RolloutWriter actor (logger.rollouts), else None
+    _values: Any = None  # this step's trainer values for the rollout log (rank 0's ObjectRef)
+    _entropy_mean: float | None = None  # their entropy's mean over the loss tokens
+    _written: Any = None  # the last step's write (waited for at the next one, and at the end)
     startup: dict[str, float] = field(default_factory=dict)  # `startup/*`: the first step's
     _val_at_start: tuple[float, Any] | None = None  # (its start, its ObjectRef) until settled
 
@@ -393,7 +398,7 @@ class _Run:
         logger = MetricsLogger(cfg.logger, g.max_num_steps, start, config, progress)
         run = cls(cfg, stack, tasks, val_tasks, collector, restore, start, history, logger, None)
         run.startup = startup
-        run.rollouts = RolloutLog.open(
+        run.rollouts = RolloutWriter.start(
             cfg.logger.rollouts,
             cfg.logger.log_dir,
             tokenizer=cfg.policy.tokenizer.name or cfg.policy.model_name,
@@ -409,18 +414,19 @@ class _Run:
             run._val_at_start = (time.perf_counter(), pass_rate_ref(collector, val_tasks, cfg))
         return run
 
-    def rollout_logprobs(self, batch: Any) -> None:
-        """The trainer's logprobs of ``batch`` for the rollout log, where it asks for them
-        (``logger.rollouts.trainer_logprobs``): π_prev's, when the step computed them, else one
-        logprob pass of the weights about to be trained; and their token entropies where it
-        asks for them (``logger.rollouts.entropy``: one forward)."""
-        self._trainer_lp, self._entropy = batch.prev_logprobs, None
+    def rollout_values(self) -> None:
+        """The trainer's logprobs of the held batch for the rollout log, where it asks for
+        them (``logger.rollouts.trainer_logprobs``): π_prev's, when the step computed them, else
+        one logprob pass of the weights about to be trained; and their token entropies where it
+        asks for them (``logger.rollouts.entropy``: one forward). Kept on rank 0: the driver
+        gets their reference and the entropy's mean."""
+        self._values, self._entropy_mean = None, None
         if self.rollouts is None:
             return
-        if self.rollouts.trainer_logprobs and self._trainer_lp is None:
-            self._trainer_lp = self.stack.trainer.get_logprobs(trainer_view(batch))
-        if self.rollouts.entropy:
-            self._entropy = self.stack.trainer.get_token_entropy(trainer_view(batch))
+        asked = self.cfg.logger.rollouts
+        self._values, self._entropy_mean = self.stack.trainer.rollout_values(
+            asked.trainer_logprobs, asked.entropy
+        )
 
     def settle_start_validation(self) -> None:
         """Wait for the validation before training (``grpo.val_at_start``), which ran beside
@@ -476,18 +482,25 @@ class _Run:
         )
 
     def log(
-        self, step: int, metrics: dict[str, float], batch: Any, groups: list[Any], timer: _Timer
+        self,
+        step: int,
+        metrics: dict[str, float],
+        built: dict[str, Any],
+        refs: list[Any],
+        timer: _Timer,
     ) -> None:
         """Complete step ``step``'s ``metrics`` — the collector's report, throughput per second
         of wall time, the buffer, validation (:meth:`validation_due`; after the last step with
         the collector stopped), the phases' times — keep them in the history and log them, with
-        a line on samples masked as ``infra_error``."""
+        a line on samples masked as ``infra_error``; the step's trajectories to the rollout log
+        (``built``, ``refs``: the buffer's summary of the batch, and the batch's and the
+        groups' references, :meth:`.StepBuffer.build`)."""
 
         rep: dict[str, float] = ray.get(self.collector.report.remote())
         metrics.update(rep)
         gen_s, train_s = rep.get("collector/gen_wall_s", 0.0), timer.t.get("time/train_s", 0.0)
         metrics["tokens_per_s/gen"] = rep.get("collector/gen_tokens", 0.0) / gen_s if gen_s else 0.0
-        trained = float(np.asarray(batch.attention_mask).sum())
+        trained = float(built["tokens"])
         metrics["tokens_per_s/train"] = trained / train_s if train_s else 0.0
         metrics["buffer/evicted_stale"] = float(_buffer_stats(self.stack).get("evicted_stale", 0))
         if self.validation_due(step):
@@ -496,13 +509,14 @@ class _Run:
                     ray.get(self.collector.stop.remote())
                 self.val[step] = self.validate()
                 metrics.update(self.val[step])
-        if self._entropy is not None:  # the policy's mean entropy over its own tokens
-            mask = np.asarray(batch.loss_mask, dtype=bool)
-            metrics["policy/entropy"] = float(self._entropy[mask].mean()) if mask.any() else 0.0
+        if self._entropy_mean is not None:  # the policy's mean entropy over its own tokens
+            metrics["policy/entropy"] = self._entropy_mean
         if self.rollouts is not None:  # the trajectories it trained on, as Parquet
-            with timer("rollout_log"):
-                self.rollouts.write_step(
-                    step, groups, batch.advantages, self._trainer_lp, self._entropy
+            with timer("rollout_log"):  # the writer works beside the next step
+                self.flush_rollouts()
+                batch_ref, groups_ref = refs
+                self._written = self.rollouts.write_step.remote(
+                    step, groups_ref, batch_ref, self._values
                 )
         metrics.update(timer.metrics())
         metrics["trainer/restarts"] = float(self.restarts)
@@ -517,7 +531,7 @@ class _Run:
             self.logger.write(startup_line(self.startup, metrics["time/since_process_start_s"]))
             self.startup = {}
         self.history.append(metrics)
-        if (masked := infra_report(groups, step)) is not None:
+        if (masked := built["masked"]) is not None:
             self.logger.write(masked)
         self.logger.log(step, metrics)
 
@@ -551,7 +565,8 @@ class _Run:
                 continue
             self.logger.rewind(start)
             if self.rollouts is not None:
-                self.rollouts.rewind(start)
+                self.flush_rollouts()
+                ray.get(self.rollouts.rewind.remote(start))
             return start
 
     def final_validation(self) -> float | None:
@@ -572,8 +587,16 @@ class _Run:
         ray.get(self.collector.stop.remote())  # nothing more to generate
         return val_end
 
+    def flush_rollouts(self) -> None:
+        """Wait for the rollout log's last write (its error raised here)."""
+        if self._written is not None:
+            written, self._written = self._written, None
+            ray.get(written)
+
     def finish(self, val_end: float | None) -> GRPOResult:
-        """The Hugging Face export (``checkpointing.export_hf``) and the reward curve."""
+        """The Hugging Face export (``checkpointing.export_hf``) and the reward curve (the
+        rollout log's last write waited for)."""
+        self.flush_rollouts()
         cfg = self.cfg
         steps = cfg.grpo.max_num_steps
         if cfg.checkpointing.export_hf:
@@ -607,6 +630,9 @@ class _Run:
     def close(self) -> None:
 
         self.logger.close()
+        if self.rollouts is not None:
+            with contextlib.suppress(Exception):  # Ray may be down (the run's own error)
+                ray.kill(self.rollouts)
         try:
             ray.get(self.collector.stop.remote(), timeout=30)
             ray.kill(self.collector)
@@ -614,90 +640,60 @@ class _Run:
             pass
 
 
-def _sample(
-    stack: Any, collector: Any, cfg: MasterConfig, step: int, P: int, A: int
-) -> tuple[list[Any], int]:
-    """``P`` groups for ``step``; with dynamic sampling only informative ones (draws more: for
-    step − A, the bound ``A``)."""
+def _sample(stack: Any, collector: Any, cfg: MasterConfig, step: int, P: int, A: int) -> int:
+    """Stage ``P`` groups for ``step`` in the buffer (:meth:`.StepBuffer.draw`); with dynamic
+    sampling only informative ones (draws more: for step − A, the bound ``A``). Returns the
+    groups drawn."""
 
     g = cfg.grpo
-    kept: list[Any] = []
-    drawn = 0
-    need = P
-    for _ in range(g.dynamic_sampling_max_gen_batches if g.use_dynamic_sampling else 1):
-        groups = None
-        while groups is None:
-            groups = ray.get(stack.buffer.wait_sample.remote(need, step, 10.0))
-            if groups is None:
-                heal(stack, collector, step)
-                if (why := ray.get(collector.failure.remote())) is not None:
-                    raise RuntimeError(f"generation failed at step {step}: {why}")
-                if ray.get(collector.report_exhausted.remote()):
-                    skipped = ray.get(collector.skipped_long_prompts.remote())
-                    raise RuntimeError(
-                        f"the training data ran out at step {step}: raise grpo.max_num_epochs "
-                        "or lower grpo.max_num_steps"
-                        + (
-                            f" ({skipped} prompts were skipped as longer than the engine's "
-                            "context: raise policy.max_total_sequence_length and "
-                            "policy.generation.vllm_cfg.max_model_len)"
-                            if skipped
-                            else ""
-                        )
-                    )
-        drawn += len(groups)
-        if not g.use_dynamic_sampling:
-            return groups, drawn
-        keep = informative_groups(groups)
-        kept += [gr for gr, k in zip(groups, keep, strict=True) if k]
-        if len(kept) >= P:
-            return kept[:P], drawn
-        need = P - len(kept)
+    dynamic = g.use_dynamic_sampling
+    drawn, staged, need, fresh = 0, 0, P, True
+    for _ in range(g.dynamic_sampling_max_gen_batches if dynamic else 1):
+        got = None
+        while got is None:
+            got = ray.get(stack.buffer.draw.remote(need, step, 10.0, dynamic, fresh))
+            if got is None:
+                _wait_problem(stack, collector, step)
+        fresh = False
+        drawn += got[0]
+        staged = got[1]
+        if staged >= P:
+            return drawn
+        need = P - staged
         ray.get(collector.order.remote(need, step - A))
     raise RuntimeError(
-        f"dynamic sampling found only {len(kept)} of {P} informative groups in "
+        f"dynamic sampling found only {staged} of {P} informative groups in "
         f"{g.dynamic_sampling_max_gen_batches} draws at step {step}: raise "
         "grpo.dynamic_sampling_max_gen_batches or make the task less easy/hard"
     )
 
 
-def _train(trainer: Any, batch: Any, loss_fn: Any, n_opt: int) -> dict[str, float]:
-    """``n_opt`` optimizer steps, one per consecutive slice of ``policy.train_global_batch_size``
-    sequences (whole groups: the batch holds them in order); their metrics averaged."""
-    view = trainer_view(batch)
-    if n_opt <= 1:
-        return dict(trainer.train_step(view, loss_fn))
-    steps = [trainer.train_step(part, loss_fn) for part in _row_slices(view, n_opt)]
-    keys = {k for m in steps for k, v in m.items() if isinstance(v, int | float | np.number)}
-    out = {k: float(np.mean([m[k] for m in steps if k in m])) for k in keys}
-    out["optimizer_steps"] = float(n_opt)
-    return out
-
-
-def _row_slices(batch: Any, n: int) -> list[Any]:
-    """``batch`` cut into ``n`` consecutive slices of rows (equal when ``n`` divides it)."""
-
-    def part(rows: np.ndarray) -> Any:
-        arrays = {
-            f.name: None if (a := getattr(batch, f.name)) is None else a[rows]
-            for f in dataclasses.fields(batch)
-            if f.name not in ("extras", "allowed")
-        }
-        allowed = None if batch.allowed is None else batch.allowed.take(rows)
-        return dataclasses.replace(
-            batch, **arrays, extras={k: v[rows] for k, v in batch.extras.items()}, allowed=allowed
+def _wait_problem(stack: Any, collector: Any, step: int) -> None:
+    """While the buffer waits for a step's groups: heal the fleets; raise if generation failed
+    or the data ran out."""
+    heal(stack, collector, step)
+    if (why := ray.get(collector.failure.remote())) is not None:
+        raise RuntimeError(f"generation failed at step {step}: {why}")
+    if ray.get(collector.report_exhausted.remote()):
+        skipped = ray.get(collector.skipped_long_prompts.remote())
+        raise RuntimeError(
+            f"the training data ran out at step {step}: raise grpo.max_num_epochs "
+            "or lower grpo.max_num_steps"
+            + (
+                f" ({skipped} prompts were skipped as longer than the engine's "
+                "context: raise policy.max_total_sequence_length and "
+                "policy.generation.vllm_cfg.max_model_len)"
+                if skipped
+                else ""
+            )
         )
 
-    return [part(rows) for rows in np.array_split(np.arange(len(batch.input_ids)), n)]
 
-
-def _step_metrics(
-    groups: list[Any], batch: Any, tm: Any, drawn: int, step: int, max_age: int
-) -> dict[str, float]:
-    """What ``step`` trained: its rollouts, the gen-vs-train logprob mismatch, the optimizer
-    step's metrics, the groups drawn, the version it produced."""
+def _step_metrics(rollouts: dict[str, float], tm: Any, drawn: int, step: int) -> dict[str, float]:
+    """What ``step`` trained: its rollouts (the buffer's ``rollout_metrics``), the gen-vs-train
+    logprob mismatch, the optimizer step's metrics, the groups drawn, the version it produced."""
     return {
-        **rollout_metrics(groups, step, max_age),
+        **rollouts,
         **mismatch_metrics(tm),
         **train_metrics(tm),
         "dynamic_sampling/groups_drawn": float(drawn),

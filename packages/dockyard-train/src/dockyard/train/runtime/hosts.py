@@ -1,5 +1,5 @@
 """Ray actor classes that host a backend object: a policy worker rank or a generation engine,
-and the replay buffer as an actor (:func:`remote_buffer`).
+(the replay buffer's actor is :mod:`.dataplane`'s).
 
 Backends are named by ``"module:attribute"`` and imported inside the actor process, so the
 driver never imports torch, JAX or vLLM. :class:`PolicyHost` adds what the loop needs around a
@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import ray
 
-from dockyard.train.runtime.cluster import require_ray
 from dockyard.train.runtime.fp8 import fp8_buckets, fp8_start_folder
 
 # This module loads no numpy at import (the imports marked ``lazy: numpy`` below): numpy's
@@ -85,6 +84,7 @@ class PolicyHost:
         self.worker: Any = None
         self._sender: Any = None
         self._sender_key: Any = None
+        self._held: Any = None  # the step's batch (hold)
         if not defer:
             self._make()
 
@@ -136,6 +136,69 @@ class PolicyHost:
 
     def step(self) -> int:
         return int(self.worker.step)
+
+    # a step's batch, held between the calls of one training step (:mod:`.dataplane`): the
+    # driver passes its ObjectRef, which Ray resolves in this process
+    def hold(self, batch: Batch) -> None:
+        """Keep ``batch`` for :meth:`fill_logprobs`, :meth:`rollout_values`, :meth:`train_held`."""
+        self._held = batch
+
+    def fill_logprobs(self, kind: str) -> None:
+        """Add π_prev's (``kind`` ``prev``: the current policy) or π_ref's (``ref``) logprobs
+        to the held batch."""
+        batch = self._held_batch()
+        if kind == "prev":
+            batch.prev_logprobs = self.worker.get_logprobs(batch)
+        elif kind == "ref":
+            batch.ref_logprobs = self.worker.get_reference_logprobs(batch)
+        else:
+            raise ValueError(f"fill_logprobs: kind {kind!r} is not 'prev' or 'ref'")
+
+    def rollout_values(
+        self, logprobs: bool, entropy: bool
+    ) -> tuple[dict[str, np.ndarray | None] | None, float | None]:
+        """The rollout log's trainer values of the held batch: ``trainer_logprobs`` ``[B, T]``
+        (π_prev's when filled, else one logprob pass where ``logprobs`` asks) and ``entropy``
+        ``[B, T]`` (one forward, where ``entropy`` asks); and the entropy's mean over the loss
+        tokens (the ``policy/entropy`` metric) or None. The arrays on rank 0 only (every rank
+        computes: the forward is collective)."""
+        # lazy: numpy (see the note at the imports)
+        import numpy as np
+
+        batch = self._held_batch()
+        lp = batch.prev_logprobs
+        if lp is None and logprobs:
+            lp = self.worker.get_logprobs(batch)
+        ent = self.worker.get_token_entropy(batch) if entropy else None
+        mean = None
+        if ent is not None:
+            mask = np.asarray(batch.loss_mask, dtype=bool)
+            mean = float(ent[mask].mean()) if mask.any() else 0.0
+        values = {"trainer_logprobs": lp, "entropy": ent} if self.rank == 0 else None
+        return values, mean
+
+    def train_held(self, loss_fn: LossFn, n_opt: int) -> TrainMetrics:
+        """``n_opt`` optimizer steps on the held batch, one per consecutive slice of its rows
+        (whole groups: the batch holds them in order), their metrics averaged (with
+        ``optimizer_steps``); the batch is let go."""
+        # lazy: numpy (see the note at the imports)
+        import numpy as np
+
+        from dockyard.train.batching import row_slices
+
+        batch, self._held = self._held_batch(), None
+        if n_opt <= 1:
+            return self.worker.train_step(batch, loss_fn)
+        steps = [self.worker.train_step(part, loss_fn) for part in row_slices(batch, n_opt)]
+        keys = {k for m in steps for k, v in m.items() if isinstance(v, int | float | np.number)}
+        out: dict[str, Any] = {k: float(np.mean([m[k] for m in steps if k in m])) for k in keys}
+        out["optimizer_steps"] = float(n_opt)
+        return out
+
+    def _held_batch(self) -> Batch:
+        if self._held is None:
+            raise RuntimeError("no batch is held: call hold(batch_ref) first")
+        return self._held
 
     def pid(self) -> int:
         return os.getpid()
@@ -463,22 +526,3 @@ def _set_threads(n: int, *, load_torch: bool = False, shared: bool | None = None
         with contextlib.suppress(RuntimeError):  # inter-op work already started
             torch.set_num_interop_threads(n)
     return n
-
-
-def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None = None) -> Any:
-    """Start an :class:`AsyncReplayBuffer` as a Ray actor .
-
-    Call ``ray.get(handle.wait_sample.remote(n, step, timeout_s))`` from the trainer and
-    ``handle.put.remote(group)`` from collectors. The actor is restarted by Ray if it dies;
-    its contents are then restored from the last checkpoint by the driver.
-    """
-    # lazy: numpy (see the note at the imports)
-    from dockyard.core.buffer import AsyncReplayBuffer
-    from dockyard.train.runtime.placement import on_driver_node
-
-    ray = require_ray()
-    opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_concurrency": 64}
-    opts["scheduling_strategy"] = on_driver_node()  # the run's state stays with the driver
-    if name is not None:
-        opts["name"] = name
-    return ray.remote(AsyncReplayBuffer).options(**opts).remote(max_age, capacity)

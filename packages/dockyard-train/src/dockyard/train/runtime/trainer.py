@@ -14,6 +14,8 @@ until their timeout), any other error is raised as soon as it is known.
 ``get_reference_logprobs``  the same under the frozen reference policy
 ``get_topk_logits(b, k)``   ``(values [B, T, k] float32, indices [B, T, k] int64)``
 ``train_step(batch, loss)`` one optimizer step; the step's metrics
+``hold(ref)``               the GRPO step's batch, held by every rank from an ObjectRef, then
+                            ``fill_logprobs``, ``rollout_values``, ``train_held`` on it
 ``loss_metrics(b, loss)``   the loss's metrics over ``batch``, no step (held-out)
 ``save_checkpoint(path)``   the trainer's own sharded checkpoint (``load_checkpoint`` reads it)
 ``export_hf(path)``         a Hugging Face folder of the current weights
@@ -147,6 +149,31 @@ class TrainerClient:
     def loss_metrics(self, batch: Batch, loss_fn: LossFn) -> TrainMetrics:
         """``loss_fn``'s metrics over ``batch`` without a step (a held-out evaluation)."""
         return _rank0([a.loss_metrics.remote(batch, loss_fn) for a in self.actors])
+
+    # ------------------------------------------------------- the held batch (the data plane)
+    def hold(self, batch: Any) -> None:
+        """Every rank takes ``batch`` — an ObjectRef (:mod:`.dataplane`): each rank resolves it
+        from the object store, the driver never holds the arrays — for the calls below."""
+        gather_ranks([a.hold.remote(batch) for a in self.actors])
+
+    def fill_logprobs(self, kind: str) -> None:
+        """Add π_prev's (``prev``) or π_ref's (``ref``) logprobs to the held batch."""
+        gather_ranks([a.fill_logprobs.remote(kind) for a in self.actors])
+
+    def rollout_values(self, logprobs: bool, entropy: bool) -> tuple[Any, float | None]:
+        """The rollout log's trainer values of the held batch, as rank 0's ObjectRef (the
+        driver passes it on unread; :meth:`PolicyHost.rollout_values`), and the entropy's mean
+        over the loss tokens (None unless ``entropy``)."""
+        pairs = [
+            a.rollout_values.options(num_returns=2).remote(logprobs, entropy) for a in self.actors
+        ]
+        means = gather_ranks([mean for _, mean in pairs])
+        return pairs[0][0], means[0]
+
+    def train_held(self, loss_fn: LossFn, n_opt: int) -> TrainMetrics:
+        """``n_opt`` optimizer steps on the held batch (one per consecutive slice of its rows),
+        their metrics averaged; the ranks let the batch go."""
+        return _rank0([a.train_held.remote(loss_fn, n_opt) for a in self.actors])
 
     def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
         """Model, optimizer, scheduler, RNG and step under ``path`` (every rank its shard)."""
