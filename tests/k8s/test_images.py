@@ -1,5 +1,5 @@
-"""The Containerfiles are not built here (no container builder in CI): these checks hold them to
-what the rendered manifests assume, so the two cannot drift apart silently."""
+"""These checks hold the Containerfiles to what the rendered manifests assume, so the two cannot
+drift apart silently (the sandbox image is also built and run: tests/k8s/test_image_build.py)."""
 
 from __future__ import annotations
 

@@ -57,9 +57,11 @@ class Isolation:
 
 
 UNSHARE_WARNING = (
-    "!!! ISOLATION FALLBACK: bubblewrap is not available; tasks run under util-linux `unshare` "
-    "(own pid/mount/ipc/uts/net namespaces, read-only toolchain, unprivileged uid, cgroups). "
-    "This path is less battle-tested than bubblewrap: install it (apt-get install -y bubblewrap)."
+    "!!! ISOLATION FALLBACK: bubblewrap cannot build a jail here ({why}); tasks run under "
+    "util-linux `unshare` (own pid/mount/ipc/uts/net namespaces, read-only toolchain, "
+    "unprivileged uid, cgroups). This path is less battle-tested than bubblewrap: install it "
+    "(apt-get install -y bubblewrap), or in a container let it mount /proc and set the hostname "
+    "(docs/deployment.md, Sandbox pod hardening)."
 )
 NONE_WARNING = (
     "!!! NO ISOLATION (--isolation none --i-understand-this-is-unsafe): tasks run on the host "
@@ -73,17 +75,32 @@ def _bwrap_binary() -> str:
 
 
 @functools.cache
-def bwrap_works() -> bool:
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot build the service's jails here, in its own words (None: it can).
+
+    The probe makes what every jail makes — pid, net, ipc and uts namespaces, the hostname, a
+    fresh ``/proc`` and ``/dev`` —: in a container whose ``/proc`` is masked, or whose seccomp
+    profile denies ``sethostname`` without a capability (podman's default), bwrap can create
+    namespaces and still fail every task."""
     exe = shutil.which(_bwrap_binary())
     if exe is None:
-        return False
-    args = [exe, "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
+        return f"{_bwrap_binary()} is not installed"
+    args = [exe, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--hostname", "sandbox", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+            "--", "/bin/true"]  # fmt: skip
     if os.geteuid() != 0:
         args.insert(1, "--unshare-user")
     try:
-        return subprocess.run(args, capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+        r = subprocess.run(args, capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{exe}: {e}"
+    if r.returncode == 0:
+        return None
+    return r.stderr.decode(errors="replace").strip()[:300] or f"{exe}: exit status {r.returncode}"
+
+
+def bwrap_works() -> bool:
+    return bwrap_problem() is None
 
 
 @functools.cache
@@ -118,11 +135,12 @@ def resolve(requested: str, i_understand_unsafe: bool = False) -> Isolation:
         return Isolation(Mode.bwrap)
     if mode == Mode.bwrap:
         raise IsolationError(
-            f"--isolation bwrap: bubblewrap ({_bwrap_binary()}) is missing or cannot create "
-            "namespaces here: apt-get install -y bubblewrap, or pass --isolation unshare"
+            f"--isolation bwrap: bubblewrap cannot build a jail here ({bwrap_problem()}): "
+            "apt-get install -y bubblewrap, let it mount /proc and set the hostname in a "
+            "container (docs/deployment.md), or pass --isolation unshare"
         )
     if unshare_works():
-        return Isolation(Mode.unshare, UNSHARE_WARNING)
+        return Isolation(Mode.unshare, UNSHARE_WARNING.format(why=bwrap_problem()))
     raise IsolationError(
         "no isolation backend works here: bubblewrap is missing (apt-get install -y bubblewrap) "
         "and util-linux `unshare` cannot create pid/mount/net namespaces (needs root or "
