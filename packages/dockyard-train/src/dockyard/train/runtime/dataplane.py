@@ -31,6 +31,7 @@ from dockyard.core.experience import Group
 from dockyard.train.batching import BatchOptions, build_batch, informative_groups, trainer_view
 from dockyard.train.metrics import infra_report, rollout_metrics
 from dockyard.train.runtime.cluster import require_ray
+from dockyard.train.runtime.placement import on_driver_node
 
 
 class StepBuffer(AsyncReplayBuffer):
@@ -98,8 +99,6 @@ def remote_buffer(max_age: int, capacity: int | None = None, *, name: str | None
     drivers ``wait_sample`` (the groups by value). The actor is restarted by Ray if it dies;
     its contents are then restored from the last checkpoint by the driver.
     """
-    from dockyard.train.runtime.placement import on_driver_node
-
     ray = require_ray()
     opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1, "max_concurrency": 64}
     opts["scheduling_strategy"] = on_driver_node()  # the run's state stays with the driver
@@ -115,6 +114,7 @@ class RolloutWriter:
     its writes and rewinds happen in the order sent."""
 
     def __init__(self, cfg: Any, log_dir: str, **kwargs: Any) -> None:
+        # lazy: pyarrow and tokenizers, which the buffer actor (this module) does not need
         from dockyard.train.rollouts import RolloutLog
 
         self.log = RolloutLog(cfg, log_dir, **kwargs)
@@ -139,8 +139,6 @@ class RolloutWriter:
         — is off)."""
         if not cfg.enabled:
             return None
-        from dockyard.train.runtime.placement import on_driver_node
-
         ray = require_ray()
         actor = ray.remote(cls).options(num_cpus=0, scheduling_strategy=on_driver_node())
         return actor.remote(cfg, log_dir, **kwargs)

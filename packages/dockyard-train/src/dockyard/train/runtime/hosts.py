@@ -184,6 +184,7 @@ class PolicyHost:
         # lazy: numpy (see the note at the imports)
         import numpy as np
 
+        # lazy: numpy (see the note at the imports)
         from dockyard.train.batching import row_slices
 
         batch, self._held = self._held_batch(), None
