@@ -250,6 +250,24 @@ def test_the_engine_context_fits_the_models_positions(tmp_path, tokenizer_dir) -
     )
 
 
+def test_a_vision_language_policy_needs_the_torch_trainer_and_vllm(tmp_path, tokenizer_dir):
+    vision = {"depth": 1, "embed_dim": 32, "num_heads": 1}
+    vlm = write_model(tmp_path / "vlm", tokenizer_dir, model_type="qwen2_vl", vision_config=vision)
+    assert "vision-language" not in problems_of(tmp_path, vlm)  # torch trainer, vLLM: fine
+    jax = problems_of(tmp_path, vlm, "policy.dtensor_cfg.enabled=false",
+                      "policy.jax_cfg.enabled=true")  # fmt: skip
+    assert (
+        f"policy.jax_cfg.enabled: {str(vlm)!r} is a vision-language model (qwen2_vl); the JAX "
+        "trainer has no vision tower: train it with the torch trainer "
+        "(policy.dtensor_cfg.enabled=true)"
+    ) in jax
+    hf = problems_of(tmp_path, vlm, "policy.generation.backend=transformers")
+    assert "only the vLLM engine takes image prompts: set policy.generation.backend=vllm" in hf
+    text = write_model(tmp_path / "text", tokenizer_dir)
+    assert "vision" not in problems_of(tmp_path, text, "policy.dtensor_cfg.enabled=false",
+                                       "policy.jax_cfg.enabled=true")  # fmt: skip
+
+
 def test_loading_with_transformers_finds_a_broken_tokenizer(tmp_path, model) -> None:
     pytest.importorskip("transformers")
     assert problems_of(tmp_path, model, load=True) == ""

@@ -374,3 +374,29 @@ def test_the_collector_actor_renders_and_filters_by_the_config(tmp_path: Path, c
     assert f"dropped {len(tasks) - len(kept)} of {len(tasks)} training tasks" in (
         capsys.readouterr().err
     )
+
+
+class ScreenEnv(TwoTurnEnv):
+    """Shows a screen before the first turn (a desktop environment's ``observe``)."""
+
+    async def observe(self, state: dict[str, Any]) -> StepResult:
+        screen = np.zeros((4, 4, 3), dtype=np.uint8)
+        return StepResult(observation="a screen", done=False, metadata={"images": [screen]})
+
+
+def test_a_screen_needs_a_chat_template_that_renders_images(base_tok: Any, chat_tok: Any) -> None:
+    plain = prompt_renderer(_cfg(chat_template="plain"), base_tok)
+    with pytest.raises(ValueError, match="chat_template: plain"):
+        asyncio.run(rollout_group(ScriptedEngine(base_tok), ScreenEnv(), plain, {"text": "x"},
+                                  "u", SamplingParams(n=1), max_turns=2))  # fmt: skip
+    r = prompt_renderer(_cfg(), chat_tok)
+    first = r.with_first_observation(MESSAGES, "a screen", images=1)
+    assert first[-1]["content"] == [
+        {"type": "text", "text": "What is 7 times 6"},
+        {"type": "image"},
+        {"type": "text", "text": "a screen"},
+    ]
+    assert r.observation_messages("next", None, images=2)[0]["content"][:2] == [
+        {"type": "image"},
+        {"type": "image"},
+    ]

@@ -94,6 +94,10 @@ class Trajectory:
         metadata: environment metadata (verdict, timings, ``tests_tampered``...).
         allowed: the grammar's allowed tokens per position (``rows [T]``) where decoding was
             constrained (tool calls under their schemas); None otherwise.
+        images: a vision-language model's images (``[H, W, 3] uint8``), one per image
+            placeholder run in ``token_ids``, in order (each turn keeps its screenshot); the
+            trainer computes their pixel values with the model's image processor, as the engine
+            did. Empty for text.
     """
 
     prompt_id: str
@@ -106,6 +110,7 @@ class Trajectory:
     infra_error: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
     allowed: AllowedTokens | None = None
+    images: list[np.ndarray] = field(default_factory=list)
 
     @property
     def reward(self) -> float:
@@ -157,6 +162,8 @@ class Batch:
         allowed: the grammar's allowed tokens (``rows [B, T]``) where generation was
             constrained: the trainer's logprobs are then taken over the allowed set, as the
             engine sampled. None: unconstrained.
+        images: each row's images (``[H, W, 3] uint8``, :attr:`Trajectory.images`); None for a
+            text batch.
     """
 
     input_ids: np.ndarray
@@ -168,6 +175,7 @@ class Batch:
     ref_logprobs: np.ndarray | None = None
     extras: dict[str, np.ndarray] = field(default_factory=dict)
     allowed: AllowedTokens | None = None
+    images: list[list[np.ndarray]] | None = None
 
     @property
     def shape(self) -> tuple[int, int]:

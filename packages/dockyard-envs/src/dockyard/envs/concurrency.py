@@ -57,6 +57,9 @@ class ConcurrencyLimited(Environment):
         async with self._sem():
             return await self.env.step(state, response)
 
+    async def observe(self, state: dict[str, Any]) -> StepResult | None:
+        return await self.env.observe(state)
+
     async def close(self, state: dict[str, Any]) -> None:
         await self.env.close(state)
 

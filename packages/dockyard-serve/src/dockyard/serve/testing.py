@@ -125,6 +125,115 @@ def tiny_model_dir(
     return folder
 
 
+VLM_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+    "{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def tiny_vlm_dir(
+    folder: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    vision_dim: int = 32,
+    vocab_size: int = 512,
+    max_pixels: int = 112 * 112,
+    seed: int = 0,
+) -> Path:
+    """Write a tiny random Qwen2-VL (a one-block vision tower of width ``vision_dim``, one
+    head of 32; a two-head text model) with its tokenizer, chat template and image processor
+    to ``folder``; returns the folder.
+
+    Images are resized to at most ``max_pixels`` (14-pixel patches merged 2 × 2: a 112 × 112
+    screenshot is 16 image tokens). The chat template renders ``{"type": "image"}`` content
+    as ``<|vision_start|><|image_pad|><|vision_end|>``; the engine expands the pad.
+    """
+    # lazy: torch is optional in dockyard-serve (the transformers extra)
+    import torch
+
+    # lazy: transformers is optional in dockyard-serve (the transformers extra)
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = _build_tokenizer(folder, vocab_size)
+    tok.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
+    tok.chat_template = VLM_CHAT_TEMPLATE
+    tok.save_pretrained(folder)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in [*VISION_TOKENS, "<|im_end|>", "<|endoftext|>"]}
+    eos, pad = ids["<|im_end|>"], ids["<|endoftext|>"]
+    head_dim = 32
+    text = {
+        "vocab_size": vocab_size,
+        "hidden_size": hidden_size,
+        "intermediate_size": 2 * hidden_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": hidden_size // head_dim,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        # M-RoPE: the head's 16 frequencies split over (time, height, width)
+        "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+        "tie_word_embeddings": False,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+        "bos_token_id": None,
+    }
+    vision = {
+        "depth": 1,
+        "embed_dim": vision_dim,
+        "hidden_size": hidden_size,
+        "num_heads": vision_dim // head_dim,
+        "mlp_ratio": 2,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "in_chans": 3,
+    }
+    config = Qwen2VLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        eos_token_id=eos,
+        pad_token_id=pad,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(config).to(torch.float32)
+    with torch.no_grad():  # far from uniform, as in tiny_model_dir
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(folder, safe_serialization=True)
+    processor = {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "patch_size": 14,
+        "merge_size": 2,
+        "temporal_patch_size": 2,
+        "min_pixels": 56 * 56,
+        "max_pixels": max_pixels,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "do_resize": True,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "do_convert_rgb": True,
+    }
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor, indent=1))
+    (folder / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    return folder
+
+
 def perturbed_weights(folder: str | Path, scale: float = 0.05, seed: int = 1) -> dict[str, Any]:
     """The model in ``folder`` with Gaussian noise added: ``{hf_name: np.ndarray float32}``.
 

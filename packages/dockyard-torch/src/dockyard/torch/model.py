@@ -30,6 +30,7 @@ import torch.distributed as dist
 from dockyard.torch.config import TorchPolicyConfig
 from dockyard.torch.moe import check_expert_parallel, install_moe, moe_blocks, shard_experts
 from dockyard.torch.parallel import SINGLE_PROCESS, MeshInfo, apply_tensor_parallel, mesh_info
+from dockyard.torch.vision import is_vision_language
 
 
 @dataclass(frozen=True)
@@ -142,16 +143,23 @@ def load_hf_model(
     its end-of-sequence token) when the model's config has none, and LoRA's task type
     ``SEQ_CLS`` (the head trains in full)."""
     # lazy: transformers takes ~2 s to import; importing the worker stays light
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoModelForImageTextToText,
+        AutoModelForSequenceClassification,
+    )
 
     attn = cfg.attn_implementation
-    if attn == "sdpa" and getattr(AutoConfig.from_pretrained(cfg.model_name),
-                                  "attn_logit_softcapping", None):  # fmt: skip
+    hf_config = AutoConfig.from_pretrained(cfg.model_name)
+    if attn == "sdpa" and getattr(hf_config, "attn_logit_softcapping", None):
         # transformers' sdpa attention drops the scores' soft-cap (Gemma 2: c·tanh(s/c)),
         # which eager applies, as vLLM does: sdpa would train another model than it serves
         attn = "eager"
     kwargs: dict[str, Any] = {"dtype": torch.float32, "attn_implementation": attn}
-    if num_labels is None:
+    if num_labels is None and is_vision_language(hf_config):  # Qwen2-VL: the vision tower too
+        model = AutoModelForImageTextToText.from_pretrained(cfg.model_name, **kwargs)
+    elif num_labels is None:
         model = AutoModelForCausalLM.from_pretrained(cfg.model_name, **kwargs)
     else:
         model = AutoModelForSequenceClassification.from_pretrained(

@@ -79,6 +79,7 @@ from dockyard.torch.prefix import (
     tree_tokens,
 )
 from dockyard.torch.teachers import TeacherSet, build_teacher, load_tokenizer
+from dockyard.torch.vision import ImageInputs, is_vision_language
 
 _TOKEN_FIELDS = ("loss_mask", "advantages", "gen_logprobs", "prev_logprobs", "ref_logprobs")
 
@@ -130,6 +131,8 @@ class TorchPolicyWorker(PolicyWorker):
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler = build_optimizer(params, cfg.optimizer, cfg.scheduler)
         self._step = 0
+        self._vision = self._image_inputs()  # a vision-language policy's pixel values
+        self._images: list[list[np.ndarray]] | None = None  # this batch's rows' images
         self._tree = False  # this batch's layout (:meth:`_layout`)
         self._allowed: AllowedTokens | None = None  # its grammar masks
         self._ids = np.zeros((0, 0), dtype=np.int64)
@@ -138,6 +141,18 @@ class TorchPolicyWorker(PolicyWorker):
         """The HF model this worker trains (``trainable``) or keeps frozen (the reference): a
         causal LM here; a subclass with another head overrides it."""
         return load_hf_model(self.cfg, self.device, trainable=trainable)
+
+    def _image_inputs(self) -> ImageInputs | None:
+        config = self.model.config
+        if not is_vision_language(config):
+            return None
+        if self.dist.world_size > 1:
+            raise ValueError(
+                f"{self.cfg.model_name} is a vision-language model: it trains on one rank for "
+                "now (its vision tower runs only in micro-batches with images, which would put "
+                "the ranks' FSDP collectives out of step): set the trainer's world size to 1"
+            )
+        return ImageInputs(self.cfg.model_name, config)
 
     def _load_teachers(self) -> Any:
         """``cfg.teachers``, frozen and sharded like the student (:mod:`dockyard.torch.teachers`)."""
@@ -281,17 +296,25 @@ class TorchPolicyWorker(PolicyWorker):
         lengths: np.ndarray,
         rows: list[int],
         allowed: AllowedTokens | None = None,
+        images: list[list[np.ndarray]] | None = None,
     ) -> None:
         """Choose this batch's layout (trees or not) before planning its micro-batches;
-        ``allowed``: the batch's grammar masks (any layout but context parallelism)."""
+        ``allowed``: the batch's grammar masks (any layout but context parallelism);
+        ``images``: its rows' images (padded rows, whatever the packing)."""
         self._ids = ids
         self._allowed = allowed
+        if images is not None and self._vision is None:
+            raise ValueError(
+                f"this batch has images but {self.cfg.model_name} is a text model: train a "
+                "vision-language model (e.g. a Qwen2-VL) on image-bearing trajectories"
+            )
+        self._images = images
         if allowed is not None and self.dist.cp_size > 1:
             raise ValueError(
                 "this batch was generated under a grammar (policy.generation.tool_call_grammar) "
                 "and its allowed-token masks follow whole rows: set context_parallel_size to 1"
             )
-        self._tree = self._use_tree(ids, lengths, rows)
+        self._tree = images is None and self._use_tree(ids, lengths, rows)
 
     def _num_microbatches(self, plan: list[list[int]]) -> int:
         n = torch.tensor([len(plan)], dtype=torch.int64, device=self.device)
@@ -306,6 +329,14 @@ class TorchPolicyWorker(PolicyWorker):
         layout is a packed row, a tree row (shared prefixes) or None (padded)."""
         width = int(lengths[idx].max())
         with self._autocast():
+            if self._images is not None:  # padded rows, their images' pixel values beside
+                input_ids = torch.as_tensor(ids[idx, :width], device=self.device)
+                images = [im for i in idx for im in self._images[i]]
+                assert self._vision is not None
+                kw = self._vision.kwargs(input_ids, images, self.device)
+                out = model(input_ids=input_ids, attention_mask=self._pad_mask(lengths, idx, width),
+                            use_cache=False, **kw)  # fmt: skip
+                return out.logits, width, (None, input_ids)
             if self._tree:
                 tree = build_tree(ids, lengths, idx)
                 input_ids = torch.as_tensor(tree.input_ids, device=self.device)[None]
@@ -327,11 +358,14 @@ class TorchPolicyWorker(PolicyWorker):
                 out = model(input_ids=chunk.local_ids(), position_ids=chunk.position_ids(),
                             use_cache=False, cp_chunk=chunk)  # fmt: skip
                 return out.logits, width, (chunk, chunk.input_ids)
-            cols = torch.arange(width, device=self.device)
-            lens = torch.as_tensor(lengths[idx], device=self.device)
-            mask = (cols[None, :] < lens[:, None]).long()
+            mask = self._pad_mask(lengths, idx, width)
             out = model(input_ids=input_ids, attention_mask=mask, use_cache=False)
             return out.logits, width, (None, input_ids)
+
+    def _pad_mask(self, lengths: np.ndarray, idx: list[int], width: int) -> torch.Tensor:
+        cols = torch.arange(width, device=self.device)
+        lens = torch.as_tensor(lengths[idx], device=self.device)
+        return (cols[None, :] < lens[:, None]).long()
 
     def _mb_logprobs(self, model, ids, lengths, idx) -> torch.Tensor:
         """``[b, T_mb]`` logprobs of micro-batch ``idx``, 0 at t = 0 and on padding."""
@@ -446,7 +480,7 @@ class TorchPolicyWorker(PolicyWorker):
         B, T = ids.shape
         out = np.zeros((B, T), dtype=np.float32)
         mine = self._rows(ids, lengths)
-        self._layout(ids, lengths, mine, batch.allowed)
+        self._layout(ids, lengths, mine, batch.allowed, batch.images)
         plan = self._plan(lengths, mine, train=False)
         n_mb = self._num_microbatches(plan)
         model.eval()
@@ -506,7 +540,7 @@ class TorchPolicyWorker(PolicyWorker):
         B, T = ids.shape
         out = [np.zeros((B, T, *shape), dtype=dtype) for shape, dtype in outputs]
         mine = self._rows(ids, lengths)
-        self._layout(ids, lengths, mine)
+        self._layout(ids, lengths, mine, images=batch.images)
         plan = self._plan(lengths, mine, train=False)
         n_mb = self._num_microbatches(plan)
         self.model.eval()
@@ -604,7 +638,7 @@ class TorchPolicyWorker(PolicyWorker):
                 counts.zero_()
             dist.all_reduce(counts)
         n_tok, n_seq, n_all = (float(c) for c in counts.tolist())
-        self._layout(ids, lengths, mine, batch.allowed)
+        self._layout(ids, lengths, mine, batch.allowed, batch.images)
         plan = self._plan(lengths, mine, train=train, group=group)
         n_mb = self._num_microbatches(plan)
         # FSDP2 averages over its ranks; the loss is a share of the global one: scale back up

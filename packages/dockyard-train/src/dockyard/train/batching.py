@@ -150,6 +150,7 @@ def build_batch(groups: list[Group], opts: BatchOptions, pad_id: int = 0) -> Bat
             "min_version": np.array([t.min_version for t in trajs], dtype=np.int64),
         },
         allowed=batch_allowed(trajs, T),
+        images=[list(t.images) for t in trajs] if any(t.images for t in trajs) else None,
     )
 
 
@@ -184,6 +185,7 @@ def trainer_view(batch: Batch) -> Batch:
         prev_logprobs=batch.prev_logprobs,
         ref_logprobs=batch.ref_logprobs,
         allowed=batch.allowed,
+        images=batch.images,
     )
 
 
@@ -194,11 +196,11 @@ def row_slices(batch: Batch, n: int) -> list[Batch]:
         arrays = {
             f.name: None if (a := getattr(batch, f.name)) is None else a[rows]
             for f in dataclasses.fields(batch)
-            if f.name not in ("extras", "allowed")
+            if f.name not in ("extras", "allowed", "images")
         }
         allowed = None if batch.allowed is None else batch.allowed.take(rows)
-        return dataclasses.replace(
-            batch, **arrays, extras={k: v[rows] for k, v in batch.extras.items()}, allowed=allowed
-        )
+        images = None if batch.images is None else [batch.images[i] for i in rows]
+        extras = {k: v[rows] for k, v in batch.extras.items()}
+        return dataclasses.replace(batch, **arrays, extras=extras, allowed=allowed, images=images)
 
     return [part(rows) for rows in np.array_split(np.arange(len(batch.input_ids)), n)]

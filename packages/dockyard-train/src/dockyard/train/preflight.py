@@ -236,7 +236,7 @@ def model_folder_problems(cfg: MasterConfig, key: str, folder: Path, load: bool)
     data = _read_json(config_json)
     if data is None:
         return [f"{key}: {config_json} is not a JSON object"]
-    problems = []
+    problems = _vision_problems(cfg, data, folder) if key == "policy.model_name" else []
     if load and _installed("transformers"):
         try:
             from transformers import AutoConfig  # lazy: transformers is optional (torch extra)
@@ -245,8 +245,26 @@ def model_folder_problems(cfg: MasterConfig, key: str, folder: Path, load: bool)
         except Exception as e:  # transformers raises ValueError, OSError, KeyError...
             return [f"{key}: transformers cannot read {config_json}: {_first_line(e)}"]
         if key == "policy.model_name":
-            problems = _context_parallel_problems(cfg, hf) + _expert_problems(cfg, hf)
+            problems += _context_parallel_problems(cfg, hf) + _expert_problems(cfg, hf)
     return _positions_problems(cfg, data, config_json) + problems
+
+
+def _vision_problems(cfg: MasterConfig, data: dict[str, Any], folder: Path) -> list[str]:
+    """A vision-language policy (its config.json has a ``vision_config``) trains with the torch
+    trainer and generates with vLLM: the JAX trainer and the other engines have no vision
+    tower."""
+    if not isinstance(data.get("vision_config"), dict):
+        return []
+    what = f"{str(folder)!r} is a vision-language model ({data.get('model_type', '?')})"
+    problems = []
+    if cfg.policy.trainer_name() == "jax":
+        problems.append(f"policy.jax_cfg.enabled: {what}; the JAX trainer has no vision tower: "
+                        "train it with the torch trainer (policy.dtensor_cfg.enabled=true)")  # fmt: skip
+    backend = cfg.policy.generation.backend
+    if backend != "vllm":
+        problems.append(f"policy.generation.backend={backend}: {what}; only the vLLM engine "
+                        "takes image prompts: set policy.generation.backend=vllm")  # fmt: skip
+    return problems
 
 
 def _context_parallel_problems(cfg: MasterConfig, hf: Any) -> list[str]:

@@ -32,7 +32,7 @@ from dockyard.core.config.policy import read_chat_template
 
 SEPARATOR = "\n\n"  # between messages in plain mode
 
-Messages = list[dict[str, str]]
+Messages = list[dict[str, Any]]  # content: text, or parts ({"type": "image"} ...)
 
 
 class PromptConfig(BaseModel):
@@ -147,6 +147,7 @@ class PromptRenderer:
         observation: str,
         eos_seen: bool,
         tool_messages: Messages | None = None,
+        images: int = 0,
     ) -> list[int]:
         """Tokens between the policy's reply to ``messages`` and its next turn: with a chat
         template, the end of the assistant turn (minus the EOS the engine already produced),
@@ -154,12 +155,15 @@ class PromptRenderer:
 
         The observation is ``tool_messages`` (role ``tool``: tool results, rendered the way the
         template renders tool responses, e.g. Qwen2's ``<tool_response>`` inside a user turn)
-        where the environment gives them, else ``observation`` as a user turn."""
+        where the environment gives them, else ``observation`` as a user turn, after its
+        ``images`` (a vision-language policy's screens: one image placeholder each)."""
         if self.plain:
+            _no_images(images)
             return self.encode(SEPARATOR + observation)
         before = self.text(messages)
         conv = [*messages, {"role": "assistant", "content": reply}]
-        after = self.text([*conv, *self.observation_messages(observation, tool_messages)])
+        added = self.observation_messages(observation, tool_messages, images)
+        after = self.text([*conv, *added])
         delta = after[len(before) + len(reply) :]
         eos = self.tokenizer.eos_token or ""
         if eos_seen and eos and delta.startswith(eos):
@@ -167,11 +171,34 @@ class PromptRenderer:
         return self.encode(delta)
 
     @staticmethod
-    def observation_messages(observation: str, tool_messages: Messages | None) -> Messages:
+    def observation_messages(
+        observation: str, tool_messages: Messages | None, images: int = 0
+    ) -> Messages:
         """The messages an observation adds to the conversation (see :meth:`observation_ids`)."""
-        if tool_messages:
+        if tool_messages and not images:
             return [dict(m) for m in tool_messages]
+        if tool_messages:
+            raise ValueError("an observation with both tool messages and images is not rendered")
+        if images:
+            return [{"role": "user", "content": image_content(observation, images)}]
         return [{"role": "user", "content": observation}]
+
+    def with_first_observation(self, messages: Messages, observation: str, images: int) -> Messages:
+        """``messages`` with the screen the policy sees before its first turn added to the last
+        user message (its images, then its text)."""
+        if self.plain:
+            _no_images(images)
+        out = [dict(m) for m in messages]
+        users = [i for i, m in enumerate(out) if m.get("role") == "user"]
+        if not users:
+            return [*out, *self.observation_messages(observation, None, images)]
+        m = out[users[-1]]
+        text = m.get("content", "")
+        if self.plain or not images:
+            m["content"] = f"{text}{SEPARATOR}{observation}" if observation else text
+        else:
+            m["content"] = [{"type": "text", "text": text}, *image_content(observation, images)]
+        return out
 
     # ------------------------------------------------------------ filtering
     def lengths(self, texts: list[str]) -> list[int]:
@@ -212,6 +239,22 @@ class PromptRenderer:
                 flush=True,
             )
         return kept
+
+
+def image_content(text: str, images: int) -> list[dict[str, str]]:
+    """A message's content of ``images`` image placeholders then ``text`` (the chat template's
+    ``{"type": "image"}`` parts: a vision-language model's template renders each as its image
+    token)."""
+    parts: list[dict[str, str]] = [{"type": "image"} for _ in range(images)]
+    return [*parts, {"type": "text", "text": text}] if text else parts
+
+
+def _no_images(images: int) -> None:
+    if images:
+        raise ValueError(
+            "the environment shows images, but the prompts are plain text "
+            "(policy.tokenizer.chat_template: plain): use the vision-language model's chat template"
+        )
 
 
 def _fill(template: str, prompt: str) -> str:

@@ -8,7 +8,10 @@ environment says ``done`` or ``max_turns`` policy turns were taken (then ``env.f
 the environment's verdict on the episode as it stands: tests run, never a silent 0); the environment's
 observation is appended (the environment's role-``tool`` messages where it gives them in
 ``metadata["tool_messages"]``, rendered by the chat template; else a user turn), its tokens
-masked out of the loss. Prompts and
+masked out of the loss. A screen the environment shows (``env.observe`` before the first turn,
+``metadata["images"]`` after each) goes to a vision-language policy as image content: the
+engine gets the episode's images with every turn, its expanded prompt becomes the trajectory's
+tokens, and ``Trajectory.images`` keeps them for the trainer. Prompts and
 observations are rendered by a :class:`~dockyard.train.prompts.PromptRenderer` (the chat
 template, or plain text for a model without one; the prompt and system prompt files).
 
@@ -146,15 +149,28 @@ async def _episode(
     p1 = replace(params, n=1, seed=seed)
     state = await env.reset(task)
     pieces: list[tuple[np.ndarray, GenerationResult | None]] = []
-    next_ids = list(prompt_ids)
-    context = list(prompt_ids)
     convo = list(messages)
+    images: list[np.ndarray] = []  # every screen the policy was shown, in order
+    first = await env.observe(state)
+    if first is not None and (first.observation or first.metadata.get("images")):
+        shown = list(first.metadata.get("images") or [])
+        convo = renderer.with_first_observation(convo, first.observation or "", len(shown))
+        prompt_ids = renderer.prompt_ids(convo)
+        images += shown
+    context = list(prompt_ids)  # what the engine is sent (an image: one placeholder or its run)
+    accounted = 0  # the tokens of ``context`` already in ``pieces`` (images expanded)
     result, env_s, finish, turns = StepResult(infra_error=True), 0.0, "stop", 0
     try:
         for turn in range(max_turns):
-            (gen,) = await engine.generate(context, p1)
-            pieces.append((np.asarray(next_ids), gen))
+            if images:
+                (gen,) = await engine.generate(context, p1, images=list(images))
+            else:
+                (gen,) = await engine.generate(context, p1)
+            if gen.prompt_token_ids is not None:  # the engine expanded the images
+                context = [int(x) for x in gen.prompt_token_ids]
+            pieces.append((np.asarray(context[accounted:], dtype=np.int64), gen))
             context += [int(x) for x in gen.token_ids]
+            accounted = len(context)
             finish, turns = gen.finish_reason, turn + 1
             result, s = await _score(env, env.step(state, gen.text))
             env_s += s
@@ -169,13 +185,19 @@ async def _episode(
             eos_seen = bool(len(gen.token_ids)) and int(gen.token_ids[-1]) == eos_id
             obs = result.observation or ""
             tool_msgs = result.metadata.get("tool_messages") or None  # role "tool" results
-            next_ids = renderer.observation_ids(convo, gen.text, obs, eos_seen, tool_msgs)
+            shown = list(result.metadata.get("images") or [])
+            next_ids = renderer.observation_ids(
+                convo, gen.text, obs, eos_seen, tool_msgs, len(shown)
+            )
             convo += [
                 {"role": "assistant", "content": gen.text},
-                *renderer.observation_messages(obs, tool_msgs),
+                *renderer.observation_messages(obs, tool_msgs, len(shown)),
             ]
             context += next_ids
+            images += shown
     finally:
         with contextlib.suppress(Exception):
             await env.close(state)
-    return _trajectory(uid, pieces, result, finish, env_s, turns)
+    traj = _trajectory(uid, pieces, result, finish, env_s, turns)
+    traj.images = images  # each was sent with a turn: its tokens are in the trajectory
+    return traj

@@ -16,7 +16,9 @@ class StepResult:
         done: the episode is over (always True for single-turn environments).
         observation: text to append to the conversation as the next user/tool turn (multi-turn).
         infra_error: the reward could not be computed (sandbox down...): mask, do not score 0.
-        metadata: verdict, timings, integrity flags (``tests_tampered``...).
+        metadata: verdict, timings, integrity flags (``tests_tampered``...). ``images``: the
+            images the observation shows (``[H, W, 3] uint8``, a screen): a vision-language
+            policy reads them before the observation's text.
     """
 
     rewards: dict[str, float] = field(default_factory=dict)
@@ -44,6 +46,12 @@ class Environment(ABC):
     async def step(self, state: dict[str, Any], response: str) -> StepResult:
         """Multi-turn: apply one policy turn. Single-turn environments score and finish."""
         return await self.score(state["task"], response)
+
+    async def observe(self, state: dict[str, Any]) -> StepResult | None:
+        """Multi-turn: what the policy sees before its first turn (a screen, with its
+        ``images``), added to the prompt's last user message; None (the default): the prompt
+        alone."""
+        return None
 
     async def close(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Multi-turn: release what the episode holds (sandbox sessions...)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +50,9 @@ class GenerationResult:
             group prefill); 0 where the engine does not say.
         allowed: under :attr:`SamplingParams.structural_tag`, the token set the grammar
             allowed at each generated position (``rows [L]``); None when unconstrained.
+        prompt_token_ids: ``[P] int64`` the prompt as the model read it, where the engine
+            expanded image placeholders (a vision-language model: one placeholder per image
+            in, each image's patch tokens out); None when that is the prompt as sent.
     """
 
     token_ids: np.ndarray
@@ -57,6 +62,7 @@ class GenerationResult:
     policy_versions: np.ndarray
     cached_prompt_tokens: int = 0
     allowed: AllowedTokens | None = None
+    prompt_token_ids: np.ndarray | None = None
 
 
 class GenerationEngine(ABC):
@@ -64,9 +70,14 @@ class GenerationEngine(ABC):
 
     @abstractmethod
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: Sequence[Any] | None = None,
     ) -> list[GenerationResult]:
-        """``params.n`` samples for one prompt."""
+        """``params.n`` samples for one prompt. ``images`` (a vision-language model: RGB
+        ``[H, W, 3] uint8`` arrays or PIL images) are the prompt's images in order, one image
+        placeholder each; an engine or model without image input raises ValueError."""
 
     @abstractmethod
     async def pause(self, mode: str = "keep") -> None:

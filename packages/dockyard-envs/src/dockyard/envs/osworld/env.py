@@ -13,9 +13,10 @@ A turn is pyautogui code, in a ```python block or bare, or one of ``WAIT`` / ``D
 desktop/pyautogui.py: parsed, never executed); a refused turn runs nothing, costs
 ``reward.invalid_action_penalty`` and is counted (``metadata["invalid_actions"]``).
 
-Observations: the screenshot (PNG, base64, in ``metadata["screenshot_png_b64"]``: what a
-vision-language policy gets; ``obs_size`` scales it) and a text form of the screen (the visible
-windows' titles and places, the focused one) for text-only policies.
+Observations: the screenshot (PNG, base64, in ``metadata["screenshot_png_b64"]``; with
+``screenshots``, also ``metadata["images"]``, the ``[H, W, 3]`` array a vision-language policy
+reads, and the first screen before the first turn through ``observe``; ``obs_size`` scales it)
+and a text form of the screen (the visible windows' titles and places, the focused one).
 
 Reward: ``reward/task`` = the task evaluator's score in [0, 1] (evaluators.py) at the end,
 ``reward/invalid_action`` = ``-penalty x n``. A crashed service or a failed task set-up is an
@@ -26,12 +27,15 @@ saved there (record.py; ``dockyard.envs.osworld.replay.write_gif`` animates them
 
 from __future__ import annotations
 
+import base64
+import io
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.envs.base import BaseEnvironment
@@ -62,6 +66,15 @@ def extract_code(response: str) -> str:
     return blocks[-1].strip() if blocks else response.strip()
 
 
+def screenshot_array(png_b64: str) -> np.ndarray:
+    """A screenshot as ``[H, W, 3] uint8`` RGB."""
+    # lazy: pillow is the osworld extra; only a vision-language policy's screenshots need it
+    from PIL import Image
+
+    with Image.open(io.BytesIO(base64.b64decode(png_b64))) as im:
+        return np.array(im.convert("RGB"))  # writable (torch warns on a read-only one)
+
+
 def describe(obs: DesktopObservation) -> str:
     """The screen as text: focused window, visible windows and where they are."""
     lines = [f"Screen {obs.screen[0]}x{obs.screen[1]}. Focused: {obs.active_title or '(none)'}."]
@@ -89,6 +102,7 @@ class OSWorldEnvironment(BaseEnvironment):
         limits: Limits | None = None,
         replay_dir: str | None = None,
         max_wait_s: float = 120.0,
+        screenshots: bool = False,
     ) -> None:
         super().__init__(reward)
         if max_turns < 1:
@@ -98,6 +112,7 @@ class OSWorldEnvironment(BaseEnvironment):
         self.screen, self.obs_size = tuple(screen), obs_size
         self.limits = limits or Limits(memory_mb=1024, pids=256)
         self.replay_dir = replay_dir
+        self.screenshots = screenshots
 
     def prompt(self, task: dict[str, Any]) -> list[dict[str, str]]:
         w, h = self.screen
@@ -123,9 +138,21 @@ class OSWorldEnvironment(BaseEnvironment):
         return state
 
     def observation(self, state: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """The current screen: its text form, and metadata with the screenshot."""
+        """The current screen: its text form, and metadata with the screenshot (with
+        ``screenshots``, also as the image a vision-language policy reads)."""
         obs: DesktopObservation = state["obs"]
-        return describe(obs), {"screenshot_png_b64": obs.png_b64, "screen": list(obs.screen)}
+        meta: dict[str, Any] = {"screenshot_png_b64": obs.png_b64, "screen": list(obs.screen)}
+        if self.screenshots:
+            meta["images"] = [screenshot_array(obs.png_b64)]
+        return describe(obs), meta
+
+    async def observe(self, state: dict[str, Any]) -> StepResult | None:
+        """With ``screenshots``: the desktop as the task left it, before the first turn (a
+        failed set-up shows nothing: the first step reports it)."""
+        if not self.screenshots or state["infra_error"] or state["obs"] is None:
+            return None
+        text, meta = self.observation(state)
+        return StepResult(rewards={}, done=False, observation=text, metadata=meta)
 
     async def step(self, state: dict[str, Any], response: str) -> StepResult:
         if state["done"]:

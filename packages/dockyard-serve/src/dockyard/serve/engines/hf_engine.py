@@ -36,6 +36,7 @@ Needs ``pip install "dockyard-serve[transformers]"``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,11 +167,19 @@ class TransformersEngine(GenerationEngine):
         return self._version
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: Sequence[Any] | None = None,
     ) -> list[GenerationResult]:
         # lazy: torch is optional in dockyard-serve (the transformers extra)
         import torch
 
+        if images:
+            raise ValueError(
+                "images: the transformers engine serves text models here; serve a vision-language "
+                "model with the vLLM engine (backend 'vllm')"
+            )
         if self.model is None:
             raise RuntimeError("TransformersEngine is not started: await engine.start() first")
         if params.n < 1:

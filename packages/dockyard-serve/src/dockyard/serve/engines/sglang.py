@@ -42,6 +42,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -187,8 +188,16 @@ class SGLangEngine(GenerationEngine):
         return data
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: Sequence[Any] | None = None,
     ) -> list[GenerationResult]:
+        if images:
+            raise ValueError(
+                "images: the SGLang engine serves text models here; serve a vision-language "
+                "model with the vLLM engine (backend 'vllm')"
+            )
         if params.n < 1:
             raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
         seeds = [None if params.seed is None else params.seed + i for i in range(params.n)]

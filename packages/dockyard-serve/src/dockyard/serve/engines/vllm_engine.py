@@ -31,11 +31,13 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dockyard.core.experience import AllowedTokens
 from dockyard.core.interfaces import (
     GenerationEngine,
     GenerationResult,
@@ -194,6 +196,9 @@ class VLLMEngine(GenerationEngine):
         self.last_update: dict[str, Any] = {}
         self.tokens_generated = 0  # all samples, all time (progress for callers and tests)
         self._grammar: GrammarReplay | None = None
+        # a vision-language model's banned tokens and the allowed set they leave (_vision_ban)
+        self._vision: tuple[dict[int, float], AllowedTokens] | None = None
+        self._vision_checked = False
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> VLLMEngine:
@@ -271,7 +276,9 @@ class VLLMEngine(GenerationEngine):
         # lazy: vllm is optional in dockyard-serve (the vllm extras) and takes ~3 s to import
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
+        ban = self._vision_ban()
         return VllmSamplingParams(
+            logit_bias=ban[0] if ban is not None and not _constrained(p) else None,
             n=1,
             max_tokens=max_tokens,
             temperature=p.temperature,
@@ -284,6 +291,32 @@ class VLLMEngine(GenerationEngine):
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=_structured(StructuredOutputsParams, p),
         )
+
+    def _vision_ban(self) -> tuple[dict[int, float], AllowedTokens] | None:
+        """A vision-language model never samples its image / vision tokens (one in a reply
+        would read as an image placeholder in the next turn's prompt): a logit bias of -100 on
+        them, and the set it leaves as every sample's allowed tokens, so the trainer
+        renormalises over the same set (as under a grammar). None for a text model."""
+        if not self._vision_checked:
+            llm = self._require()
+            hf, vocab = llm.model_config.hf_config, llm.model_config.get_vocab_size()
+            names = ("image_token_id", "video_token_id", "vision_start_token_id",
+                     "vision_end_token_id")  # fmt: skip
+            banned = sorted({int(t) for n in names if isinstance(t := getattr(hf, n, None), int)})
+            self._vision_checked = True
+            if not llm.model_config.is_multimodal_model or not banned:
+                return None
+            bits = np.zeros(-(-vocab // 32) * 32, dtype=bool)
+            bits[:vocab] = True
+            bits[banned] = False
+            shifts = np.arange(32, dtype=np.uint64)
+            words = (bits.reshape(-1, 32).astype(np.uint64) << shifts).sum(axis=1)
+            table = words.astype(np.uint32).view(np.int32)[None]
+            self._vision = (
+                dict.fromkeys(banned, -100.0),
+                AllowedTokens(table, np.zeros(0, np.int32)),
+            )
+        return self._vision
 
     def _replay(self) -> GrammarReplay:
         """The grammar replay over this engine's tokenizer and vocabulary (built once)."""
@@ -304,40 +337,89 @@ class VLLMEngine(GenerationEngine):
         return sorted(vp.all_stop_token_ids)
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        images: Sequence[Any] | None = None,
     ) -> list[GenerationResult]:
         """``params.n`` samples of one prompt (n independent requests; vLLM's prefix cache
-        shares the prompt). Seeds: sample ``i`` uses ``params.seed + i`` when a seed is set."""
+        shares the prompt). Seeds: sample ``i`` uses ``params.seed + i`` when a seed is set.
+
+        ``images``: a vision-language model's images, one placeholder each in the prompt, in
+        order. A placeholder is the model's image token once, or the run of them a previous
+        result's ``prompt_token_ids`` holds (a multi-turn context sent back): each run is
+        compacted to one token, vLLM expands it again from the image, and each result's
+        ``prompt_token_ids`` is the expanded prompt the trainer scores.
+        """
         self._require()
         if params.n < 1:
             raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+        prompt, mm = list(prompt_token_ids), None
+        if images:
+            prompt, mm = self._image_prompt(prompt, images)
         seeds = [None if params.seed is None else params.seed + i for i in range(params.n)]
-        return list(
-            await asyncio.gather(*(self._sample(list(prompt_token_ids), params, s) for s in seeds))
-        )
+        return list(await asyncio.gather(*(self._sample(prompt, params, s, mm) for s in seeds)))
+
+    def _image_prompt(
+        self, prompt: list[int], images: Sequence[Any]
+    ) -> tuple[list[int], dict[str, Any]]:
+        """The prompt with each run of image tokens compacted to one, and vLLM's
+        ``multi_modal_data``; a clear error where the model or the count does not fit."""
+        # lazy: PIL comes with vLLM (the vllm extra), needed only for image prompts
+        from PIL import Image
+
+        config = self._require().model_config
+        token = getattr(config.hf_config, "image_token_id", None)
+        if not config.is_multimodal_model or token is None:
+            raise ValueError(
+                f"images: {self.model} is a text model (no image input); serve a "
+                "vision-language model (e.g. a Qwen2-VL) to send images"
+            )
+        compact = [t for i, t in enumerate(prompt) if t != token or i == 0 or prompt[i - 1] != t]
+        runs = compact.count(token)
+        if runs != len(images):
+            raise ValueError(
+                f"images: {len(images)} image(s) but the prompt has {runs} image placeholder(s) "
+                f"(token {token}); put one in the prompt per image, in order (the chat "
+                "template renders {'type': 'image'} content as one)"
+            )
+        pil = [
+            im if isinstance(im, Image.Image) else Image.fromarray(np.asarray(im)) for im in images
+        ]
+        return compact, {"image": [im.convert("RGB") for im in pil]}
 
     async def _sample(
-        self, prompt: list[int], params: SamplingParams, seed: int | None
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        seed: int | None,
+        mm: dict[str, Any] | None = None,
     ) -> GenerationResult:
         tokens: list[int] = []
         logprobs: list[float] = []
         versions: list[np.ndarray] = []
         text = ""
         cached, first = 0, True  # prompt tokens from the prefix cache (the first request's)
+        expanded: list[int] | None = None  # the prompt with its images' tokens (first request)
         while True:
             await self._resumed.wait()
             epoch = self._abort_epoch
             left = params.max_tokens - len(tokens)
             ids: list[int] = []
             c = None
+            request: dict[str, Any] = {"prompt_token_ids": prompt + tokens}
+            if mm is not None:
+                request["multi_modal_data"] = mm
             async for out in self.llm.generate(
-                {"prompt_token_ids": prompt + tokens},
+                request,
                 self._vllm_params(params, left, seed),
                 request_id=uuid.uuid4().hex,
             ):
                 c = out.outputs[0]  # DELTA: the tokens new since the last output
                 if first and out.num_cached_tokens:  # set once the prompt is scheduled
                     cached = max(cached, int(out.num_cached_tokens))
+                if first and mm is not None and expanded is None and out.prompt_token_ids:
+                    expanded = list(out.prompt_token_ids)
                 ids += c.token_ids
                 logprobs += [
                     float(lp[t].logprob)
@@ -367,6 +449,8 @@ class VLLMEngine(GenerationEngine):
         if params.structural_tag:  # the sets the sampler drew from, for the trainer's logprobs
             replay, stops = self._replay(), self._stop_token_ids(params)
             allowed = await asyncio.to_thread(replay.allowed, params.structural_tag, tokens, stops)
+        elif (ban := self._vision_ban()) is not None and not _constrained(params):
+            allowed = AllowedTokens(ban[1].table, np.zeros(len(tokens), np.int32))
         return GenerationResult(
             token_ids=np.asarray(tokens, dtype=np.int64),
             logprobs=lp,
@@ -377,6 +461,7 @@ class VLLMEngine(GenerationEngine):
             else np.zeros(0, np.int32),
             cached_prompt_tokens=cached,
             allowed=allowed,
+            prompt_token_ids=None if expanded is None else np.asarray(expanded, dtype=np.int64),
         )
 
     # -- weight updates -------------------------------------------------------------------
@@ -432,10 +517,13 @@ class VLLMEngine(GenerationEngine):
         t1 = time.perf_counter()
         # Cached prefixes were computed with the old weights: drop them (blocks held by kept
         # in-flight requests stay; those requests continue on their own KV by design). The two
-        # calls go out together (the scheduler is paused: nothing runs between them).
-        prefix_reset, _ = await asyncio.gather(
-            llm.reset_prefix_cache(), llm.update_weight_version(str(version))
-        )
+        # calls go out together (the scheduler is paused: nothing runs between them). A
+        # vision-language model's encoder cache (image embeddings, keyed by the image) goes too:
+        # the vision tower was updated with the rest.
+        commits = [llm.reset_prefix_cache(), llm.update_weight_version(str(version))]
+        if llm.model_config.is_multimodal_model:
+            commits.append(llm.reset_encoder_cache())
+        prefix_reset, *_ = await asyncio.gather(*commits)
         self._version = version
         t2 = time.perf_counter()
         if auto_pause:

@@ -74,7 +74,11 @@ class RemoteEngine:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, images: Any = None
+    ) -> Any:
+        if images:  # a vision-language policy's turn (the engine's ``images``)
+            return await self.handle.generate.remote(prompt_ids, params, images)
         return await self.handle.generate.remote(prompt_ids, params)
 
 
@@ -133,10 +137,15 @@ class TimedEngine:
     def __init__(self, engine: Any, clock: GenerationClock) -> None:
         self.engine, self.clock = engine, clock
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, images: Any = None
+    ) -> Any:
         self.clock.start()
         try:
-            results = await self.engine.generate(prompt_ids, params)
+            if images:
+                results = await self.engine.generate(prompt_ids, params, images=images)
+            else:
+                results = await self.engine.generate(prompt_ids, params)
         finally:
             self.clock.stop()
         self.clock.tokens += sum(len(r.token_ids) for r in results)

@@ -304,8 +304,10 @@ class EngineHost:
                 await res
         return True
 
-    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+    async def generate(self, prompt_ids: list[int], params: Any, images: Any = None) -> Any:
         try:
+            if images:  # a vision-language policy's turn: its screenshots, in order
+                return await self.engine.generate(prompt_ids, params, images=images)
             return await self.engine.generate(prompt_ids, params)
         except Exception as e:
             _exit_if_engine_dead(e)
