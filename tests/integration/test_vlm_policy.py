@@ -182,6 +182,85 @@ def test_image_count_must_match_the_placeholders(engine, loop) -> None:
         run(loop, engine.generate([5, 6], params, images=[img]))
 
 
+def test_an_sft_demonstration_is_tokenised_as_the_rollout_and_the_engine_see_it(
+    engine, loop, vlm: Path, tmp_path: Path
+) -> None:
+    """A two-turn demonstration with a screenshot per turn (the layout `dockyard osworld
+    warmstart` writes): SFT's tokens are the rollout's (prompt, reply + EOS, the observation
+    between) with each image expanded to exactly the tokens vLLM expands it to; only the
+    replies carry the loss; and the worker learns from it, the images in the batch."""
+    import base64
+    import io
+
+    from PIL import Image
+    from transformers import AutoConfig, AutoTokenizer
+
+    from dockyard.core.rl import MaskedNLLLoss
+    from dockyard.torch.vision import ImageInputs
+    from dockyard.torch.worker import TorchPolicyWorker
+    from dockyard.train.algorithms.sft import collate, encode_example
+    from dockyard.train.prompts import PromptRenderer
+
+    tok = AutoTokenizer.from_pretrained(vlm)
+    r = PromptRenderer(tok)
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    img1, img2 = IMAGES
+
+    def png(a: np.ndarray) -> str:
+        buf = io.BytesIO()
+        Image.fromarray(a).save(buf, format="PNG")
+        return base64.b64encode(buf.getvalue()).decode()
+
+    prompt = [{"role": "system", "content": "drive the desktop"},
+              {"role": "user", "content": "click the button"}]  # fmt: skip
+    convo = r.with_first_observation(prompt, "window Toy at (1, 20)", 1)
+    reply1, reply2 = "pyautogui.click(51, 80)", "DONE"
+    example = {
+        "messages": [*convo, {"role": "assistant", "content": reply1},
+                     *r.observation_messages("window Toy at (1, 20)", None, 1),
+                     {"role": "assistant", "content": reply2}],
+        "images": [png(img1), png(img2)],
+    }  # fmt: skip
+    vision = ImageInputs(str(vlm), AutoConfig.from_pretrained(vlm))
+    enc = encode_example(r, example, vision)
+
+    # the rollout's tokens of the same episode (one placeholder per image, as sent)
+    eos = tok.eos_token_id
+    p1 = r.prompt_ids(convo)
+    obs = r.observation_ids(convo, reply1, "window Toy at (1, 20)", True, None, 1)
+    rollout = [*p1, *r.encode(reply1), eos, *obs, *r.encode(reply2), eos]
+
+    def compact(ids: list[int]) -> list[int]:
+        return [t for i, t in enumerate(ids) if t != pad or i == 0 or ids[i - 1] != pad]
+
+    assert compact(enc.ids) == rollout
+    counts = vision.token_counts([img1, img2])
+    assert enc.ids.count(pad) == sum(counts)
+    assert min(counts) > 1
+    # vLLM expands the second turn's context exactly as SFT did
+    start2 = len(enc.ids) - len(r.encode(reply2)) - 1
+    sent = compact(enc.ids[:start2])
+    (gen,) = run(loop, engine.generate(sent, SamplingParams(max_tokens=1), [img1, img2]))
+    assert gen.prompt_token_ids.tolist() == enc.ids[:start2]
+    # the loss is on both replies and their EOS, nothing else
+    masked = [t for t, m in zip(enc.ids, enc.mask, strict=True) if m]
+    assert masked == [*r.encode(reply1), eos, *r.encode(reply2), eos]
+
+    batch = collate([enc, enc])
+    assert batch.images is not None
+    assert len(batch.images) == 2
+    assert all(np.array_equal(a, b) for a, b in zip(batch.images[0], [img1, img2], strict=True))
+    worker = TorchPolicyWorker({"model_name": str(vlm), "precision": "float32",
+                                "reference_policy": False, "optimizer": {"lr": 3e-3}})  # fmt: skip
+    losses = [float(worker.train_step(batch, MaskedNLLLoss())["loss"]) for _ in range(8)]
+    assert losses[-1] < 0.5 * losses[0], losses
+    with pytest.raises(ValueError, match="vision-language model"):
+        encode_example(r, example)  # images, but no image tokens to expand them to
+    # the trained model's folder is one an engine serves images with: its image processor too
+    out = Path(worker.export_hf(str(tmp_path / "sft")))
+    assert ImageInputs(str(out), AutoConfig.from_pretrained(out)).token_counts([img1]) == counts[:1]
+
+
 def trajectory_batch(
     ids: list[int], policy: np.ndarray, lp: np.ndarray, rows: list[tuple[int, int]], table: Any
 ) -> Any:

@@ -274,6 +274,44 @@ def test_the_rollouts_turn_limit_asks_the_environment_for_its_verdict(base_tok, 
             assert "cut_after" not in t.metadata
 
 
+class FullContextEngine(ScriptedEngine):
+    """Refuses, as vLLM does, a prompt longer than its context from the ``full_at``-th call."""
+
+    def __init__(self, tok: Any, full_at: int) -> None:
+        super().__init__(tok)
+        self.full_at = full_at
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Any:
+        if len(self.prompts) + 1 >= self.full_at:
+            self.prompts.append(list(prompt_ids))
+            raise ValueError(
+                f"The decoder prompt (length {len(prompt_ids)}) is longer than the maximum "
+                "model length of 16."
+            )
+        return await super().generate(prompt_ids, params)
+
+
+def test_an_episode_that_outgrows_the_context_gets_the_environments_verdict(base_tok) -> None:
+    """A later turn's context longer than the engine's: the episode ends there (finish reason
+    ``length``) with the environment's verdict on it, and the run goes on; a task whose prompt
+    alone is too long raises (the collector skips the task)."""
+    r = prompt_renderer(_cfg(chat_template="plain"), base_tok)
+    task = {"text": "What is 7 times 6"}
+    engine = FullContextEngine(base_tok, full_at=3)
+    g = asyncio.run(rollout_group(engine, EndlessEnv(True), r, task, "u", SamplingParams(n=1), 5))
+    (t,) = g.trajectories
+    assert t.metadata["turns"] == 2
+    assert t.finish_reason == "length"
+    assert t.rewards == {"reward/tests": 1.0}
+    assert t.metadata["cut_after"] == 2
+    assert not t.infra_error
+    text = "What is 7 times 6" + "42" + "\n\ngo on" + "42"  # the refused observation left out
+    assert t.token_ids.tolist() == base_tok.encode(text, add_special_tokens=False)
+    with pytest.raises(ValueError, match="maximum model length"):
+        asyncio.run(rollout_group(FullContextEngine(base_tok, 1), EndlessEnv(True), r, task, "u",
+                                  SamplingParams(n=1), 5))  # fmt: skip
+
+
 def _base_model(tmp_path: Path) -> Path:
     """The tiny model with its tokenizer's chat template removed (like a base model's)."""
     from dockyard.torch.testing import build_tiny_model
@@ -400,3 +438,17 @@ def test_a_screen_needs_a_chat_template_that_renders_images(base_tok: Any, chat_
         {"type": "image"},
         {"type": "image"},
     ]
+
+
+def test_the_prompt_file_wraps_the_text_of_a_message_with_a_screen(
+    tmp_path: Path, chat_tok
+) -> None:
+    """A user message whose content is parts (an image beside the text, as the first screen of
+    a desktop episode or an SFT demonstration has it): the prompt file wraps its text part."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Task: {prompt}\n")
+    r = prompt_renderer(_cfg(prompt_file=str(prompt)), chat_tok)
+    content = [{"type": "text", "text": "click OK"}, {"type": "image"}]
+    (m,) = r.messages([{"role": "user", "content": content}])
+    assert m["content"] == [{"type": "text", "text": "Task: click OK"}, {"type": "image"}]
+    assert content[0]["text"] == "click OK"  # the caller's message is left as it was

@@ -1,7 +1,8 @@
 """The example configs hold from any working directory, and say so where they do not.
 
 Each CPU example in examples/configs runs the quickstart's model, which `./dev quickstart`
-writes to the repository's results/quickstart: their paths are written from ``${config_dir:}``,
+writes to the repository's results/quickstart (grpo_osworld.yaml: the vision-language model
+`dockyard osworld warmstart` writes to results/osworld; its deep check runs on a tiny one): their paths are written from ``${config_dir:}``,
 so they name the same folders wherever `dockyard train` starts. Two configs are relative on
 purpose, and say so in their header: base.yaml (a GPU base naming a Hub model; examples/k8s
 inherit its output folders) and grpo_quickstart.yaml (shipped inside dockyard-train, where it
@@ -33,6 +34,10 @@ RELATIVE = {
     "grpo_quickstart_agent.yaml": "ships inside dockyard-train: relative like `quickstart --agent`",
 }
 ANCHORED = sorted(p.name for p in CONFIGS.glob("*.yaml") if p.name not in RELATIVE)
+# anchored configs whose model is not the quickstart's: the command that writes it
+OTHER_MODELS = {
+    "grpo_osworld.yaml": (RESULTS / "osworld" / "sft_model", "dockyard osworld warmstart"),
+}
 # every config key that names a file or folder on this machine
 PATH_KEYS = (
     "policy.model_name",
@@ -77,7 +82,9 @@ def test_paths_hold_from_any_working_directory(
     paths = _paths(cfg)
     for key, value in paths.items():
         assert Path(value).is_absolute(), f"{name}: {key}={value!r} is relative to the cwd"
-    assert Path(paths["policy.model_name"]).resolve() == QUICKSTART_MODEL, paths
+    model, command = OTHER_MODELS.get(name, (QUICKSTART_MODEL, "./dev quickstart"))
+    assert Path(paths["policy.model_name"]).resolve() == model, paths
+    assert name not in OTHER_MODELS or command in (CONFIGS / name).read_text(), name
     for key in ("logger.log_dir", "checkpointing.checkpoint_dir"):
         assert Path(paths[key]).resolve().is_relative_to(RESULTS), f"{name}: {key} {paths[key]}"
     other = tmp_path / "elsewhere"
@@ -117,6 +124,11 @@ def test_deep_check_passes_after_the_quickstart(name: str, tmp_path: Path) -> No
     elif name in ("base.yaml", "grpo_quickstart_agent.yaml"):  # a Hub model / the agent's
         # warm start (`quickstart --agent`, not run by CI): the rest of it, on the local model
         overrides = [f"policy.model_name={QUICKSTART_MODEL}"]
+    elif name in OTHER_MODELS:  # a vision-language model: the tiny one the warm start builds
+        pytest.importorskip("torchvision", reason="./dev sync builds it for the CPU torch")
+        from dockyard.serve.testing import tiny_vlm_dir
+
+        overrides = [f"policy.model_name={tiny_vlm_dir(tmp_path / 'vlm')}"]
     cmd = [str(Path(sys.executable).parent / "dockyard"), "config", "check", "--deep"]
     out = subprocess.run(
         [*cmd, str(CONFIGS / name), *overrides],

@@ -132,7 +132,8 @@ def save_hf_meta(
 ) -> Path:
     """Write ``model``'s config, generation config, tokenizer files (copied from
     ``tokenizer_source``, default the folder the model was loaded from, with ``chat_template``
-    applied) and, for a peft model, its ``adapter_config.json`` to ``folder``."""
+    applied), a vision-language model's image processor and, for a peft model, its
+    ``adapter_config.json`` to ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     m: Any = model
@@ -147,6 +148,8 @@ def save_hf_meta(
     if is_peft:
         m.peft_config["default"].save_pretrained(folder)
     copy_tokenizer(tokenizer_source or source, folder, chat_template)
+    if getattr(hf.config, "vision_config", None) is not None:
+        copy_processor(hf.config.name_or_path or source, folder)
     return folder
 
 
@@ -233,8 +236,29 @@ def write_hf_folder(
         tokenizer = tokenizer_source if tokenizer_source is not None else source
         if tokenizer is not None:
             copy_tokenizer(tokenizer, path, chat_template)
+        if source is not None and getattr(config, "vision_config", None) is not None:
+            copy_processor(source, path)
     _barrier()
     return path
+
+
+_PROCESSOR_FILES = (
+    "preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json",
+)  # fmt: skip
+
+
+def copy_processor(source: str | Path, dest: str | Path) -> None:
+    """A vision-language model's image (and video) processor settings from ``source`` (a
+    folder, or a Hub name: its processor saved) into ``dest``: without them neither
+    transformers nor vLLM turns an image into the model's inputs."""
+    local = [f for f in _PROCESSOR_FILES if (Path(source) / f).is_file()]
+    for fname in local:
+        shutil.copy(Path(source) / fname, Path(dest) / fname)
+    if not local:
+        # lazy: transformers takes seconds to import; only a vision-language export needs it
+        from transformers import AutoImageProcessor
+
+        AutoImageProcessor.from_pretrained(str(source)).save_pretrained(str(dest))
 
 
 def export_hf(checkpoint: str | Path, out: str | Path, *, bucket_bytes: int = 1 << 30) -> Path:

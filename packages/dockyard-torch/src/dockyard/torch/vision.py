@@ -31,6 +31,15 @@ class ImageInputs:
         self.processor = AutoImageProcessor.from_pretrained(model_name)
         self.image_token_id = int(config.image_token_id)
 
+    def token_counts(self, images: Sequence[np.ndarray]) -> list[int]:
+        """How many image tokens each image becomes (its patch grid over the merge window): the
+        count the engine expands its placeholder to."""
+        if not images:
+            return []
+        grid = self.processor(images=[np.array(im) for im in images])["image_grid_thw"]
+        merge = int(getattr(self.processor, "merge_size", 2))
+        return [int(np.prod(g)) // merge**2 for g in np.asarray(grid)]
+
     def kwargs(
         self, input_ids: torch.Tensor, images: Sequence[np.ndarray], device: torch.device
     ) -> dict[str, torch.Tensor]:

@@ -112,7 +112,7 @@ class PromptRenderer:
     # ------------------------------------------------------------ rendering
     def messages(self, task_messages: Messages) -> Messages:
         """The environment's messages with the system prompt and the prompt file applied."""
-        out = [dict(m) for m in task_messages]
+        out: Messages = [dict(m) for m in task_messages]
         if self.system_prompt is not None:
             out = [{"role": "system", "content": self.system_prompt}] + [
                 m for m in out if m.get("role") != "system"
@@ -121,7 +121,15 @@ class PromptRenderer:
             users = [i for i, m in enumerate(out) if m.get("role") == "user"]
             if users:
                 m = out[users[-1]]
-                m["content"] = _fill(self.prompt_template, m.get("content", ""))
+                content = m.get("content", "")
+                if isinstance(content, str):
+                    m["content"] = _fill(self.prompt_template, content)
+                else:  # content parts (a screen beside the text): the first text part
+                    parts = [dict(c) for c in content]
+                    text = next((c for c in parts if c.get("type") == "text"), None)
+                    if text is not None:
+                        text["text"] = _fill(self.prompt_template, text.get("text", ""))
+                    m["content"] = parts
         return out
 
     def text(self, messages: Messages, add_generation_prompt: bool = True) -> str:

@@ -37,6 +37,13 @@ from dockyard.core.interfaces.generation import GenerationResult, SamplingParams
 from dockyard.train.prompts import PromptRenderer
 
 
+def prompt_too_long(e: BaseException) -> bool:
+    """The engine refused a prompt longer than its context (vLLM's validation error: "maximum
+    model length" since vLLM 0.1x's v1 engine, "maximum context length" before)."""
+    text = str(e)[:4000]
+    return "maximum model length" in text or "maximum context length" in text
+
+
 async def _score(env: Environment, call: Any) -> tuple[StepResult, float]:
     t0 = time.perf_counter()
     try:
@@ -160,15 +167,27 @@ async def _episode(
     context = list(prompt_ids)  # what the engine is sent (an image: one placeholder or its run)
     accounted = 0  # the tokens of ``context`` already in ``pieces`` (images expanded)
     result, env_s, finish, turns = StepResult(infra_error=True), 0.0, "stop", 0
+    last_text = ""
     try:
         for turn in range(max_turns):
-            if images:
-                (gen,) = await engine.generate(context, p1, images=list(images))
-            else:
-                (gen,) = await engine.generate(context, p1)
+            try:
+                if images:
+                    (gen,) = await engine.generate(context, p1, images=list(images))
+                else:
+                    (gen,) = await engine.generate(context, p1)
+            except Exception as e:
+                if not pieces or not prompt_too_long(e):
+                    raise  # the task's prompt alone does not fit: the collector skips it
+                # the episode outgrew the engine's context: the environment's verdict on it
+                # as it stands, like a turn limit (the last observation is left out)
+                final, s = await _score(env, env.finish(state, last_text))
+                env_s += s
+                result, finish = (final if final is not None else result), "length"
+                break
             if gen.prompt_token_ids is not None:  # the engine expanded the images
                 context = [int(x) for x in gen.prompt_token_ids]
             pieces.append((np.asarray(context[accounted:], dtype=np.int64), gen))
+            last_text = gen.text
             context += [int(x) for x in gen.token_ids]
             accounted = len(context)
             finish, turns = gen.finish_reason, turn + 1

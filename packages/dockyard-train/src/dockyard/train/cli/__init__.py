@@ -66,7 +66,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "osworld": (
         "dockyard.train.cli.osworld",
-        "OSWorld: `dockyard osworld replay EPISODE` (an animated GIF), `check DIR` (what loads).",
+        "OSWorld: `replay EPISODE` (an animated GIF), `check DIR` (what loads), `warmstart` (SFT).",
     ),
     "view": (
         "dockyard.train.cli.view",

@@ -34,7 +34,7 @@ from dockyard.train.environments import build_environment
 from dockyard.train.grammar import tool_call_structural_tag
 from dockyard.train.judge import env_judge
 from dockyard.train.prompts import PromptRenderer
-from dockyard.train.rollout import rollout_group
+from dockyard.train.rollout import prompt_too_long, rollout_group
 from dockyard.train.runtime.collector_config import CollectorConfig
 
 
@@ -48,11 +48,6 @@ class Order:
 
 
 MAX_ERRORS = 50  # failed rollouts (not engine deaths) before the run stops with the last error
-
-
-def prompt_too_long(e: BaseException) -> bool:
-    """The engine refused a prompt longer than its context (vLLM's validation error)."""
-    return "maximum context length" in str(e)
 
 
 def group_seed(seed: int, uid: str) -> int:
