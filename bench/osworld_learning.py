@@ -6,7 +6,7 @@
 Per seed: `dockyard osworld warmstart` (a tiny random Qwen2-VL, SFT on the scripted oracle's
 demonstrations of training tasks, screenshots as images) then `dockyard train` on
 examples/configs/grpo_osworld.yaml from that model. The held-out success rate (the ``val``
-split: toy tasks of other seeds, greedy, 16 tasks) is measured after the warm start (GRPO's
+split: toy tasks of other seeds, greedy, 32 tasks) is measured after the warm start (GRPO's
 validation at step 0) and after GRPO. One row per seed, then the medians; every figure is the
 task evaluator's verdict on a real sandboxed desktop.
 """
@@ -64,9 +64,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=10, help="GRPO steps")
-    ap.add_argument("--demos", type=int, default=48, help="oracle demonstrations (train tasks)")
-    ap.add_argument("--sft-steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=16, help="GRPO steps")
+    ap.add_argument("--demos", type=int, default=64, help="oracle demonstrations (train tasks)")
+    ap.add_argument("--sft-steps", type=int, default=150)
     ap.add_argument("--output", default="results/bench_osworld")
     ap.add_argument("overrides", nargs="*", help="dotted overrides of grpo_osworld.yaml")
     args = ap.parse_args()

@@ -47,8 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: a tiny random Qwen2-VL built here)",
     )
     p.add_argument("--seed", type=int, default=0, help="the tiny model's and SFT's seed")
-    p.add_argument("--demos", type=int, default=32, help="training tasks the oracle plays")
-    p.add_argument("--steps", type=int, default=60, help="SFT steps")
+    p.add_argument("--demos", type=int, default=64, help="training tasks the oracle plays")
+    p.add_argument("--steps", type=int, default=150, help="SFT steps")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--sandbox", default=None, help="a sandbox service URL (default: start one)")
