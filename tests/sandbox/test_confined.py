@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -117,6 +118,51 @@ def test_walk_and_copy_never_enter_a_swapped_link(raced: tuple[Path, Path], tmp_
     assert (host / "f").read_bytes() == SECRET
 
 
+PLANTER = r"""
+import os, sys
+d, host = sys.argv[1], "nowhere"  # dangling links: the planter's own writes never leave the tree
+print("go", flush=True)
+n = 0
+while True:
+    n += 1
+    for make in (lambda: os.symlink(host, d), lambda: os.mkdir(d),
+                 lambda: open(f"{d}/p{n % 64}", "w").close(), lambda: os.symlink(host, f"{d}/x")):
+        try:
+            make()
+        except OSError:
+            pass
+"""
+
+
+def test_a_tree_changed_under_a_write_is_refused_never_a_server_error(tmp_path: Path) -> None:
+    """A process that writes into the directory being replaced (its ``rmdir``: ENOTEMPTY), makes
+    the name again between its removal and its ``mkdir`` (EEXIST), or the leaf between its
+    removal and its ``O_EXCL`` open: each is UnsafePath (a 422 and the agent's doing), not an
+    OSError (a 500, which the trainer would mask as infra_error). The service once answered a
+    session's put_file with a 500 for the first."""
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PLANTER, str(root / "d")], stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"go\n"
+    seen: dict[str, int] = {}
+    try:
+        for _ in range(3000):
+            try:
+                force_write(root, "d/x", b"x", uid=0, gid=0)
+                key = "written"
+            except UnsafePath:
+                key = "refused"
+            seen[key] = seen.get(key, 0) + 1
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert seen.get("refused", 0) > 0, seen  # the planter got in the way
+
+
 def test_links_are_refused_or_replaced_never_followed(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -163,12 +209,18 @@ def test_content_classes_are_unsafe_or_too_large_never_oserror(tmp_path: Path) -
         list(walk(tmp_path / "root", max_entries=10))
 
 
-def test_special_and_badly_named_files(tmp_path: Path) -> None:
+def test_special_and_badly_named_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "root"
     root.mkdir()
     os.mkfifo(root / "fifo")
     with pytest.raises(UnsafePath, match="not a regular file"):
         read_file(root, "fifo", 10)  # O_NONBLOCK: refused at once, the service never waits
+    monkeypatch.chdir(root)  # a socket's path must fit in 108 bytes
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind("sock")
+    sock.close()
+    with pytest.raises(UnsafePath, match="not a regular file"):
+        read_file(root, "sock", 10)  # open(2) says ENXIO: once a server error (500)
     os.mkdir(os.fsencode(root) + b"/bad\xff")
     with pytest.raises(UnsafePath, match="not UTF-8"):
         list(walk(root))
@@ -179,7 +231,7 @@ def test_special_and_badly_named_files(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
     skipped = copy_tree(root, dest, uid=12345, gid=12345)
-    assert skipped == ["fifo"]
+    assert sorted(skipped) == ["fifo", "sock"]
     assert os.readlink(dest / "abs") == "/etc/shadow"
     assert os.readlink(dest / "rel") == "x"
     st = os.lstat(dest / "x")

@@ -47,6 +47,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 LEAF_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 GONE = (errno.ENOENT,)
 NOT_A_DIR = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)  # EMLINK: O_NOFOLLOW on a link (BSDs)
+CHANGED = (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST)  # the name changed under a removal
 
 
 class UnsafePath(ValueError):
@@ -119,9 +120,15 @@ def open_dir(dir_fd: int, name: str, rel: str) -> int:
         raise
 
 
-def _make_dir(dir_fd: int, name: str, uid: int, gid: int) -> None:
-    os.mkdir(name, 0o755, dir_fd=dir_fd)
-    os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+def _make_dir(dir_fd: int, name: str, uid: int, gid: int, rel: str) -> int:
+    """Make ``name`` under ``dir_fd`` and open it. The tree's own processes may make, swap or
+    remove the name meanwhile: that is UnsafePath (the content's doing), never a server error."""
+    try:
+        os.mkdir(name, 0o755, dir_fd=dir_fd)
+        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        return open_dir(dir_fd, name, rel)
+    except (FileExistsError, FileNotFoundError) as e:
+        raise UnsafePath(f"path {rel!r}: {name!r} changed while it was being made") from e
 
 
 @contextlib.contextmanager
@@ -140,14 +147,12 @@ def parent(
             except FileNotFoundError:
                 if create is None:
                     raise
-                _make_dir(fd, name, *create)
-                nxt = open_dir(fd, name, rel)
+                nxt = _make_dir(fd, name, *create, rel)
             except UnsafePath:
                 if create is None:
                     raise
                 remove_at(fd, name)
-                _make_dir(fd, name, *create)
-                nxt = open_dir(fd, name, "/".join(parts[: i + 1]))
+                nxt = _make_dir(fd, name, *create, "/".join(parts[: i + 1]))
             os.close(fd)
             fd = nxt
         yield fd, parts[-1]
@@ -166,8 +171,9 @@ def remove_at(dir_fd: int, name: str) -> None:
     """Remove ``name`` under ``dir_fd`` (a file, link, or a whole directory tree by fds).
 
     A name another process swaps meanwhile makes shutil's fd-based ``rmtree`` stop (it checks
-    that what it opened is what it ``lstat``-ed, and ``rmdir`` never follows a link): that is
-    UnsafePath, never a removal outside the tree."""
+    that what it opened is what it ``lstat``-ed, and ``rmdir`` never follows a link), and one
+    that writes into the directory as it is emptied makes its ``rmdir`` fail (``ENOTEMPTY``):
+    both are UnsafePath, never a removal outside the tree nor a server error."""
     st = lstat_at(dir_fd, name)
     if st is None:
         return
@@ -179,7 +185,7 @@ def remove_at(dir_fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     except OSError as e:
-        if e.errno is None or e.errno in (*NOT_A_DIR, errno.EISDIR):
+        if e.errno is None or e.errno in (*NOT_A_DIR, *CHANGED):
             raise UnsafePath(f"{name!r} changed while it was being removed") from e
         raise
 
@@ -211,6 +217,8 @@ def read_file(root: os.PathLike[str] | str, rel: str, max_bytes: int) -> bytes:
         except OSError as e:
             if e.errno in NOT_A_DIR:
                 raise UnsafePath(f"{rel!r} is a symlink") from e
+            if e.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket: open(2) refuses it
+                raise UnsafePath(f"{rel!r} is not a regular file") from e
             raise
         with closing_fd(fd):
             return read_regular(fd, rel, max_bytes)
@@ -244,8 +252,11 @@ def force_write(
         owner = (uid, gid)
     with parent(root, rel, create=owner) as (dfd, leaf):
         remove_at(dfd, leaf)
-        fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     mode, dir_fd=dfd)  # fmt: skip
+        try:
+            fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         mode, dir_fd=dfd)  # fmt: skip
+        except FileExistsError as e:  # the tree's processes made it again after the removal
+            raise UnsafePath(f"{rel!r} changed while it was being written") from e
         try:
             with closing_fd(fd):
                 view = memoryview(data)
