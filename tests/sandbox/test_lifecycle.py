@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +164,53 @@ def test_sigterm_removes_mounts_cgroups_and_work_dir(
         assert not work.exists()
         assert sorted(p.name for p in cache.iterdir()) == sorted(entries)  # kept, no .tmp-*
         assert all((cache / e / "tree").is_dir() for e in entries)
+
+
+LAUNCHER = r"""
+import sys, time
+from dockyard.sandbox.launch import start_service
+from dockyard.sandbox.models import SessionCreate
+svc = start_service(work_dir=sys.argv[1], workers=2, extra_args=["--drain-timeout", "2"])
+with svc.client() as c:
+    c.create_session(SessionCreate(ttl_s=600))
+print(svc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_service_goes_when_its_launcher_dies(tmp_path: Path, sig: signal.Signals) -> None:
+    """start_service in a process that dies without its ``with`` block's exit (a SIGKILL, or a
+    SIGTERM that Python does not turn into an exception): the service sees its stdin pipe close,
+    drains as on SIGTERM and removes its work dir (was: it lived on, as root, a session open)."""
+    work = tmp_path / "work"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(work)], stdout=subprocess.PIPE, text=True
+    )
+    assert launcher.stdout is not None
+    pid = int(launcher.stdout.readline())
+    assert mounts_under(work), "the session's workspace"
+    launcher.send_signal(sig)
+    launcher.wait(30)
+    launcher.stdout.close()
+    deadline = time.monotonic() + 60
+    try:
+        while _alive(pid):
+            assert time.monotonic() < deadline, "the service outlived its launcher"
+            time.sleep(0.1)
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+    assert mounts_under(work) == []
+    assert svc_dirs(pid) == []
+    assert not work.exists()
 
 
 def test_next_start_reclaims_what_a_killed_service_left(

@@ -9,16 +9,21 @@ free port; ``--ready-file`` receives the bound port once the service accepts con
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from dockyard.sandbox.isolation import IsolationError, resolve
 from dockyard.sandbox.lifecycle import WorkDirInUse
+
+log = logging.getLogger("dockyard.sandbox")
 
 KEEP_ALIVE_S = 75  # seconds an idle HTTP connection is kept open
 
@@ -108,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         "runner zygote into the jail (same isolation, slower; see docs/sandbox.md).",
     )
     s.add_argument("--ready-file", type=Path, help="Write the bound port here once serving.")
+    s.add_argument(
+        "--exit-with-stdin",
+        action="store_true",
+        help="Drain and exit (as on SIGTERM) when stdin reaches end of file: a launcher passes "
+        "a pipe and never writes, so the service goes when the launcher dies, however it dies.",
+    )
     s.add_argument("--log-level", default="warning")
     return p
 
@@ -297,6 +308,20 @@ def _run_server(uvicorn: Any, app: Any, args: argparse.Namespace) -> None:
     server.run(sockets=[sock])
 
 
+def _exit_with_stdin() -> None:
+    """A thread that waits for stdin's end of file, then SIGTERMs this process (the graceful
+    drain); the launcher's end of the pipe closes when it exits, even by SIGKILL."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(0, 1 << 12):
+                pass
+        log.warning("the launcher is gone (stdin closed): draining and exiting")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-stdin", daemon=True).start()
+
+
 def serve(args: argparse.Namespace) -> int:
     """``dockyard-sandbox serve``: check the options, build the service, serve it; 2 (the reason
     printed) where it cannot start."""
@@ -327,6 +352,8 @@ def serve(args: argparse.Namespace) -> int:
     except (IsolationError, ValueError, WorkDirInUse) as e:
         print(f"dockyard-sandbox: {e}", file=sys.stderr)
         return 2
+    if args.exit_with_stdin:
+        _exit_with_stdin()
     _run_server(uvicorn, app, args)
     return 0
 

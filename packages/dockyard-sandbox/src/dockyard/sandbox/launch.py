@@ -68,6 +68,8 @@ class ServiceHandle:
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM (graceful drain), then SIGKILL after ``timeout``."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # what our exit would close anyway (--exit-with-stdin)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -176,9 +178,13 @@ def start_service(
         args += ["--env-cache-dir", str(envs)]
     log_path = d / "service.log"
     with open(log_path, "wb") as logf:
+        # --exit-with-stdin: our end of its stdin pipe closes when this process exits, however
+        # it exits (a SIGTERM or SIGKILL runs no __exit__), and the service then drains and
+        # exits instead of living on, as root, with nobody to stop it
         proc = subprocess.Popen(
-            args, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
+            [*args, "--exit-with-stdin"], stdout=logf, stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE,
+        )  # fmt: skip
     deadline = time.monotonic() + start_timeout_s
     while not (d / "port").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
