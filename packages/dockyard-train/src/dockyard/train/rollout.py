@@ -38,8 +38,9 @@ from dockyard.train.prompts import PromptRenderer
 
 
 def prompt_too_long(e: BaseException) -> bool:
-    """The engine refused a prompt longer than its context (vLLM's validation error: "maximum
-    model length" since vLLM 0.1x's v1 engine, "maximum context length" before)."""
+    """The engine refused a prompt longer than its context: vLLM's input validation says "longer
+    than the maximum model length" (the v1 engine's ``input_processor``, vLLM 0.32 here) and
+    said "maximum context length" in older releases; both are matched."""
     text = str(e)[:4000]
     return "maximum model length" in text or "maximum context length" in text
 

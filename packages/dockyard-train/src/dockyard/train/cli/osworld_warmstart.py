@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from dockyard.core.config import MasterConfig
 from dockyard.core.config.sections import EnvConfig
@@ -72,19 +75,32 @@ def demo_example(demo: Demonstration) -> dict[str, Any]:
 
 
 async def collect(
-    url: str, tasks: list[dict[str, Any]], options: dict[str, Any], concurrency: int = 2
+    url: str,
+    tasks: list[dict[str, Any]],
+    options: dict[str, Any],
+    concurrency: int = 2,
+    progress: bool = False,
 ) -> list[Demonstration]:
-    """The oracle's solved episodes on ``tasks`` (a desktop per task, ``concurrency`` at once)."""
+    """The oracle's solved episodes on ``tasks`` (a desktop per task, ``concurrency`` at once;
+    ``progress``: a bar of the episodes done, with how many were solved)."""
     env = OSWorldEnvironment(url, **{**options, "screenshots": True, "replay_dir": None})
     gate = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(tasks), desc="demonstrations", file=sys.stdout, disable=not progress)
+    solved = 0
 
     async def one(task: dict[str, Any]) -> Demonstration | None:
+        nonlocal solved
         async with gate:
-            return await demonstrate(env, task)
+            demo = await demonstrate(env, task)
+        solved += demo is not None
+        bar.set_postfix(solved=solved, refresh=False)
+        bar.update(1)
+        return demo
 
     try:
         demos = await asyncio.gather(*(one(t) for t in tasks))
     finally:
+        bar.close()
         await env.aclose()
     return [d for d in demos if d is not None]
 
@@ -120,11 +136,12 @@ def run(args: argparse.Namespace) -> int:
     tasks = load_dataset(cfg.data.dataset_name or "osworld_toy", "train")[: args.demos]
     t0 = time.perf_counter()
     print(f"oracle demonstrations: {len(tasks)} tasks on sandboxed desktops", flush=True)
+    options, progress = dict(env_cfg.options), not args.no_progress
     if args.sandbox:
-        demos = asyncio.run(collect(args.sandbox, tasks, dict(env_cfg.options)))
+        demos = asyncio.run(collect(args.sandbox, tasks, options, progress=progress))
     else:
         with start_service(workers=2) as svc:
-            demos = asyncio.run(collect(svc.url, tasks, dict(env_cfg.options)))
+            demos = asyncio.run(collect(svc.url, tasks, options, progress=progress))
     if not demos:
         raise SystemExit("dockyard osworld warmstart: the oracle solved no task (see the sandbox)")
     examples = [demo_example(d) for d in demos]
