@@ -51,6 +51,9 @@ class _Dropper:
                 self.requests += 1
                 if self.requests <= self.drops:
                     continue  # closed without a response
+                if head.startswith((b"PUT ", b"DELETE ")):
+                    conn.sendall(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+                    continue
                 conn.sendall(
                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                     + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
@@ -102,6 +105,21 @@ def test_a_session_command_is_never_sent_twice(dropper: _Dropper) -> None:
         r = c.exec("s", "echo hi >> log")
     assert r.verdict == Verdict.infra_error
     assert dropper.requests == 1
+
+
+@pytest.mark.parametrize("dropper", [1], indirect=True)
+@pytest.mark.parametrize("call", ["get_file", "put_file", "delete_session"])
+def test_a_file_call_or_a_delete_is_sent_again(dropper: _Dropper, call: str) -> None:
+    """GET, PUT (the same bytes at the same path) and DELETE do what one call does when sent
+    twice: a dropped connection (as after a service error that closed it) is retried once."""
+    with SandboxClient(dropper.url) as c:
+        if call == "get_file":
+            c.get_file("s", "a.txt")
+        elif call == "put_file":
+            c.put_file("s", "a.txt", "x")
+        else:
+            c.delete_session("s")
+    assert dropper.requests == 2
 
 
 def test_a_service_failure_on_a_file_call_is_unavailable_not_the_callers_error() -> None:

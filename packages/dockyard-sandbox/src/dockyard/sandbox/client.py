@@ -53,6 +53,10 @@ _TRANSPORT_ERRORS = (httpx.TransportError, httpx.TimeoutException)
 # The connection went away before a response: the service closed an idle keep-alive connection
 # as the request went out on it, a proxy dropped it, or the service died mid-request.
 _DROPPED = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# sent again after a dropped connection: the same GET, PUT (the same bytes at the same path) or
+# DELETE (a 404 the second time is accepted) has the effect of one; POSTs (exec, tty, finish)
+# are not, unless the caller says so (a one-shot task)
+IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
 
 
 class SandboxRequestError(ValueError):
@@ -177,8 +181,9 @@ class SandboxClient(_Base):
         **kw: Any,
     ) -> httpx.Response:
         """One request, retrying 429 until ``max_wait_s``; a dropped connection is retried
-        once, on a new one, for reads and where running the request twice is harmless
-        (``rerun_ok``: a one-shot task). Other transport errors propagate."""
+        once, on a new one, for the idempotent methods (``IDEMPOTENT``) and where running the
+        request twice is harmless (``rerun_ok``: a one-shot task). Other transport errors
+        propagate."""
         deadline = time.monotonic() + self.max_wait_s
         dropped = 0
         while True:
@@ -186,7 +191,7 @@ class SandboxClient(_Base):
                 resp = self._http.request(method, path, timeout=timeout or self._http.timeout, **kw)
             except _DROPPED:
                 dropped += 1
-                if dropped > 1 or not (rerun_ok or method == "GET"):
+                if dropped > 1 or not (rerun_ok or method in IDEMPOTENT):
                     raise
                 continue
             if resp.status_code != 429 or time.monotonic() >= deadline:
@@ -406,7 +411,7 @@ class AsyncSandboxClient(_Base):
                 )
             except _DROPPED:
                 dropped += 1
-                if dropped > 1 or not (rerun_ok or method == "GET"):
+                if dropped > 1 or not (rerun_ok or method in IDEMPOTENT):
                     raise
                 continue
             if resp.status_code != 429 or time.monotonic() >= deadline:
