@@ -106,6 +106,8 @@ class ServiceHandle:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
 
     def __enter__(self) -> ServiceHandle:
         return self
@@ -190,6 +192,9 @@ def start_service(
         if proc.poll() is not None or time.monotonic() > deadline:
             if proc.poll() is None:
                 proc.kill()
+            proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
             out = log_path.read_text(errors="replace")
             tmp.cleanup()
             if envs_tmp is not None:
