@@ -68,7 +68,7 @@ import importlib, json, platform, subprocess, sys
 info = {"python": sys.version.split()[0], "executable": sys.executable, "modules": {}}
 for name in ("torch", "jax", "jaxlib", "transformers", "flax", "optax", "orbax.checkpoint",
              "vllm", "triton", "numpy", "pydantic", "omegaconf", "hydra", "yaml", "safetensors",
-             "tokenizers", "pytest", "pytest_timeout"):
+             "tokenizers", "pytest", "pytest_timeout", "modelopt"):
     try:
         info["modules"][name] = getattr(importlib.import_module(name), "__version__", "?")
     except Exception as e:  # any failure to import is "missing" here
