@@ -6,8 +6,9 @@
 Per seed: `dockyard osworld warmstart` (a tiny random Qwen2-VL, SFT on the scripted oracle's
 demonstrations of training tasks, screenshots as images) then `dockyard train` on
 examples/configs/grpo_osworld.yaml from that model. The held-out success rate (the ``val``
-split: toy tasks of other seeds, greedy, 32 tasks) is measured after the warm start (GRPO's
-validation at step 0) and after GRPO. One row per seed, then the medians; every figure is the
+split: 32 toy tasks of other seeds, 4 episodes each sampled at the policy's temperature, as the
+config validates) is measured after the warm start (GRPO's validation at step 0) and after
+GRPO; ``grpo.val_temperature=0 grpo.val_samples_per_prompt=1`` measures it greedy. One row per seed, then the medians; every figure is the
 task evaluator's verdict on a real sandboxed desktop.
 """
 

@@ -53,6 +53,7 @@ def test_warm_start_then_a_grpo_step_on_screenshots(tmp_path: Path, ray_session)
         "policy.train_micro_batch_size=4", "grpo.num_prompts_per_step=2",
         "grpo.num_generations_per_prompt=2", "grpo.max_num_steps=1", "grpo.max_rollout_turns=3",
         "env.osworld.options.max_turns=3", "grpo.max_val_samples=2",
+        "grpo.val_samples_per_prompt=1",
         f"logger.log_dir={tmp_path}/logs", f"checkpointing.checkpoint_dir={tmp_path}/ckpt",
     ])  # fmt: skip
     res = train(cfg, progress=False)
