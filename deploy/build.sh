@@ -11,8 +11,10 @@
 #    $DOCKYARD_IMAGE_CACHE (default ~/.cache/dockyard/images).
 # 2. The image: `buildah bud` of deploy/Containerfile.<name> on that base (chroot isolation: no
 #    container runtime needed to build). A host behind a TLS-intercepting proxy passes its CA
-#    bundle to the pip steps (PIP_CERT, mounted read-only for the build only), and a pip mirror
-#    its PIP_INDEX_URL / PIP_EXTRA_INDEX_URL; nothing of either stays in the image.
+#    bundle to the pip steps (PIP_CERT, mounted read-only for the build only), a pip mirror
+#    its PIP_INDEX_URL / PIP_EXTRA_INDEX_URL, and a local wheel folder its PIP_FIND_LINKS
+#    (mounted read-only; with it the cpu runtime takes `torch==X+cpu` from that folder instead
+#    of download.pytorch.org); nothing of any of them stays in the image.
 #
 # The tags are those examples/k8s/infra/kind-local.yaml names (localhost/dockyard-<name>:dev).
 # Run one with podman as the rendered pod runs it: tests/k8s/test_image_build.py does, and
@@ -51,6 +53,10 @@ args=(--isolation chroot --layers --build-arg "BASE=$base" -f "$file" -t "localh
 [[ -n ${FLAVOR:-} ]] && args+=(--build-arg "FLAVOR=$FLAVOR")
 if [[ -n ${PIP_CERT:-} && -f $PIP_CERT ]]; then
   args+=(--build-arg "PIP_CERT=/run/dockyard-build-ca.crt" -v "$PIP_CERT:/run/dockyard-build-ca.crt:ro")
+fi
+if [[ -n ${PIP_FIND_LINKS:-} && -d $PIP_FIND_LINKS ]]; then
+  args+=(--build-arg "PIP_FIND_LINKS=/run/dockyard-wheels" --build-arg "TORCH_CPU_INDEX="
+         -v "$PIP_FIND_LINKS:/run/dockyard-wheels:ro")
 fi
 for var in PIP_INDEX_URL PIP_EXTRA_INDEX_URL; do
   [[ -n ${!var:-} ]] && args+=(--build-arg "$var=${!var}")
