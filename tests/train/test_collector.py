@@ -12,10 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from dockyard.core.experience import Group
 from dockyard.core.interfaces.environment import StepResult
 from dockyard.core.interfaces.generation import GenerationResult, SamplingParams
 from dockyard.train.data import TaskLoader
-from dockyard.train.runtime.collector import MAX_ERRORS, Collector, GenerationClock
+from dockyard.train.runtime.collector import (
+    MAX_ERRORS,
+    Collector,
+    GenerationClock,
+    task_domain,
+    validation_metrics,
+)
 
 
 class Tokenizer:
@@ -252,3 +259,24 @@ def test_the_clock_counts_the_union_of_overlapping_intervals(monkeypatch) -> Non
     assert first["collector/gen_busy_fraction"] == 5.0 / 8.0
     assert second["collector/gen_wall_s"] == 1.0  # 8..9: c's rest
     assert second["collector/gen_busy_fraction"] == 0.5
+
+
+def _group(domain: str | None, rewards: list[float], infra: int = 0) -> Group:
+    trajs = [SimpleNamespace(reward=r, rewards={}, infra_error=False) for r in rewards]
+    trajs += [SimpleNamespace(reward=0.0, rewards={}, infra_error=True)] * infra
+    return Group("p", trajs, {} if domain is None else {"domain": domain})  # type: ignore[arg-type]
+
+
+def test_validation_reports_each_domain_of_a_mixed_held_out_set() -> None:
+    groups = [_group("toy-click", [1, 0, 0, 0]), _group("toy-type", [1, 1, 0, 0], infra=1),
+              _group("toy-click", [1, 1, 0, 0])]  # fmt: skip
+    m = validation_metrics(groups, 4)
+    assert m["val/pass_rate"] == 5 / 12
+    assert m["val/samples"] == 12
+    assert m["val/pass_rate/toy-click"] == 3 / 8
+    assert m["val/pass_rate/toy-type"] == 2 / 4  # the infra error left out, as in the total
+    one = validation_metrics([_group("math", [1, 0]), _group("math", [0, 0])], 2)
+    assert not [k for k in one if k.startswith("val/pass_rate/")]  # one domain: the total says it
+    assert task_domain({"data_source": "gsm8k", "domain": "x"}) == "gsm8k"
+    assert task_domain({"domain": "chrome"}) == "chrome"
+    assert task_domain({}) == ""

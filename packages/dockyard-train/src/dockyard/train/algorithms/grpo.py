@@ -450,7 +450,12 @@ class _Run:
         self.val_start = val["val/pass_rate"]
         self.startup["startup/validation_s"] = time.perf_counter() - t0
         kl = f", held-out KL {val['val/distill_kl']:.4f}" if "val/distill_kl" in val else ""
-        self.logger.write(f"validation before training: pass rate {100 * self.val_start:.1f}%{kl}")
+        per = [f"{k[len('val/pass_rate/') :]} {100 * v:.1f}%" for k, v in val.items()
+               if k.startswith("val/pass_rate/")]  # fmt: skip
+        kinds = f" ({', '.join(per)})" if per else ""
+        self.logger.write(
+            f"validation before training: pass rate {100 * self.val_start:.1f}%{kinds}{kl}"
+        )
 
     def validate(self) -> dict[str, float]:
         if self.loss_validation is not None:  # the loss's own (distillation: + held-out KL)

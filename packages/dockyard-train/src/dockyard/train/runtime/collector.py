@@ -461,12 +461,15 @@ class CollectorHost(Collector):
                 seed = group_seed(self.seed + 1, f"val:{i}") if self.seeded else None
                 p = replace(params, seed=seed)
                 if self.scaffold is not None:
-                    return await self.scaffold.rollout_group(
+                    group = await self.scaffold.rollout_group(
                         eng, self.env, self.tokenizer, task, f"val:{i}", p
                     )
-                return await rollout_group(
-                    eng, self.env, self.tokenizer, task, f"val:{i}", p, self.max_turns
-                )
+                else:
+                    group = await rollout_group(
+                        eng, self.env, self.tokenizer, task, f"val:{i}", p, self.max_turns
+                    )
+                group.metadata["domain"] = task_domain(task)
+                return group
 
         return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
 
@@ -481,17 +484,32 @@ class CollectorHost(Collector):
         super().set_version(version)
 
 
+def task_domain(task: dict[str, Any]) -> str:
+    """What a held-out task is reported under: its ``data_source`` (verl's field) or ``domain``
+    (OSWorld's), else ``""``."""
+    return str(task.get("data_source") or task.get("domain") or "")
+
+
 def validation_metrics(groups: list[Any], n: int) -> dict[str, float]:
     """``val/pass_rate``, ``val/reward`` and ``val/samples`` of validation ``groups`` (``n``
-    samples per task), samples masked as ``infra_error`` left out."""
+    samples per task), samples masked as ``infra_error`` left out. Where the groups' tasks come
+    from more than one domain (``metadata["domain"]``: :func:`task_domain`), also
+    ``val/pass_rate/<domain>`` for each: where a mixed held-out set gains or loses."""
     trajs = [t for g in groups for t in g.trajectories if not t.infra_error]
     if not trajs:
         return {"val/pass_rate": float("nan"), "val/infra_errors": float(len(groups) * n)}
-    return {
+    out = {
         "val/pass_rate": sum(passed(t) for t in trajs) / len(trajs),
         "val/reward": sum(t.reward for t in trajs) / len(trajs),
         "val/samples": float(len(trajs)),
     }
+    by_domain: dict[str, list[bool]] = {}
+    for g in groups:
+        done = [passed(t) for t in g.trajectories if not t.infra_error]
+        by_domain.setdefault(g.metadata.get("domain", ""), []).extend(done)
+    if len(by_domain) > 1:
+        out |= {f"val/pass_rate/{d or 'other'}": sum(v) / len(v) for d, v in by_domain.items() if v}
+    return out
 
 
 def _weights(env_cfg: EnvConfig) -> dict[str, float]:
