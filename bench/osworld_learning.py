@@ -34,14 +34,25 @@ def dockyard(*args: str) -> None:
         raise SystemExit(f"failed (exit {proc.returncode}): {' '.join(args[:2])}")
 
 
-def val_rates(log_dir: Path) -> dict[int, float]:
-    """step -> held-out success (metrics.jsonl's validation rows)."""
+def val_rows(log_dir: Path) -> dict[int, dict[str, float]]:
+    """step -> held-out success, in all and per kind (metrics.jsonl's validation rows:
+    ``val/pass_rate`` and ``val/pass_rate/<domain>``)."""
     rows = [json.loads(x) for x in (log_dir / "metrics.jsonl").read_text().splitlines()]
-    return {int(r["step"]): r["val/pass_rate"] for r in rows if "val/pass_rate" in r}
+    return {
+        int(r["step"]): {k.removeprefix("val/pass_rate").strip("/") or "all": v
+                         for k, v in r.items() if k.startswith("val/pass_rate")}
+        for r in rows if "val/pass_rate" in r
+    }  # fmt: skip
 
 
-def run_seed(seed: int, args: argparse.Namespace) -> tuple[float, float, float, float]:
-    """(held-out success after the warm start, after GRPO, warm start s, GRPO s)."""
+def _pct(row: dict[str, float]) -> str:
+    kinds = ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(row.items()) if k != "all")
+    return f"{100 * row['all']:.1f}%" + (f" ({kinds})" if kinds else "")
+
+
+def run_seed(seed: int, args: argparse.Namespace) -> tuple[dict, dict, float, float]:
+    """(held-out success after the warm start, after GRPO — in all and per kind — warm start s,
+    GRPO s)."""
     out = Path(args.output).resolve() / f"seed{seed}"
     t0 = time.perf_counter()
     dockyard(
@@ -56,8 +67,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> tuple[float, float, float, 
         f"logger.log_dir={out}/logs", f"checkpointing.checkpoint_dir={out}/ckpt",
         "checkpointing.enabled=false", *args.overrides,
     )  # fmt: skip
-    rates = val_rates(out / "logs")
-    return rates[0], rates[max(rates)], t1 - t0, time.perf_counter() - t1
+    rows = val_rows(out / "logs")
+    return rows[0], rows[max(rows)], t1 - t0, time.perf_counter() - t1
 
 
 def main() -> int:
@@ -67,15 +78,15 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=16, help="GRPO steps")
     ap.add_argument("--demos", type=int, default=64, help="oracle demonstrations (train tasks)")
-    ap.add_argument("--sft-steps", type=int, default=150)
+    ap.add_argument("--sft-steps", type=int, default=600)
     ap.add_argument("--output", default="results/bench_osworld")
     ap.add_argument("overrides", nargs="*", help="dotted overrides of grpo_osworld.yaml")
     args = ap.parse_args()
     rows = []
     for s in args.seeds:
         warm, after, warm_s, grpo_s = run_seed(s, args)
-        rows.append((warm, after))
-        print(f"seed {s}: warm start {100 * warm:.1f}% -> GRPO {100 * after:.1f}%  "
+        rows.append((warm["all"], after["all"]))
+        print(f"seed {s}: warm start {_pct(warm)} -> GRPO {_pct(after)}  "
               f"(warm start {warm_s:.0f} s, GRPO {grpo_s:.0f} s)", flush=True)  # fmt: skip
     med = [100 * statistics.median(r[i] for r in rows) for i in range(2)]
     gains = sum(r[1] > r[0] for r in rows)

@@ -10,12 +10,14 @@ One episode per task: after the task's set-up, the evaluator is run on the untou
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import os
 import shutil
 from pathlib import Path
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageColor
 
 from dockyard.envs.osworld.agents import NoopAgent, OracleAgent
 from dockyard.envs.osworld.env import TASK, OSWorldEnvironment
@@ -41,6 +43,8 @@ async def _episode(env: OSWorldEnvironment, task: dict) -> tuple[float, dict]:
     state = await env.reset(task)
     try:
         assert state["infra_error"] is None, state["infra_error"]
+        if task["id"].startswith("toy-click"):
+            _assert_buttons_painted(task, state["obs"])
         noop = NoopAgent(task).act(state["obs"])
         empty = await evaluate(task["evaluator"], state["guest"], Path(task["folder"]), noop)
         agent = OracleAgent(task)
@@ -50,6 +54,17 @@ async def _episode(env: OSWorldEnvironment, task: dict) -> tuple[float, dict]:
                 return empty, {"rewards": r.rewards, "meta": r.metadata, "infra": r.infra_error}
     finally:
         await env.close(state)
+
+
+def _assert_buttons_painted(task: dict, obs) -> None:
+    """A toy click task's buttons show their colour on the screen (what a small screenshot
+    keeps of them), just above each label's text."""
+    shot = Image.open(io.BytesIO(base64.b64decode(obs.png_b64))).convert("RGB")
+    window = next(w for w in obs.windows if w.title == "Toy")
+    args = task["config"][1]["parameters"]["command"][5:]
+    for label, x, y in zip(args[::3], args[1::3], args[2::3], strict=True):
+        pixel = shot.getpixel((window.x + int(x), window.y + int(y) - 13))
+        assert pixel == ImageColor.getrgb(label), (task["id"], label, pixel)
 
 
 async def _all(url: str, token: str | None, tasks: list[dict]) -> list[tuple[float, dict]]:

@@ -15,7 +15,7 @@ from dockyard.envs.osworld.env import extract_code
 from dockyard.envs.osworld.evaluators import evaluate
 from dockyard.envs.osworld.guestpath import workspace_path
 from dockyard.envs.osworld.tasks import load_tasks
-from dockyard.envs.osworld.toy import DATA, toy_tasks
+from dockyard.envs.osworld.toy import COLOURS, DATA, toy_tasks
 from dockyard.sandbox.desktop.pyautogui import parse_code
 from dockyard.sandbox.desktop.wire import DesktopObservation, Window
 
@@ -158,12 +158,20 @@ def test_toy_family_is_deterministic_and_split() -> None:
     assert a == b
     assert [t["id"].split("-")[1] for t in a] == ["click", "type"] * 3
     train, val = osworld_toy_dataset("train", n=8), osworld_toy_dataset("val", n=8)
-    assert [t["instruction"] for t in train] != [t["instruction"] for t in val]
+    demo = osworld_toy_dataset("demo", n=8)  # the warm start's: not GRPO's training tasks
+    layouts = [[t["config"][1]["parameters"]["command"] for t in s] for s in (train, val, demo)]
+    assert layouts[0] != layouts[1]
+    assert layouts[0] != layouts[2]
+    assert layouts[1] != layouts[2]
+    with pytest.raises(ValueError, match="splits are train, val, demo"):
+        osworld_toy_dataset("test")
     for t in a:  # each oracle clicks the named button's place
         answer = t["evaluator"]["expected"]["rules"]["expected"]
         assert answer in t["instruction"]
+        assert t["domain"] == "toy-" + t["id"].split("-")[1]  # held-out success per kind
         if "click" in t["id"]:
             args = t["config"][1]["parameters"]["command"]
+            assert set(args[5::3]) <= set(COLOURS)  # painted in their colour: visible when small
             i = args.index(answer)
             x, y = args[i + 1], args[i + 2]
             assert t["oracle"][0] == f"pyautogui.click({{Toy.x+{x}}}, {{Toy.y+{y}}})"

@@ -2,8 +2,9 @@
 
 ``osworld``: ``tasks_dir`` (OSWorld's ``evaluation_examples`` layout) or the shipped tasks;
 tasks this environment cannot run are refused at load and listed in the error if *none* remain.
-``osworld_toy``: generated toy tasks (toy.py); ``train`` and ``val`` use different seeds, so the
-held-out split is tasks the policy never saw.
+``osworld_toy``: generated toy tasks (toy.py); ``train``, ``val`` and ``demo`` use different
+seeds, so the held-out split is tasks the policy never saw and GRPO trains on other tasks than
+the warm start's demonstrations.
 """
 
 from __future__ import annotations
@@ -27,5 +28,10 @@ def osworld_dataset(split: str, tasks_dir: str | None = None) -> list[dict[str, 
 def osworld_toy_dataset(
     split: str, n: int = 64, seed: int = 0, kinds: tuple[str, ...] = ("click", "type")
 ) -> list[dict[str, Any]]:
-    """``n`` toy tasks; ``val`` draws from seed + 10_000 (held out from ``train``)."""
-    return toy_tasks(n, seed + (10_000 if split != "train" else 0), tuple(kinds))
+    """``n`` toy tasks of ``split``, each split its own seeds: ``train`` (GRPO's), ``val``
+    (held out: seed + 10_000) and ``demo`` (the warm start's demonstrations: seed + 20_000, so
+    GRPO does not train on tasks SFT memorised)."""
+    offsets = {"train": 0, "val": 10_000, "demo": 20_000}
+    if split not in offsets:
+        raise ValueError(f"osworld_toy splits are {', '.join(offsets)}, got {split!r}")
+    return toy_tasks(n, seed + offsets[split], tuple(kinds))

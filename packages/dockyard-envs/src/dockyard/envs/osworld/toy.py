@@ -2,9 +2,12 @@
 
 Two kinds, each a Tk window at the screen's top-left corner (data/apps/*.tcl):
 
-* ``click``: ``n_buttons`` buttons labelled with distinct words from ``WORDS``, at seeded
-  places; the instruction names one ("Click the button labelled 'red'."); the evaluator checks
-  ``answer.txt`` (the last clicked label) with ``exact_match``.
+* ``click``: ``n_buttons`` buttons labelled with distinct colour names from ``COLOURS``, each
+  painted in its colour (buttons.tcl), at seeded places; the instruction names one ("Click the
+  button labelled 'red'."); the evaluator checks ``answer.txt`` (the last clicked label) with
+  ``exact_match``. Colours, not words: at the few pixels a small policy's screenshot gives a
+  button, its text cannot be read (the first version, labelled with ``WORDS``, left a tiny
+  model's clicks at chance), its colour can.
 * ``type``: one text field with the focus; the instruction gives a word ("Type 'cat' into the
   text field and press Enter."); the same check.
 
@@ -20,6 +23,7 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
 WORDS = ("red", "blue", "green", "cat", "dog", "sun", "moon", "tree", "fish", "star")
+COLOURS = ("red", "green", "blue", "yellow", "purple", "cyan")  # Tk colour names, far apart
 WIN_W, WIN_H = 300, 200
 _GRID = [(x, y) for x in (50, 150, 250) for y in (40, 100, 160)]
 
@@ -40,7 +44,7 @@ def _check(answer: str) -> dict[str, Any]:
 
 
 def click_task(rng: random.Random, i: int, n_buttons: int = 3) -> dict[str, Any]:
-    labels = rng.sample(WORDS, n_buttons)
+    labels = rng.sample(COLOURS, n_buttons)
     places = rng.sample(_GRID, n_buttons)
     target = rng.randrange(n_buttons)
     args = ["Toy", str(WIN_W), str(WIN_H)]
@@ -48,7 +52,7 @@ def click_task(rng: random.Random, i: int, n_buttons: int = 3) -> dict[str, Any]
         args += [lab, str(x), str(y)]
     tx, ty = places[target]
     return {
-        "id": f"toy-click-{i}", "domain": "toy", "folder": str(DATA),
+        "id": f"toy-click-{i}", "domain": "toy-click", "folder": str(DATA),
         "instruction": f"Click the button labelled '{labels[target]}'.",
         "config": _app("buttons.tcl", args), "evaluator": _check(labels[target]),
         "oracle": [f"pyautogui.click({{Toy.x+{tx}}}, {{Toy.y+{ty}}})", "DONE"],
@@ -59,7 +63,7 @@ def click_task(rng: random.Random, i: int, n_buttons: int = 3) -> dict[str, Any]
 def type_task(rng: random.Random, i: int) -> dict[str, Any]:
     word = rng.choice(WORDS)
     return {
-        "id": f"toy-type-{i}", "domain": "toy", "folder": str(DATA),
+        "id": f"toy-type-{i}", "domain": "toy-type", "folder": str(DATA),
         "instruction": f"Type '{word}' into the text field and press Enter.",
         "config": _app("entry.tcl", ["Toy", str(WIN_W), str(WIN_H)]), "evaluator": _check(word),
         "oracle": [f"pyautogui.click({{Toy.x+{WIN_W // 2}}}, {{Toy.y+{WIN_H // 2}}})",

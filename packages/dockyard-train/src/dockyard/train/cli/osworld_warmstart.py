@@ -3,7 +3,8 @@ from, written where the config's ``policy.model_name`` points.
 
 1. a tiny random Qwen2-VL (vision tower, tokenizer, chat template, image processor) is built
    locally (``--base``: start from a model folder of yours instead);
-2. the scripted oracle plays the training tasks of ``data.dataset_name`` on sandboxed desktops
+2. the scripted oracle plays the ``demo`` split of ``data.dataset_name`` (osworld_toy: tasks of
+   their own seeds, not GRPO's training tasks) on sandboxed desktops
    configured as ``env.<name>.options`` say (screenshots on; the same screen size, settle time
    and turn limit the GRPO run uses), and every solved episode becomes a multi-turn SFT example
    in TRL's vision-language layout (``demos.jsonl`` beside the model: each action trained, each
@@ -50,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: a tiny random Qwen2-VL built here)",
     )
     p.add_argument("--seed", type=int, default=0, help="the tiny model's and SFT's seed")
-    p.add_argument("--demos", type=int, default=64, help="training tasks the oracle plays")
-    p.add_argument("--steps", type=int, default=150, help="SFT steps")
+    p.add_argument("--demos", type=int, default=64, help="demonstration tasks the oracle plays")
+    p.add_argument("--steps", type=int, default=600, help="SFT steps")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--sandbox", default=None, help="a sandbox service URL (default: start one)")
@@ -133,7 +134,9 @@ def run(args: argparse.Namespace) -> int:
     config = AutoConfig.from_pretrained(base)
     if not is_vision_language(config):
         raise SystemExit(f"dockyard osworld warmstart: {base} is not a vision-language model")
-    tasks = load_dataset(cfg.data.dataset_name or "osworld_toy", "train")[: args.demos]
+    # the demonstrations' own split where the dataset has one (osworld_toy: tasks GRPO's train
+    # split does not hold); a dataset of fixed tasks gives the same tasks for every split
+    tasks = load_dataset(cfg.data.dataset_name or "osworld_toy", "demo")[: args.demos]
     t0 = time.perf_counter()
     print(f"oracle demonstrations: {len(tasks)} tasks on sandboxed desktops", flush=True)
     options, progress = dict(env_cfg.options), not args.no_progress
