@@ -80,20 +80,22 @@ def measure(client, env: dict, rounds: int, **session) -> dict:
     t0 = time.perf_counter()
     sid = client.create_session({"environment": env, **session})
     cold = time.perf_counter() - t0
-    starts, trips = [], []
+    starts, trips, ends = [], [], []
     for _ in range(rounds):
         t0 = time.perf_counter()
         s = client.create_session({"environment": env, **session})
         r = client.exec(s, "true")
         starts.append(time.perf_counter() - t0)
         assert r.exit_code == 0, r.stderr
+        t0 = time.perf_counter()
         client.delete_session(s)
+        ends.append(time.perf_counter() - t0)
     for _ in range(rounds):
         t0 = time.perf_counter()
         client.exec(sid, "true")
         trips.append(time.perf_counter() - t0)
     client.delete_session(sid)
-    return {"cold": cold, "start": starts, "trip": trips}
+    return {"cold": cold, "start": starts, "trip": trips, "end": ends}
 
 
 def floor(root: Path, rounds: int) -> list[float]:
@@ -192,6 +194,7 @@ def main() -> None:
             f"{'command round trip (exec true)':34}"
             + "".join(f"{_ms(m['trip']):>14}" for _, m in cols)
         )
+        print(f"{'session delete':34}" + "".join(f"{_ms(m['end']):>14}" for _, m in cols))
         for name, m in cols[:2]:
             ratio = statistics.median(m["start"]) / statistics.median(fl)
             print(f"warm session start / floor ({name}): {ratio:.1f}x (goal: <= 1.5x)")

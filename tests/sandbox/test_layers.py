@@ -8,6 +8,7 @@ need no jail (the spec's validation, the store's eviction order).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -212,6 +213,15 @@ def test_a_session_runs_as_the_images_container(client) -> None:
                         "kill -0 $(cat /tmp/bg) 2>/dev/null && echo bg-runs; echo oops >&2")  # fmt: skip
     assert again.stdout.split() == ["conf=1", "x", "hi", "bg-runs"], again
     assert again.stderr == "oops\n"  # stdout and stderr apart, as docker exec keeps them
+    # a background process that keeps writing to the command's stdout after it ended runs on
+    # (what it writes later is dropped, not a SIGPIPE that kills it) and does not hold the call
+    # (a call the ticker held would end at its 30 s wall clock, timed out, the ticker killed)
+    r = client.exec(sid, "(while :; do echo tick; sleep 0.05; done) & echo $! > /tmp/ticker")
+    assert r.exit_code == 0, r
+    assert not r.timed_out, r
+    ticking = client.exec(sid, "sleep 0.5; kill -0 $(cat /tmp/ticker) && echo ticking")
+    assert ticking.stdout == "ticking\n", ticking
+    client.exec(sid, "kill $(cat /tmp/ticker)")
     # the host processes that hold the container (pid 1) or enter it (the command's parent)
     # are closed to its root: no fd, environment or memory of theirs to read (not dumpable)
     peek = client.exec(sid, "for p in 1 $PPID; do for f in fd/0 environ mem; do "
@@ -606,6 +616,44 @@ def test_a_killed_jail_server_is_started_again_and_so_are_its_containers(
     assert len(again) == 1, again
     assert again != servers
     assert _holder_of(mark) not in ([], holders)
+
+
+def _spares(server: int) -> list[int]:
+    """The jail server's children still in its session (``os.getsid``): its spare."""
+    found = []
+    for c in _children(server):
+        with contextlib.suppress(ProcessLookupError):
+            if os.getsid(c) == os.getsid(server):
+                found.append(c)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            status = (d / "status").read_text().splitlines() if d.name.isdigit() else []
+        except OSError:
+            continue
+        if any(line.split() == ["PPid:", str(pid)] for line in status):
+            found.append(int(d.name))
+    return found
+
+
+def test_a_killed_spare_of_the_jail_server_is_replaced(client, layers_sandbox) -> None:
+    """The jail server forks each jail before its request comes (a *spare*, in the server's own
+    session until it serves one): a spare killed while it waits costs the next command
+    nothing but the fork it saved, and a new spare waits after it."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    (server,) = _jail_servers(layers_sandbox.pid)
+    spares = _spares(server)
+    assert len(spares) == 1, spares
+    os.kill(spares[0], 9)
+    assert client.exec(sid, "echo ran").stdout == "ran\n"
+    again = _spares(server)
+    assert len(again) == 1, again
+    assert again != spares
 
 
 # the agent's terminal keeps renaming /tests away (a verifier's mountpoint on the shared image

@@ -716,10 +716,12 @@ _MAX_FDS = 8  # per request: reply, out, err and the plan's fds (ready_fd, pid_f
 def serve(ctl_fd: int) -> None:
     """The jail server (``runner.py``): for each request on ``ctl_fd`` (a JSON object: ``plan``,
     ``fds`` naming the descriptors that come with it, ``join``: cgroup files, ``rlimits``: [[res,
-    value]...]) fork a child that joins the cgroups, takes the rlimits and the request's stdio,
-    and runs the plan as this script would; send the service its pidfd on the request's
-    ``reply`` socket, and once it is reaped here its wait status. A fork costs ~1 ms where a
-    fresh interpreter costs ~25: a container's every command is one."""
+    value]...]) a child of the server joins the cgroups, takes the rlimits and the request's
+    stdio, and runs the plan as this script would; the server sends the service its pidfd on the
+    request's ``reply`` socket, and once it is reaped here its wait status. A fork costs ~1 ms
+    where a fresh interpreter costs ~25: a container's every command is one. The child is forked
+    *before* its request comes (``_Spare``): the command waits for neither the fork nor the
+    child's first run."""
     ctl = socket.socket(fileno=ctl_fd)
     waiting: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, reply fd)
     poller = select.poll()
@@ -727,6 +729,7 @@ def serve(ctl_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     if len(os.listdir("/proc/self/task")) != 1:  # children join cgroups thread-wise (tasks)
         raise SystemExit("jail server: a thread was started; refusing to serve")
+    spare = _Spare()
     os.write(1, b"ready\n")
     while True:
         for fd, _ in poller.poll():
@@ -739,36 +742,91 @@ def serve(ctl_fd: int) -> None:
                 for f in (fd, reply):
                     os.close(f)
                 continue
-            fds = array.array("i")
             try:
-                msg, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_LEN(_MAX_FDS * fds.itemsize))
+                msg, got = _recv(ctl)
             except InterruptedError:
                 continue
             if not msg:
                 return  # the service closed its end, or died: so does every jail (pdeathsig)
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
-            got, req = list(fds), json.loads(msg)
-            names = req.get("fds") or []
+            names = json.loads(msg).get("fds") or []
             if len(got) != len(names) or "reply" not in names:
                 for f in got:
                     os.close(f)  # the reply socket closed unanswered: the service reports it
                 continue
             named = dict(zip(names, got, strict=True))
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                _served(req, named)
-            pidfd = os.pidfd_open(pid)  # not reaped before the poll says so: never a reused pid
             reply = named.pop("reply")
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(reply)) as r:
-                socket.send_fds(r, [b"pid"], [pidfd])
+            pid = spare.hand(msg, named)
+            if not pid:  # the spare was gone (killed): a fresh one takes the request
+                pid = _Spare().hand(msg, named)
             for f in named.values():
                 os.close(f)
-            waiting[pidfd] = (pid, reply)
-            poller.register(pidfd, select.POLLIN)
+            if pid:
+                pidfd = os.pidfd_open(pid)  # not reaped before the poll says so: not reused
+                with contextlib.suppress(OSError), socket.socket(fileno=os.dup(reply)) as r:
+                    socket.send_fds(r, [b"pid"], [pidfd])
+                waiting[pidfd] = (pid, reply)
+                poller.register(pidfd, select.POLLIN)
+            else:
+                os.close(reply)  # (unanswered, as above)
+            spare = _Spare()  # the next request's, forked while this one runs
+
+
+def _recv(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """One message and the descriptors that came with it."""
+    fds = array.array("i")
+    msg, anc, _, _ = sock.recvmsg(1 << 20, socket.CMSG_LEN(_MAX_FDS * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    return msg, list(fds)
+
+
+class _Spare:
+    """A fork of the server waiting for the next request (``serve``): it closes every descriptor
+    of the server's but its stdio at once, and dies with the server."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        server = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:
+            _waits(theirs, server)
+        theirs.close()
+        self.chan = ours
+
+    def hand(self, msg: bytes, named: dict[str, int]) -> int:
+        """Give it the request (its fds named, less the reply): its pid, or 0 where it could
+        not take it (it is gone, reaped: the request goes unanswered)."""
+        try:
+            socket.send_fds(self.chan, [msg], list(named.values()))
+            return self.pid
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            return 0
+        finally:
+            self.chan.close()
+
+
+def _waits(chan: socket.socket, server: int) -> None:
+    """The spare's life: wait for its request, then serve it (``_served``); never returns."""
+    with contextlib.suppress(BaseException):
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        keep = chan.fileno()
+        os.closerange(3, keep)  # the server's socket, other jails' replies and pidfds
+        os.closerange(keep + 1, 1 << 20)
+        if os.getppid() != server:  # it died before the death signal was armed
+            os._exit(SETUP_FAILED)
+        msg, got = _recv(chan)
+        chan.close()
+        if msg:
+            names = [n for n in json.loads(msg)["fds"] if n != "reply"]
+            _served(json.loads(msg), dict(zip(names, got, strict=True)))
+    os._exit(SETUP_FAILED)
 
 
 def _served(req: dict, fds: dict[str, int]) -> None:
