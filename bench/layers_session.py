@@ -12,14 +12,17 @@ builds the same small environment two ways:
 Per way it prints: the cold build (per layer, from the build log; the base root separately), the
 warm "session requested -> first command ran" (``create_session`` + ``exec("true")``, the
 environment cached), and a command round trip (``exec("true")`` in a live session), as medians
-of ``--rounds``. A layered image's session is measured both ways the sandbox runs one: as its
+of ``--rounds``, the starts ``--pause`` apart (an episode's rest). A layered image's session is measured both ways the sandbox runs one: as its
 container (the default: pid 1 holding the namespaces and the session's writable layer, each
-command entering it) and as bwrap jails over the read-only image (``container: false``). The floor is ``bwrap`` started by hand on the same image root (the image's
+command entering it) and as bwrap jails over the read-only image (``container: false``); the
+container twice: with the service's warm pool (``--warm-containers``, its default: the next
+session's container started while the previous one runs) and, in a second service over the same
+cache, without (``--warm-containers 0``). The floor is ``bwrap`` started by hand on the same image root (the image's
 read-only overlay mounted by the service): ``bwrap --ro-bind ROOT / --proc /proc --dev /dev
 --tmpfs /tmp --unshare-pid --unshare-net --unshare-ipc -- /bin/true``, timed from this process
 (fork+exec+wait). Goal: warm session start within 1.5x that floor.
 
-    .venv/bin/python bench/layers_session.py [--rounds 20] [--cache DIR]
+    .venv/bin/python bench/layers_session.py [--rounds 20] [--pause 0.1] [--cache DIR]
 """
 
 from __future__ import annotations
@@ -76,12 +79,13 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.median(xs) * 1000:8.1f} ms"
 
 
-def measure(client, env: dict, rounds: int, **session) -> dict:
+def measure(client, env: dict, rounds: int, pause: float, **session) -> dict:
     t0 = time.perf_counter()
     sid = client.create_session({"environment": env, **session})
     cold = time.perf_counter() - t0
     starts, trips, ends = [], [], []
     for _ in range(rounds):
+        time.sleep(pause)  # the rest of an episode (where a warm pool refills)
         t0 = time.perf_counter()
         s = client.create_session({"environment": env, **session})
         r = client.exec(s, "true")
@@ -154,6 +158,9 @@ def overlay_vs_fuse(cache: Path, top: str) -> list[tuple[str, int, int]] | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--pause", type=float, default=0.1,
+                    help="seconds between warm session starts (the rest of an episode; 0: a tight "
+                    "loop, where a warm pool's refill cannot keep up)")  # fmt: skip
     ap.add_argument("--cache", default=None, help="env cache dir (default: a fresh temp dir: cold)")
     args = ap.parse_args()
     cache = Path(args.cache or tempfile.mkdtemp(prefix="dockyard-bench-layers-"))
@@ -162,13 +169,16 @@ def main() -> None:
         extra += ["--registry", host]
     with start_service(workers=2, extra_args=extra) as svc, svc.client() as c:
         print(f"env cache: {cache}")
-        box = measure(c, layered_env(), args.rounds)
-        lay = measure(c, layered_env(), args.rounds, container=False)
-        pre = measure(c, prefix_env(), args.rounds)
+        box = measure(c, layered_env(), args.rounds, args.pause)
         stats = httpx.get(f"{svc.url}/v1/environments/stats", timeout=30).json()
+        lay = measure(c, layered_env(), args.rounds, args.pause, container=False)
+        pre = measure(c, prefix_env(), args.rounds, args.pause)
         images = [p for p in (cache / "layers" / "mnt").iterdir() if len(p.name) == 32]
         root = next(p for p in images if (p / "app" / "hello.py").exists())
         fl = floor(root, args.rounds)
+        no_pool = [*extra, "--warm-containers", "0"]  # (its shutdown unmounts the cache's images)
+        with start_service(workers=2, extra_args=no_pool) as svc0, svc0.client() as c0:
+            nopool = measure(c0, layered_env(), args.rounds, args.pause)
         print("\ncold build, per layer (layers):")
         for meta in sorted((cache / "layers" / "bases").glob("*/meta.json")):
             d = json.loads(meta.read_text())
@@ -179,7 +189,12 @@ def main() -> None:
         for d in sorted(metas, key=lambda d: len(d["chain"])):
             print(f"  {d['seconds']:7.2f} s  {d['bytes'] / 1e6:8.2f} MB  {d['step'][:70]}")
         print(f"  layer cache: {stats}")
-        cols = (("container", box), ("layers/bwrap", lay), ("prefix", pre))
+        print(
+            f"  warm pool (container sessions): {stats['warm_hits']} of "
+            f"{stats['warm_hits'] + stats['warm_misses']} starts found one ready"
+        )
+        cols = (("container", box), ("no warm pool", nopool), ("layers/bwrap", lay),
+                ("prefix", pre))  # fmt: skip
         print(f"\n{'':34}" + "".join(f"{n:>14}" for n, _ in cols) + f"{'bwrap floor':>14}")
         print(
             f"{'cold: first session (build incl.)':34}"
@@ -195,7 +210,7 @@ def main() -> None:
             + "".join(f"{_ms(m['trip']):>14}" for _, m in cols)
         )
         print(f"{'session delete':34}" + "".join(f"{_ms(m['end']):>14}" for _, m in cols))
-        for name, m in cols[:2]:
+        for name, m in cols[:3]:
             ratio = statistics.median(m["start"]) / statistics.median(fl)
             print(f"warm session start / floor ({name}): {ratio:.1f}x (goal: <= 1.5x)")
         top = max(metas, key=lambda d: len(d["chain"]))

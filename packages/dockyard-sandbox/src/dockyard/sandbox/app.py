@@ -66,6 +66,7 @@ class ServiceConfig:
     allow_network: bool = False
     drain_timeout_s: float = 60.0
     max_sessions: int = 256
+    warm_containers: int = 4  # container sessions started ahead, per kind (warmpool.py)
     cache_max_bytes: int = 20 << 30
     uid_base: int = 200_000
     isolation: Isolation = field(default_factory=lambda: Isolation(Mode.bwrap))
@@ -233,7 +234,7 @@ class _Service:
             keep_bytes=cfg.keep_results_bytes,
             result_ttl_s=cfg.result_ttl_s,
         )
-        sessions = self.sessions = SessionManager(ctx, cfg.max_sessions)
+        sessions = self.sessions = SessionManager(ctx, cfg.max_sessions, cfg.warm_containers)
         sessions.provisioner = Provisioner(
             cfg.env_cache_dir or self.owner.env_cache, ctx, cfg.layer_cache_max_bytes
         )
@@ -415,9 +416,11 @@ def _service_routes(svc: _Service) -> APIRouter:
 
     @router.get("/v1/environments/stats")
     async def environment_stats(_: Auth) -> dict[str, int]:
-        """Provisioned environments and the layer cache: counts, bytes, evictions."""
-        prov = svc.sm().provisioner
-        return await asyncio.to_thread(prov.stats) if prov is not None else {}
+        """Provisioned environments and the layer cache: counts, bytes, evictions; the warm
+        containers (ready, and how many session starts found one: hits / misses)."""
+        sm = svc.sm()
+        prov = await asyncio.to_thread(sm.provisioner.stats) if sm.provisioner else {}
+        return prov | sm.warm.stats()
 
     @router.get(
         "/metrics",

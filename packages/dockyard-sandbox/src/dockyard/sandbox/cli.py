@@ -141,6 +141,14 @@ def _add_storage_and_trust(s: argparse.ArgumentParser) -> None:
         "layers are evicted past this size.",
     )
     s.add_argument(
+        "--warm-containers",
+        type=int,
+        default=4,
+        help="Container sessions kept started ahead, in all: per kind (an environment and its "
+        "limits) as many as were asked for in the last 2 minutes, the most recently asked kinds "
+        "first; a session of that kind then takes one instead of starting its container. 0: off.",
+    )
+    s.add_argument(
         "--work-dir",
         type=Path,
         help="Workspaces and per-task files (default: a temp dir). One live service per work "
@@ -250,6 +258,7 @@ def _service_config(
         drain_timeout_s=args.drain_timeout,
         cache_max_bytes=int(args.cache_max_gb * (1 << 30)),
         layer_cache_max_bytes=int(args.layer_cache_max_gb * (1 << 30)),
+        warm_containers=args.warm_containers,
         isolation=isolation,
         zygote=args.zygote,
         repo_roots=args.repo_roots,

@@ -22,7 +22,10 @@ workspace copied into a fresh jail, the reward file is the reward).
 
 A session over a layered image runs, by default, as Docker runs the image (``SessionCreate.
 container``, layers/container.py): its commands and terminal as the image's USER over a
-writable layer of the session's own, which the script verifier stacks its layer on.
+writable layer of the session's own, which the script verifier stacks its layer on. After a
+container session of one kind (an environment, its limits), the service keeps a few more of
+that kind started (``--warm-containers``, warmpool.py): workspace, writable layer and pid 1, none
+of which has run anything, so the next session's start is a lookup, not a container's start.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from dockyard.sandbox.scriptverify import run_script
 from dockyard.sandbox.toolchain import WORKSPACE
 from dockyard.sandbox.trees import TreeTooLarge, copy_tree, walk
 from dockyard.sandbox.tty import SOCK_MOUNT, Tty, TtyHost
+from dockyard.sandbox.warmpool import WarmPool
 from dockyard.sandbox.workspace import Workspaces
 
 MAX_FILE_BYTES = 16 << 20
@@ -207,14 +211,26 @@ def _wants_container(spec: SessionCreate, env: Provisioned | None) -> bool:
     return image and (spec.container if spec.container is not None else not spec.network)
 
 
+def _warm_kind(spec: SessionCreate, env: Provisioned | None) -> tuple[str, ...] | None:
+    """What makes two container sessions alike enough that one made ahead serves the other
+    (warmpool.py): the environment, its image and the limits; None for a session with a part
+    of its own (a repository, an egress proxy). A setup command runs after the take, as it
+    does in a session made on the spot."""
+    has_repo = bool(spec.repo.path or spec.repo.git or spec.repo.tarball)
+    if env is None or env.image is None or has_repo or spec.egress:
+        return None
+    return (env.key, env.image.key, spec.limits.model_dump_json())
+
+
 class SessionManager:
-    def __init__(self, ctx: Context, max_sessions: int = 256):
+    def __init__(self, ctx: Context, max_sessions: int = 256, warm: int = 0):
         self.ctx = ctx
         self.max_sessions = max_sessions
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self.provisioner: Provisioner | None = None  # set by the service (provision.py)
         self.ttys = TtyHost(ctx)
+        self.warm: WarmPool[Session] = WarmPool(warm, self._free)  # ready containers (below)
 
     def create(self, spec: SessionCreate) -> Session:
         if spec.network and not self.ctx.allow_network:
@@ -228,20 +244,46 @@ class SessionManager:
             if len(self.sessions) >= self.max_sessions:
                 raise OverflowError(f"too many live sessions ({self.max_sessions})")
         uid = self.ctx.uids.acquire()
-        ws: Path | None = None
         s: Session | None = None
-        store: Workspaces = self.ctx.workspaces
         try:
             env = self._environment(spec)
             box = _wants_container(spec, env)
-            has_repo = bool(spec.repo.path or spec.repo.git or spec.repo.tarball)
-            base = env.tree if env is not None and not has_repo else self.ctx.cache.get(spec.repo)
-            sid = uuid.uuid4().hex
-            if box:  # reached by the container's root, an unprivileged host uid: the env cache
-                assert self.provisioner is not None
-                store = self.provisioner.scratch
-            owner = UID_BASE if box else uid
-            ws = store.create(f"s-{sid[:16]}", owner, spec.limits.disk_mb, spec.limits.inodes)
+            kind = _warm_kind(spec, env) if box else None
+            if kind is not None:  # a container made before it was asked for (warmpool.py)
+                s = self.warm.take(kind, self._fresh, lambda: self._make(spec, env, True, -1))
+            if s is not None:
+                s.spec, s.uid, s.last_used = spec, uid, time.monotonic()
+            else:
+                s = self._make(spec, env, box, uid)
+            if spec.setup_command:
+                r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
+                if r.exit_code != 0:  # the task's trusted setup, not the service: a 422 + log
+                    raise ProvisionFailed(
+                        f"setup_command failed (exit {r.exit_code})", r.stdout + r.stderr
+                    )
+        except BaseException:
+            if s is not None:
+                self._free(s)
+            self.ctx.uids.release(uid)
+            raise
+        with self._lock:
+            self.sessions[s.id] = s
+        return s
+
+    def _make(self, spec: SessionCreate, env: Provisioned | None, box: bool, uid: int) -> Session:
+        """A new session's workspace, container and egress proxy (``uid``: -1 for a warm one,
+        whose uid is the taker's); everything made is freed again when a part fails."""
+        has_repo = bool(spec.repo.path or spec.repo.git or spec.repo.tarball)
+        base = env.tree if env is not None and not has_repo else self.ctx.cache.get(spec.repo)
+        sid = uuid.uuid4().hex
+        store: Workspaces = self.ctx.workspaces
+        if box:  # reached by the container's root, an unprivileged host uid: the env cache
+            assert self.provisioner is not None
+            store = self.provisioner.scratch
+        owner = UID_BASE if box else uid
+        ws = store.create(f"s-{sid[:16]}", owner, spec.limits.disk_mb, spec.limits.inodes)
+        s: Session | None = None
+        try:
             with _room(spec.limits, "copying the repository into it"):
                 if box and not has_repo:  # the image's WORKDIR, its owners and modes kept
                     _copy_image_tree(base, ws)
@@ -260,22 +302,20 @@ class SessionManager:
             if box:
                 s.box = self._container(s)
                 s.box.start()
-            if spec.setup_command:
-                r = self._jail(s, spec.setup_command, 600.0, WORKSPACE)
-                if r.exit_code != 0:  # the task's trusted setup, not the service: a 422 + log
-                    raise ProvisionFailed(
-                        f"setup_command failed (exit {r.exit_code})", r.stdout + r.stderr
-                    )
         except BaseException:
             if s is not None:
                 self._free(s)
-            elif ws is not None:
+            else:
                 store.destroy(ws)
-            self.ctx.uids.release(uid)
             raise
-        with self._lock:
-            self.sessions[sid] = s
         return s
+
+    def _fresh(self, s: Session) -> bool:
+        """A warm session still as made: its pid 1 alive, its image still the mounted one."""
+        assert s.box is not None
+        assert s.env is not None
+        assert self.provisioner is not None
+        return s.box.alive and self.provisioner.layer_store.alive(s.env.image)
 
     def _container(self, s: Session) -> Container:
         """The session's container (layers/container.py): the image's layers under the
@@ -488,5 +528,6 @@ class SessionManager:
         return True
 
     def close(self) -> None:
+        self.warm.close()
         for sid in list(self.sessions):
             self.delete(sid)

@@ -668,7 +668,7 @@ def _sample(stack: Any, collector: Any, cfg: MasterConfig, step: int, P: int, A:
         ray.get(collector.order.remote(need, step - A))
     raise RuntimeError(
         f"dynamic sampling found only {staged} of {P} informative groups in "
-        f"{g.dynamic_sampling_max_gen_batches} draws at step {step}: raise "
+        f"{g.dynamic_sampling_max_gen_batches} draws at step {step + 1} (as logged): raise "
         "grpo.dynamic_sampling_max_gen_batches or make the task less easy/hard"
     )
 

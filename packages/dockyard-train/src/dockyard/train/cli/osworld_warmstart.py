@@ -106,6 +106,19 @@ async def collect(
     return [d for d in demos if d is not None]
 
 
+def demo_tasks(dataset: str, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` tasks of ``dataset``'s ``demo`` split, the demonstrations' own where the
+    dataset has one (osworld_toy: tasks GRPO's train split does not hold; a dataset of fixed
+    tasks gives the same tasks for every split); a dataset without one (a plugin's that
+    refuses the name) gives its train split's, and says so."""
+    try:
+        return load_dataset(dataset, "demo")[:n]
+    except (ValueError, KeyError) as e:
+        print(f"{dataset} has no demo split ({e}): the demonstrations are of its train split, "
+              "the tasks GRPO trains on", flush=True)  # fmt: skip
+        return load_dataset(dataset, "train")[:n]
+
+
 def _osworld_env(cfg: MasterConfig) -> tuple[str, EnvConfig]:
     names = [n for n, e in cfg.env.items() if env_type(n, e) == "osworld"]
     if len(names) != 1:
@@ -134,9 +147,7 @@ def run(args: argparse.Namespace) -> int:
     config = AutoConfig.from_pretrained(base)
     if not is_vision_language(config):
         raise SystemExit(f"dockyard osworld warmstart: {base} is not a vision-language model")
-    # the demonstrations' own split where the dataset has one (osworld_toy: tasks GRPO's train
-    # split does not hold); a dataset of fixed tasks gives the same tasks for every split
-    tasks = load_dataset(cfg.data.dataset_name or "osworld_toy", "demo")[: args.demos]
+    tasks = demo_tasks(cfg.data.dataset_name or "osworld_toy", args.demos)
     t0 = time.perf_counter()
     print(f"oracle demonstrations: {len(tasks)} tasks on sandboxed desktops", flush=True)
     options, progress = dict(env_cfg.options), not args.no_progress
