@@ -59,7 +59,7 @@ class WarmPool(Generic[T]):
 
     def take(self, key: Hashable, fresh: Callable[[T], bool], make: Callable[[], T]) -> T | None:
         """A ready item of kind ``key`` (None: none ready, or the pool is off); the ask is
-        counted and ``make`` kept for the refill, which starts at once."""
+        counted and ``make`` kept for the refill, due ``settle_s`` later (module docstring)."""
         if self.size <= 0:
             return None
         stale: list[T] = []
