@@ -14,6 +14,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import threading
@@ -26,9 +27,11 @@ import pytest
 from pydantic import ValidationError
 
 from dockyard.sandbox.client import SandboxRequestError
+from dockyard.sandbox.egress import non_public_registries
+from dockyard.sandbox.launch import start_service
 from dockyard.sandbox.layers.spec import ImageSpec
 from dockyard.sandbox.layers.store import Store
-from dockyard.sandbox.testing import calc_task
+from dockyard.sandbox.testing import calc_task, layer_cache_dir
 
 BASE = "debian:trixie"
 
@@ -273,6 +276,46 @@ def test_a_session_start_takes_a_warm_container_that_ran_nothing(client, layers_
     other = client.create_session({"environment": env, "limits": {"memory_mb": 768}})
     assert _stats(layers_sandbox)["warm_hits"] == hits + 1  # another kind: its own pool
     assert client.exec(other, "cat /etc/kind").stdout == f"{mark}\n"
+
+
+def test_commands_get_dockers_signal_dispositions(client) -> None:
+    """A build step and a container session's command start with every signal at its default
+    and none blocked, as Docker's do, whatever the service inherited (its Python ignores SIGPIPE
+    and SIGXFSZ; run under `nohup`, SIGHUP): `yes | head -1` ends quietly. (A spawned command
+    has glibc's two internal signals ignored, as every program ``posix_spawn`` starts: glibc
+    installs its handlers for them when it needs them.)"""
+    mark = uuid.uuid4().hex
+    env = _env([{"base": BASE, "steps": [
+        {"run": f"echo {mark}; grep -E 'Sig(Ign|Blk)' /proc/self/status > /etc/build-sigign"},
+    ]}])  # fmt: skip
+    r = client.exec(
+        client.create_session({"environment": env}),
+        "yes | head -1; cat /etc/build-sigign; grep -E 'Sig(Ign|Blk)' /proc/self/status",
+    )
+    assert (r.stdout.splitlines()[0], r.stderr) == ("y", ""), r
+    masks = [int(line.split()[1], 16) for line in r.stdout.splitlines()[1:]]
+    assert len(masks) == 4, r  # blocked, ignored; build step, then command
+    for mask in masks:  # bit n-1: signal n
+        assert mask & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0, hex(mask)
+        assert mask & ~(3 << 31) == 0, hex(mask)  # nothing else but glibc's 32 and 33
+
+
+def test_a_second_service_on_the_cache_leaves_its_images_mounted(client, layers_sandbox) -> None:
+    """Two services on one ``--env-cache-dir``, an image both mounted: the second stops, and
+    the first's sessions still run on it — a session whose commands are jails over the image
+    (``container: false``) included. The last service to stop unmounts the images."""
+    mark = uuid.uuid4().hex
+    env = _env([{"base": BASE, "steps": [{"run": f"echo {mark} > /etc/kind"}]}])
+    jails = client.create_session({"environment": env, "container": False})
+    assert client.exec(jails, "cat /etc/kind").stdout == f"{mark}\n"
+    args = ["--allow-network", "--env-cache-dir", layer_cache_dir()]
+    for host in non_public_registries():  # as the module's service was started
+        args += ["--registry", host]
+    with start_service(workers=1, extra_args=args) as other, other.client() as c:
+        sid = c.create_session({"environment": env})  # the image as the first mounted it
+        assert c.exec(sid, "cat /etc/kind").stdout == f"{mark}\n"
+    r = client.exec(jails, "cat /etc/kind")
+    assert (r.exit_code, r.stdout) == (0, f"{mark}\n"), r
 
 
 def test_copy_user_and_multi_stage_follow_docker(client) -> None:
@@ -774,3 +817,20 @@ def test_a_verifiers_jail_reads_the_users_as_files_not_through_nss(client, tmp_p
         r = client.finish(sid, {"script": script, "timeout_s": 60, "live": live})
         assert r.verdict == "failed", (live, r)
         assert r.reward == 0.0, (live, r)
+
+
+def test_the_last_service_on_a_shared_cache_unmounts_its_images(tmp_path: Path) -> None:
+    """Two services on one ``--env-cache-dir``: the first to stop leaves the images mounted
+    (the other's sessions run on them); the last one unmounts them."""
+    a, b = Store(tmp_path / "store"), Store(tmp_path / "store")
+    image = tmp_path / "store" / "mnt" / ("e" * 32)
+    image.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(image)], check=True)
+    try:
+        assert a.unmount_all() == []
+        assert os.path.ismount(image)
+        assert b.unmount_all() == []
+        assert not os.path.ismount(image)
+        assert a.unmount_all() == []  # once only
+    finally:
+        subprocess.run(["umount", "-l", str(image)], capture_output=True)

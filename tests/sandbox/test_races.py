@@ -41,9 +41,10 @@ while True:
             os.rename("l", f"aside{n}")
             os.symlink(host, "l")
         real = "l" if os.path.islink("d") else "d"
-        if not os.path.exists(f"{real}/f"):
-            with open(f"{real}/f", "w") as f:
+        if not os.path.exists(f"{real}/f"):  # whole or not at all: a read never sees it empty
+            with open(f"{real}/.f", "w") as f:
                 f.write("inside\n")
+            os.rename(f"{real}/.f", f"{real}/f")
     except OSError:
         pass
 """

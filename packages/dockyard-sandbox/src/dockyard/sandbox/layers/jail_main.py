@@ -326,15 +326,32 @@ def _prepare(plan: dict) -> tuple[int, int]:
     return uid, gid
 
 
+# a command starts as Docker's do: every signal at its default and none blocked, whatever this
+# process inherited (Python ignores SIGPIPE and SIGXFSZ; a service started under `nohup`,
+# SIGHUP): a command writing to a closed pipe dies of SIGPIPE (`yes | head -1`)
+_DEFAULT_SIGNALS = tuple(
+    sorted(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+)
+
+
+def _become(uid: int, gid: int) -> None:
+    """Take the user's ids (from root): its groups as the image's /etc/group lists them."""
+    if uid:
+        ent = _user(uid)
+        os.setgroups(_groups_of(ent[0], gid) if ent else [gid])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+
+
 def _exec(plan: dict, uid: int, gid: int) -> int:
-    """Become the step's process: a session of its own, the user's ids, ``argv``."""
+    """Become the step's process: a session of its own, the user's ids, the default signal
+    dispositions, ``argv``."""
     try:
         os.setsid()
-        if uid:
-            ent = _user(uid)
-            os.setgroups(_groups_of(ent[0], gid) if ent else [gid])
-            os.setresgid(gid, gid, gid)
-            os.setresuid(uid, uid, uid)
+        for sig in _DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        _become(uid, gid)
         os.execve(plan["argv"][0], plan["argv"], plan["env"])
     except OSError as e:
         print(f"dockyard-build: {plan['argv'][0]}: {e.strerror}", file=sys.stderr)
@@ -390,11 +407,27 @@ def _join(plan: dict, flags: int) -> None:
 
 
 def _enter(plan: dict) -> int:
-    """``op: enter`` (module docstring): join the holder's namespaces, run ``argv`` as ``run``."""
+    """``op: enter`` (module docstring): join the holder's namespaces, run ``argv`` as ``run``.
+    The first process of ours in its pid namespace becomes the command (not pid 1: the
+    container's pid 1 reaps what it leaves behind). Where the jail is in cgroups of its own
+    (``cgroups``: the service kills what is left there), it is spawned (vfork + exec: no copy
+    of this process, ~0.9 ms sooner per command); elsewhere it is forked, to die with this
+    process (``_root_child``'s death signal) when the service kills it at its timeout."""
     _join(plan, ENTER_FLAGS)
-    # the first process of ours in its pid namespace becomes the command (not pid 1: the
-    # container's pid 1 reaps what it leaves behind)
-    return _root_child(lambda: _exec(plan, *_prepare(plan)))
+    if not plan.get("cgroups"):
+        return _root_child(lambda: _exec(plan, *_prepare(plan)))
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    _become(*_prepare(plan))  # this process only waits from here on: the command's ids
+    try:
+        pid = os.posix_spawn(plan["argv"][0], plan["argv"], plan["env"], setsid=True,
+                             setsigdef=_DEFAULT_SIGNALS, setsigmask=())  # fmt: skip
+    except OSError as e:
+        print(f"dockyard-build: {plan['argv'][0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) % 256
 
 
 def _open_tree(path: str, dirfd: int = -100, flags: int = 0) -> int:
@@ -844,12 +877,14 @@ def _served(req: dict, fds: dict[str, int]) -> None:
             os.closerange(low, fd)
             low = fd + 1
         os.closerange(low, 1 << 20)
-        for path in req.get("join") or ():
+        joined = req.get("join") or ()
+        for path in joined:
             with open(path, "w") as f:  # (single-threaded: the thread is the process)
                 f.write("0")  # this process, and so everything it forks, joins the group
         for res, value in req.get("rlimits") or ():
             resource.setrlimit(int(res), (int(value), int(value)))
-        code = run(req["plan"] | {k: v for k, v in fds.items() if k.endswith("_fd")})
+        own = {k: v for k, v in fds.items() if k.endswith("_fd")} | {"cgroups": bool(joined)}
+        code = run(req["plan"] | own)
     except BaseException as e:  # (reported as the jail's setup failure)
         print(f"dockyard-build: {e}", file=sys.stderr)
     finally:

@@ -33,7 +33,9 @@ layer go its descendants and the mounts that stack it (lazily detached).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -45,6 +47,8 @@ from pathlib import Path
 
 from dockyard.sandbox.layers.bases import UID_BASE, UID_COUNT, Bases, _du, _flock
 from dockyard.sandbox.workspace import mounts_under, unmount_all
+
+log = logging.getLogger("dockyard.sandbox")
 
 KEEP_S = 3600.0
 IDMAP_MAIN = Path(__file__).resolve().parent / "idmap_main.py"
@@ -69,6 +73,7 @@ class Store:
     bases: Bases = field(init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _used: dict[str, float] = field(default_factory=dict, init=False)  # image key -> last use
+    _users_fd: int = field(default=-1, init=False)  # a shared flock: this store is in use
     evicted: int = 0
 
     def __post_init__(self) -> None:
@@ -77,6 +82,12 @@ class Store:
             os.chmod(self.root / d, 0o711)
         os.chmod(self.root, 0o711)
         self.bases = Bases(self.root / "bases")
+        # every service on this cache holds a shared lock on it: the images stay mounted until
+        # the last of them stops (unmount_all)
+        self._users_fd = os.open(
+            self.root / "mnt" / ".users.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        fcntl.flock(self._users_fd, fcntl.LOCK_SH)
 
     @property
     def layers_dir(self) -> Path:
@@ -162,8 +173,24 @@ class Store:
             self._used[key] = time.time()
 
     def unmount_all(self) -> list[Path]:
-        """Images first, then the id-mapped views under them (deepest first); what is left."""
-        return unmount_all(self.root / "mnt", include_self=False)
+        """At this store's end: the images, then the id-mapped views under them (deepest
+        first), if no other service still uses the cache (one that does holds ``.users.lock``
+        shared, and unmounts them at its own end); what is left mounted."""
+        if self._users_fd < 0:
+            return []
+        fd, self._users_fd = self._users_fd, -1
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info(
+                    "layer cache %s: another service uses it, its images stay mounted", self.root
+                )
+                return []
+            # held while unmounting: a service starting meanwhile waits, then mounts anew
+            return unmount_all(self.root / "mnt", include_self=False)
+        finally:
+            os.close(fd)
 
     # -- size and eviction ------------------------------------------------------------------
     def _all_layers(self) -> list[Layer]:
