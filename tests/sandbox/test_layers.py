@@ -664,6 +664,42 @@ def test_a_containers_commands_inherit_no_descriptor_of_the_service(client) -> N
     assert r.stdout.split() == ["0", "1", "2", "3"], r  # 3: ls's own reading of the directory
 
 
+def _jail_cgroups(svc) -> list[Path]:
+    """The service's unnamed jail cgroups (``build-*``) on its pids controller (or the first)."""
+    r = httpx.get(f"{svc.url}/healthz", params={"detail": 1}, timeout=30)
+    r.raise_for_status()
+    where = r.json()["isolation"]["cgroups"]
+    if not where:
+        pytest.skip("the service runs without cgroups here")
+    base = Path((where.get("pids") or next(iter(where.values()))).split(":", 1)[1])
+    return sorted(base.glob("build-*"))
+
+
+def test_container_commands_keep_their_exit_codes_and_leave_no_cgroups(
+    client, layers_sandbox
+) -> None:
+    """A command's exit code is its jail's word as it ends (runner.py's ``done_fd``), before the
+    jail's teardown and the server's status; a process it leaves runs on in the container; its
+    cgroups are removed off the reply's path and one set is made ahead for the next command —
+    after many commands no more than that one is left."""
+    env = _env([{"base": BASE, "steps": [{"workdir": "/app"}]}])
+    sid = client.create_session({"environment": env})
+    client.exec(sid, "true")  # this session's limits have their set made ahead from here on
+    before = set(_jail_cgroups(layers_sandbox))
+    codes = [0, 1, 2, 42, 127, 255]
+    assert [client.exec(sid, f"exit {c}").exit_code for c in codes * 4] == codes * 4
+    assert client.exec(sid, "kill -9 $$").exit_code == 256 - 9  # a signal's end, as before
+    r = client.exec(sid, "sh -c 'sleep 30' >/dev/null 2>&1 & echo $!")
+    assert r.exit_code == 0, r
+    assert r.stdout.strip().isdigit(), r
+    alive = client.exec(sid, f"kill -0 {r.stdout.strip()} && echo alive")
+    assert alive.stdout.strip() == "alive", alive  # (linger: docker exec's semantics)
+    deadline = time.monotonic() + 5
+    while len(new := set(_jail_cgroups(layers_sandbox)) - before) > 1:
+        assert time.monotonic() < deadline, f"jail cgroups left behind: {sorted(new)}"
+        time.sleep(0.05)
+
+
 def test_a_killed_jail_server_is_started_again_and_so_are_its_containers(
     client, layers_sandbox
 ) -> None:

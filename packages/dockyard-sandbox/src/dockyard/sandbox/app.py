@@ -184,8 +184,10 @@ class _Service:
         svc.metrics.live = svc.live
         return svc
 
-    def auth(self, request: Request) -> None:
-        """The dependency of every protected route: 401 unless ``Bearer <token>`` (if set)."""
+    async def auth(self, request: Request) -> None:
+        """The dependency of every protected route: 401 unless ``Bearer <token>`` (if set).
+        A coroutine: a plain function would be run on a thread of the server's pool for every
+        request (FastAPI's rule for sync dependencies), ~0.3-1 ms of hand-offs each."""
         token = self.cfg.token
         if token is None:
             return
@@ -397,7 +399,7 @@ def _service_routes(svc: _Service) -> APIRouter:
         status = "draining" if t.draining else "ok"
         if not detail:
             return Health(status=status, version=__version__)
-        svc.auth(request)
+        await svc.auth(request)
         return Health(
             status=status,
             version=__version__,

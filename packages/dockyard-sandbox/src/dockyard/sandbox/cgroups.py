@@ -291,15 +291,19 @@ class TaskCgroups:
                     out.add(int(tok))
         return out
 
-    def move_to(self, name: str, rounds: int = 20) -> bool:
-        """Move every process of these cgroups into the cgroups named ``name`` (another jail's,
-        on the same controllers): True once none is left (a process forking meanwhile is
-        caught by a later round), False if the target is gone or ``rounds`` did not suffice."""
+    def move_to(self, name: str, rounds: int = 20, skip: int = 0) -> bool:
+        """Move every process of these cgroups but ``skip`` (an exiting one: a write to
+        ``cgroup.procs`` can cost an RCU grace period, ~10 ms) into the cgroups named ``name``
+        (another jail's, on the same controllers): True once none is left (a process forking
+        meanwhile is caught by a later round), False if the target is gone or ``rounds`` did
+        not suffice."""
         for _ in range(rounds):
             left = False
             for cname, (ctrl, _d) in self.dirs.items():
                 target = ctrl.base / name / "cgroup.procs"
                 for tok in self._read(cname, "cgroup.procs").split():
+                    if tok == str(skip):
+                        continue
                     left = True
                     try:
                         target.write_text(tok)
@@ -309,17 +313,18 @@ class TaskCgroups:
                         return False
             if not left:
                 return True
-        return not self.pids()
+        return not self.pids() - {skip}
 
-    def kill_all(self, rounds: int = 50) -> None:
-        """SIGKILL every process in the task's cgroups until they are empty."""
+    def kill_all(self, rounds: int = 50, skip: int = 0) -> None:
+        """SIGKILL every process in the task's cgroups until they are empty (but for ``skip``,
+        killed already and not waited for)."""
         for cname, (ctrl, d) in self.dirs.items():
             if ctrl.version == "cgroup2" and (d / "cgroup.kill").exists():
                 with contextlib.suppress(OSError):
                     (d / "cgroup.kill").write_text("1")
                 del cname
         for i in range(rounds):
-            pids = self.pids()
+            pids = self.pids() - {skip}
             if not pids:
                 return
             for pid in pids:

@@ -411,8 +411,9 @@ def _enter(plan: dict) -> int:
     The first process of ours in its pid namespace becomes the command (not pid 1: the
     container's pid 1 reaps what it leaves behind). Where the jail is in cgroups of its own
     (``cgroups``: the service kills what is left there), it is spawned (vfork + exec: no copy
-    of this process, ~0.9 ms sooner per command); elsewhere it is forked, to die with this
-    process (``_root_child``'s death signal) when the service kills it at its timeout."""
+    of this process; a command's round trip ~3 ms sooner at load ~1.8, docs/benchmarks.md);
+    elsewhere it is forked, to die with this process (``_root_child``'s death signal) when the
+    service kills it at its timeout."""
     _join(plan, ENTER_FLAGS)
     if not plan.get("cgroups"):
         return _root_child(lambda: _exec(plan, *_prepare(plan)))
@@ -743,7 +744,7 @@ def run(plan: dict) -> int:
     return os.waitstatus_to_exitcode(status) % 256
 
 
-_MAX_FDS = 8  # per request: reply, out, err and the plan's fds (ready_fd, pid_fd)
+_MAX_FDS = 8  # per request: reply, out, err, done_fd and the plan's fds (ready_fd, pid_fd)
 
 
 def serve(ctl_fd: int) -> None:
@@ -751,7 +752,9 @@ def serve(ctl_fd: int) -> None:
     ``fds`` naming the descriptors that come with it, ``join``: cgroup files, ``rlimits``: [[res,
     value]...]) a child of the server joins the cgroups, takes the rlimits and the request's
     stdio, and runs the plan as this script would; the server sends the service its pidfd on the
-    request's ``reply`` socket, and once it is reaped here its wait status. A fork costs ~1 ms
+    request's ``reply`` socket, and once it is reaped here its wait status. A child given a
+    ``done_fd`` (runner.py) writes its exit code there as it ends, closing its stdio first: the
+    service has it before the child's teardown, the reaping and this message. A fork costs ~1 ms
     where a fresh interpreter costs ~25: a container's every command is one. The child is forked
     *before* its request comes (``_Spare``): the command waits for neither the fork nor the
     child's first run."""
@@ -864,7 +867,7 @@ def _waits(chan: socket.socket, server: int) -> None:
 
 def _served(req: dict, fds: dict[str, int]) -> None:
     """A fork of the server running one request (``serve``); never returns."""
-    code = SETUP_FAILED
+    code, done = SETUP_FAILED, -1
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # every jail dies with the server
         os.setsid()
@@ -877,6 +880,9 @@ def _served(req: dict, fds: dict[str, int]) -> None:
             os.closerange(low, fd)
             low = fd + 1
         os.closerange(low, 1 << 20)
+        done = fds.pop("done_fd", -1)
+        if done >= 0:
+            os.set_inheritable(done, False)  # (received fds are inheritable): no command has it
         joined = req.get("join") or ()
         for path in joined:
             with open(path, "w") as f:  # (single-threaded: the thread is the process)
@@ -891,6 +897,11 @@ def _served(req: dict, fds: dict[str, int]) -> None:
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
+        if done >= 0:  # the exit code now, not after this process's teardown (~0.4 ms)
+            with contextlib.suppress(BaseException):
+                os.close(1)  # (the output's EOF is the command's then: runner.py reads to it)
+                os.close(2)
+                os.write(done, b"%d" % (code % 256))
         os._exit(code)
 
 

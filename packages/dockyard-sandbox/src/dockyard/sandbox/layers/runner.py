@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -134,11 +135,7 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
     The jail is a fork of the jail server (``jail_main.py --serve``, one per service), which
     joins the cgroups (v1's ``tasks``: ~10 ms sooner per controller than ``cgroup.procs``) and
     sets the rlimits before anything else runs, then runs the plan as the script would."""
-    cg = (
-        TaskCgroups.create(probe, name or f"build-{uuid.uuid4().hex[:12]}", memory_mb << 20, pids)
-        if probe.controllers
-        else None
-    )
+    cg = _cgroups(probe, name, memory_mb, pids) if probe.controllers else None
     # no single file over FILE_CAP (a layer's disk is the store's; see the docs' limits), no core
     limits = [(resource.RLIMIT_FSIZE, FILE_CAP), (resource.RLIMIT_CORE, 0)]
     limits += [(_RLIMITS[k], v) for k, v in (rlimits or {}).items()]
@@ -150,9 +147,13 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
     ready_r, ready_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe() if split else (None, os.dup(out_w))
+    # the jail writes its exit code here as it ends, before its own teardown (the server's
+    # status comes ~0.5 ms later: reaped, then sent); no code there (the jail was killed, or
+    # died): the server's status
+    done_r, done_w = os.pipe()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     passed = {"reply": theirs.fileno(), "out": out_w, "err": err_w, "ready_fd": ready_w,
-              **(fds or {})}  # fmt: skip
+              "done_fd": done_w, **(fds or {})}  # fmt: skip
     request = {
         "plan": plan, "fds": list(passed), "rlimits": limits,
         "join": [str(p) for p in (cg.self_join_files if cg else [])],
@@ -161,27 +162,32 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
         SERVER.spawn(request, list(passed.values()))
     finally:
         theirs.close()
-        for fd in (out_w, err_w, ready_w, *(fds or {}).values()):
+        for fd in (out_w, err_w, ready_w, done_w, *(fds or {}).values()):
             os.close(fd)
     # the output is read on this thread, polled with the jail's end (no reader threads: they
     # cost a command ~0.7 ms to start); what a lingering process keeps open is handed over below
     pipes = {out_r: out} | ({err_r: err} if err is not None and err_r is not None else {})
-    timed_out, status, pidfd = False, None, -1
+    timed_out, status, code, pidfd = False, None, None, -1
     try:
         pidfd = _pidfd(ours)
         if pidfd >= 0:
-            timed_out = _watch(ours, pipes, t0 + max(0.1, timeout_s), cancel)
+            timed_out, code = _watch(ours, done_r, pipes, t0 + max(0.1, timeout_s), cancel)
     finally:
+        os.close(done_r)
         # the jail's process ended by itself (its status is waiting): it may leave processes
         keep = bool(linger) and pidfd >= 0 and not timed_out and not (cancel and cancel.is_set())
+        jail = 0  # the jail, when it reported its code: ending, in its cgroups a while yet
         if pidfd >= 0:
+            if code is not None:
+                jail = _pid_of(pidfd)
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             os.close(pidfd)
-        if cg is not None and not (keep and cg.move_to(linger)):
-            cg.kill_all()
-        status = _status(ours, REAP_TIMEOUT_S)
-        ours.close()
+        if cg is not None and not (keep and cg.move_to(linger, skip=jail)):
+            cg.kill_all(skip=jail)
+        if code is None:
+            status = _status(ours, REAP_TIMEOUT_S)
+        ours.close()  # (the server's status, if it comes, finds it closed: it ignores that)
         # a process left running may hold the pipes: read them a grace period, then leave them
         # to a thread that discards what it writes (closing them would kill it with SIGPIPE)
         _read_until(pipes, time.monotonic() + (LINGER_GRACE_S if keep else 5))
@@ -193,21 +199,75 @@ def run_plan(plan: dict, probe: Probe, timeout_s: float, memory_mb: int, pids: i
         except BlockingIOError:
             started = False
         os.close(ready_r)
-    if status is None and not timed_out:
+    if code is None and status is not None:
+        code = os.waitstatus_to_exitcode(status)
+    if code is None and not timed_out:
         if cg is not None:
             cg.remove()  # (kills what is left)
         raise JailLost(f"{SERVER.what} ended before the jail reported (see the service's log)")
     res = StepOutcome(
-        exit_code=None if timed_out or status is None else os.waitstatus_to_exitcode(status),
+        exit_code=None if timed_out else code,
         output=out.text(), timed_out=timed_out,
         oom=bool(cg and cg.oom_killed()), pids_limit=bool(cg and cg.pids_limit_hit()),
         seconds=time.monotonic() - t0, truncated=out.truncated, started=started,
         errput=err.text() if err is not None else "",
         err_truncated=err.truncated if err is not None else False,
     )  # fmt: skip
-    if cg is not None:
-        cg.remove()
+    if cg is not None and name:
+        cg.remove()  # a name given may be given again at once (a container started anew)
+    elif cg is not None:
+        _RETIRE.submit(cg.remove)  # empty (or its processes moved, or killed): off the reply's path
+        _RETIRE.submit(_make_spare, probe, (id(probe), memory_mb, pids))  # the next command's
     return res
+
+
+# makes the next jail's cgroups ahead and removes them once done with (~0.5 and ~0.3 ms each,
+# longer while a killed process exits), off the commands' path: one thread, in order; what is
+# left at the service's stop goes with its tree (cgroups.py)
+_RETIRE = ThreadPoolExecutor(1, thread_name_prefix="jail-cgroups")
+_SPARES: dict[tuple[int, int, int], tuple[Probe, TaskCgroups]] = {}  # by (probe, memory, pids)
+_SPARES_LOCK = threading.Lock()
+
+
+def _cgroups(probe: Probe, name: str, memory_mb: int, pids: int) -> TaskCgroups:
+    """The jail's cgroups: ``name``'s, made now; unnamed, the ones made ahead for its limits
+    (the next made meanwhile) — a container's commands all have the same."""
+    if name:
+        return TaskCgroups.create(probe, name, memory_mb << 20, pids)
+    key = (id(probe), memory_mb, pids)
+    with _SPARES_LOCK:
+        spare = _SPARES.pop(key, None)
+    if (
+        spare is not None
+        and spare[0] is probe
+        and all(d.is_dir() for _, d in spare[1].dirs.values())
+    ):
+        return spare[1]
+    return TaskCgroups.create(probe, f"build-{uuid.uuid4().hex[:12]}", memory_mb << 20, pids)
+
+
+def _make_spare(probe: Probe, key: tuple[int, int, int]) -> None:
+    with _SPARES_LOCK:
+        if key in _SPARES:
+            return
+    try:
+        cg = TaskCgroups.create(probe, f"build-{uuid.uuid4().hex[:12]}", key[1] << 20, key[2])
+    except OSError:  # the service's tree is gone (it stopped): the next jail makes its own
+        return
+    with _SPARES_LOCK:
+        old = _SPARES.pop(key, None)
+        _SPARES[key] = (probe, cg)
+    if old is not None:
+        old[1].remove()
+
+
+def _pid_of(pidfd: int) -> int:
+    """The pid a pidfd refers to (its ``fdinfo``); 0 if unknown."""
+    with contextlib.suppress(OSError), open(f"/proc/self/fdinfo/{pidfd}") as f:
+        for line in f:
+            if line.startswith("Pid:"):
+                return max(0, int(line.split()[1]))
+    return 0
 
 
 def _pidfd(reply: socket.socket) -> int:
@@ -219,25 +279,30 @@ def _pidfd(reply: socket.socket) -> int:
     return -1
 
 
-def _watch(reply: socket.socket, pipes: dict[int, HeadTail], deadline: float,
-           cancel: Flag | None) -> bool:  # fmt: skip
+def _watch(reply: socket.socket, done: int, pipes: dict[int, HeadTail], deadline: float,
+           cancel: Flag | None) -> tuple[bool, int | None]:  # fmt: skip
     """Read ``pipes`` (fd -> its capture; an fd at EOF is closed and leaves the dict) until the
-    jail's end (the server's status on ``reply``, or its close), ``deadline`` (True: it passed)
-    or ``cancel`` is set (looked at every 50 ms). ``poll``, not ``select``: a busy service's
-    descriptors may pass FD_SETSIZE."""
+    jail's end — its exit code on ``done`` (returned), or the server's status on ``reply`` (or
+    its close) — ``deadline`` (True: it passed) or ``cancel`` is set (looked at every 50 ms).
+    ``poll``, not ``select``: a busy service's descriptors may pass FD_SETSIZE."""
     p = select.poll()
-    for fd in (reply.fileno(), *pipes):
+    for fd in (reply.fileno(), done, *pipes):
         p.register(fd, select.POLLIN)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return True
+            return True, None
         if cancel is not None and cancel.is_set():
-            return False
+            return False, None
         for fd, _ in p.poll((left if cancel is None else min(left, 0.05)) * 1000):
             if fd == reply.fileno():
-                return False
-            if not _read(fd, pipes):
+                return False, None
+            if fd == done:
+                word = os.read(done, 16)
+                if word.isdigit():
+                    return False, int(word)
+                p.unregister(done)  # closed unwritten (killed): the server's status comes
+            elif not _read(fd, pipes):
                 p.unregister(fd)
 
 
