@@ -60,6 +60,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import json
 import os
 import resource
@@ -865,6 +866,14 @@ def _waits(chan: socket.socket, server: int) -> None:
     os._exit(SETUP_FAILED)
 
 
+def _close_if(fd: int, was: os.stat_result) -> None:
+    """Close ``fd`` if it is still the file it was (not a number reused since)."""
+    with contextlib.suppress(OSError):
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == (was.st_dev, was.st_ino):
+            os.close(fd)
+
+
 def _served(req: dict, fds: dict[str, int]) -> None:
     """A fork of the server running one request (``serve``); never returns."""
     code, done = SETUP_FAILED, -1
@@ -881,8 +890,9 @@ def _served(req: dict, fds: dict[str, int]) -> None:
             low = fd + 1
         os.closerange(low, 1 << 20)
         done = fds.pop("done_fd", -1)
-        if done >= 0:
-            os.set_inheritable(done, False)  # (received fds are inheritable): no command has it
+        if done >= 0:  # this process's alone: no program it execs, no process it forks has it
+            os.set_inheritable(done, False)  # (received fds are inheritable)
+            os.register_at_fork(after_in_child=functools.partial(_close_if, done, os.fstat(done)))
         joined = req.get("join") or ()
         for path in joined:
             with open(path, "w") as f:  # (single-threaded: the thread is the process)
